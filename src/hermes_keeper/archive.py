@@ -1,0 +1,304 @@
+"""The per-profile archive: every pruned session, restorable, in ``<home>/keeper/archive.db``.
+
+One row per session: a few columns to list and filter by, and a zstd-compressed JSON
+payload holding the session row, *all* its messages (``active=0`` included, with their
+original ids), its ``session_model_usage`` rows and ``state_meta`` keys naming it. The
+sha256 of the uncompressed payload is stored beside it and checked on every read, so a
+damaged row is refused rather than restored wrong.
+
+Text SQLite cannot decode as UTF-8 and BLOB values survive the JSON round trip as
+tagged base64 (see :func:`encode_value`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from .fsutil import private_dir, private_file
+from .schema import SchemaInfo
+
+FORMAT = 1
+ZSTD_LEVEL = 6
+ARCHIVE_NAME = "archive.db"
+
+#: Life of an archive row. ``archived``: payload verified, the session may still be in
+#: state.db (a prune in progress, or one a crash interrupted). ``pruned``: gone from
+#: state.db. ``restored``: put back; the row stays as history until archived again.
+ARCHIVED, PRUNED, RESTORED = "archived", "pruned", "restored"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS archived_sessions (
+    session_id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    title TEXT,
+    parent_session_id TEXT,
+    started_at REAL,
+    ended_at REAL,
+    last_activity REAL,
+    message_count INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    stored_bytes INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    schema_version INTEGER,
+    format INTEGER NOT NULL,
+    reason TEXT,
+    state TEXT NOT NULL,
+    archived_at REAL NOT NULL,
+    payload BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_archived_sessions_source ON archived_sessions(source, last_activity);
+CREATE INDEX IF NOT EXISTS idx_archived_sessions_state ON archived_sessions(state);
+"""
+
+
+class ArchiveDamaged(Exception):
+    """A payload whose sha256 or compression does not check out."""
+
+
+class RawText(bytes):
+    """TEXT that is not valid UTF-8: kept as bytes so the archive is exact."""
+
+
+def _text_factory(data: bytes) -> str | RawText:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return RawText(data)
+
+
+def encode_value(value):
+    if isinstance(value, RawText):
+        return {"$text_b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$blob_b64": base64.b64encode(bytes(value)).decode("ascii")}
+    return value
+
+
+def decode_value(value):
+    """Inverse of :func:`encode_value`; bind the result with :func:`sql_placeholder`."""
+    if isinstance(value, dict):
+        if "$text_b64" in value:
+            return RawText(base64.b64decode(value["$text_b64"]))
+        if "$blob_b64" in value:
+            return base64.b64decode(value["$blob_b64"])
+    return value
+
+
+def sql_placeholder(value) -> str:
+    """``CAST(? AS TEXT)`` for raw text so it goes back as TEXT, not BLOB."""
+    return "CAST(? AS TEXT)" if isinstance(value, RawText) else "?"
+
+
+def _rows(conn: sqlite3.Connection, sql: str, params: tuple) -> list[dict]:
+    cur = conn.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [{n: encode_value(v) for n, v in zip(names, row, strict=True)} for row in cur]
+
+
+def read_payload(conn: sqlite3.Connection, schema: SchemaInfo, session_id: str) -> dict | None:
+    """Everything state.db holds for one session, as a JSON-able dict (None if gone).
+
+    Call inside a read transaction when several sessions must be one snapshot.
+    """
+    old_factory = conn.text_factory
+    conn.text_factory = _text_factory
+    try:
+        session = _rows(conn, "SELECT * FROM sessions WHERE id = ?", (session_id,))
+        if not session:
+            return None
+        payload = {
+            "format": FORMAT,
+            "schema_version": schema.schema_version,
+            "session": session[0],
+            "messages": _rows(conn, "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)),
+            "model_usage": [],
+            "state_meta": [],
+        }
+        if schema.has("session_model_usage"):
+            payload["model_usage"] = _rows(
+                conn, "SELECT * FROM session_model_usage WHERE session_id = ?", (session_id,)
+            )
+        if schema.has("state_meta"):
+            payload["state_meta"] = _rows(
+                conn, "SELECT * FROM state_meta WHERE key = ?", (f"goal:{session_id}",)
+            )
+        return payload
+    finally:
+        conn.text_factory = old_factory
+
+
+def canonical_bytes(payload: dict) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An archive row without its payload."""
+
+    session_id: str
+    source: str
+    title: str | None
+    parent_session_id: str | None
+    started_at: float | None
+    ended_at: float | None
+    last_activity: float | None
+    message_count: int
+    raw_bytes: int
+    stored_bytes: int
+    sha256: str
+    schema_version: int | None
+    reason: str | None
+    state: str
+    archived_at: float
+
+
+_ENTRY_COLUMNS = ", ".join(Entry.__dataclass_fields__)
+
+
+class Archive:
+    """``archive.db`` of one profile. Owner-only; WAL with synchronous=FULL so a commit is on disk."""
+
+    def __init__(self, path: Path, create: bool = True):
+        self.path = Path(path)
+        if create:
+            private_dir(self.path.parent)
+            if not self.path.exists():
+                private_file(self.path)
+        elif not self.path.exists():
+            raise FileNotFoundError(self.path)
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        if create:
+            self.conn.executescript(_SCHEMA)
+        self._zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        self._zd = zstandard.ZstdDecompressor()
+
+    @classmethod
+    def for_home(cls, keeper_dir: Path, create: bool = True) -> Archive:
+        return cls(keeper_dir / ARCHIVE_NAME, create=create)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def put(self, payloads: Iterable[dict], reason: str | None = None) -> list[str]:
+        """Store payloads in one transaction (replacing older rows of the same ids); returns ids."""
+        ids = []
+        now = time.time()
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for p in payloads:
+                raw = canonical_bytes(p)
+                blob = self._zc.compress(raw)
+                s = p["session"]
+                last = max(
+                    [t for t in [s.get("started_at"), s.get("ended_at")] if isinstance(t, (int, float))]
+                    + [m["timestamp"] for m in p["messages"] if isinstance(m.get("timestamp"), (int, float))],
+                    default=None,
+                )
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO archived_sessions (session_id, source, title, parent_session_id,"
+                    " started_at, ended_at, last_activity, message_count, raw_bytes, stored_bytes, sha256,"
+                    " schema_version, format, reason, state, archived_at, payload)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        s["id"],
+                        s.get("source") or "unknown",
+                        _plain(s.get("title")),
+                        _plain(s.get("parent_session_id")),
+                        s.get("started_at"),
+                        s.get("ended_at"),
+                        last,
+                        len(p["messages"]),
+                        len(raw),
+                        len(blob),
+                        hashlib.sha256(raw).hexdigest(),
+                        p.get("schema_version"),
+                        p.get("format", FORMAT),
+                        reason,
+                        ARCHIVED,
+                        now,
+                        blob,
+                    ),
+                )
+                ids.append(s["id"])
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return ids
+
+    def get(self, session_id: str) -> dict:
+        """The verified payload of one session; :class:`ArchiveDamaged` if it does not check out."""
+        row = self.conn.execute(
+            "SELECT sha256, payload FROM archived_sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(session_id)
+        return json.loads(self._checked(session_id, row[0], row[1]))
+
+    def verify(self, session_id: str) -> bool:
+        try:
+            self.get(session_id)
+        except ArchiveDamaged:
+            return False
+        return True
+
+    def _checked(self, session_id: str, sha: str, blob: bytes) -> bytes:
+        try:
+            raw = self._zd.decompress(blob)
+        except zstandard.ZstdError as exc:
+            raise ArchiveDamaged(f"{session_id}: payload does not decompress ({exc})") from None
+        if hashlib.sha256(raw).hexdigest() != sha:
+            raise ArchiveDamaged(f"{session_id}: sha256 mismatch")
+        return raw
+
+    def set_state(self, session_ids: Iterable[str], state: str) -> None:
+        ids = list(session_ids)
+        if not ids:
+            return
+        with_marks = ",".join("?" * len(ids))
+        self.conn.execute(
+            f"UPDATE archived_sessions SET state = ? WHERE session_id IN ({with_marks})", [state, *ids]
+        )
+
+    def entry(self, session_id: str) -> Entry | None:
+        row = self.conn.execute(
+            f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return Entry(*row) if row else None
+
+    def entries(self, where: str = "", params: tuple = ()) -> Iterator[Entry]:
+        sql = f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions {where}"
+        for row in self.conn.execute(sql, params):
+            yield Entry(*row)
+
+    def payloads(self, where: str = "", params: tuple = ()) -> Iterator[tuple[Entry, bytes | None]]:
+        """Entries with their uncompressed payload bytes (None when damaged), streaming."""
+        sql = f"SELECT {_ENTRY_COLUMNS}, payload FROM archived_sessions {where}"
+        for row in self.conn.execute(sql, params):
+            entry = Entry(*row[:-1])
+            try:
+                yield entry, self._checked(entry.session_id, entry.sha256, row[-1])
+            except ArchiveDamaged:
+                yield entry, None
+
+
+def _plain(value):
+    return value if not isinstance(value, dict) else None

@@ -1,0 +1,29 @@
+"""The ``hermes-keeper`` command: thin click wrappers over the library.
+
+Each command group lives in its own module here and is registered below. Errors the
+user can act on (:class:`KeeperError`) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import KeeperError
+
+
+class KeeperGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeeperError as exc:
+            click.echo(f"hermes-keeper: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=KeeperGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hermes-keeper")
+def main() -> None:
+    """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""

@@ -1,0 +1,68 @@
+"""SQLite connections to a live ``state.db``: read-only by URI, writes in short transactions.
+
+Hermes writers wait 1 s per attempt (15 attempts), so every keeper write transaction
+must stay far below that; callers size their work, this module only opens, begins
+and commits. Never open the database file with plain file I/O in a process that has
+it open in SQLite: closing such a descriptor drops SQLite's POSIX locks.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+BUSY_TIMEOUT_S = 2.0
+
+
+def uri(path: Path, mode: str) -> str:
+    return f"file:{quote(str(Path(path).resolve()))}?mode={mode}"
+
+
+def connect_ro(path: Path) -> sqlite3.Connection:
+    """A read-only connection that can never create, write or take the write lock."""
+    conn = sqlite3.connect(uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn.execute("PRAGMA query_only=1")
+    return conn
+
+
+def connect_rw(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
+    """A writer that refuses to create a missing database (``mode=rw``)."""
+    conn = sqlite3.connect(uri(path, "rw"), uri=True, timeout=busy_timeout_s, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+@contextmanager
+def write_txn(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: the write lock is taken up front, like Hermes does."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@contextmanager
+def read_txn(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One consistent snapshot for several SELECTs (WAL readers never block writers)."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+def checkpoint_passive(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """PASSIVE checkpoint: copies what it can without waiting for or blocking anyone."""
+    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return tuple(row) if row else (0, 0, 0)
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0

@@ -1,0 +1,190 @@
+"""What kind of database a ``state.db`` is, read without changing a byte.
+
+Hermes has changed its schema many times (0.13.0 ships schema_version 11, 0.19.0
+version 22, upstream adds ``pinned``, ``last_activity_at``, leases). The keeper reads
+the columns that are there and refuses, in one line, what it does not understand.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .db import connect_ro
+from .errors import KeeperError
+
+#: Oldest and newest schema_version seen in a released hermes-agent (0.13.0, 0.19.0).
+OLDEST_KNOWN_VERSION = 11
+NEWEST_KNOWN_VERSION = 22
+
+#: Columns every supported Hermes version has and the keeper relies on.
+REQUIRED = {
+    "sessions": ("id", "source", "started_at", "ended_at", "end_reason", "parent_session_id", "title"),
+    "messages": ("id", "session_id", "role", "content", "timestamp"),
+}
+
+UNDERSTOOD = "understood"  # a Hermes schema we know
+NEWER = "newer"  # newer than we know, but everything we need is present
+FOREIGN = "not-hermes"  # SQLite, but not a Hermes session store
+MALFORMED = "malformed"  # not SQLite, truncated or corrupt
+MISSING = "missing"
+
+#: Plausible unix seconds: 1973 .. 5138. Values above are milliseconds.
+MIN_SECONDS = 1e8
+MAX_SECONDS = 1e11
+
+
+@dataclass
+class SchemaInfo:
+    path: str
+    status: str
+    reason: str = ""
+    schema_version: int | None = None
+    tables: dict[str, list[str]] = field(default_factory=dict)
+    journal_mode: str | None = None
+    auto_vacuum: str | None = None
+    page_size: int = 0
+    page_count: int = 0
+    freelist_count: int = 0
+    timestamp_problems: list[str] = field(default_factory=list)
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        cols = self.tables.get(table)
+        if cols is None:
+            return False
+        return column is None or column in cols
+
+    @property
+    def readable(self) -> bool:
+        """Safe to survey and report on."""
+        return self.status in (UNDERSTOOD, NEWER)
+
+    @property
+    def actionable(self) -> bool:
+        """Safe to change: understood, and every timestamp is unix seconds."""
+        return self.readable and not self.timestamp_problems
+
+    def require_readable(self) -> None:
+        if not self.readable:
+            raise KeeperError(f"{self.path}: {self.reason}")
+
+    def require_actionable(self) -> None:
+        self.require_readable()
+        if self.timestamp_problems:
+            raise KeeperError(
+                f"{self.path}: refusing to change a database whose timestamps are not unix seconds "
+                f"({'; '.join(self.timestamp_problems)})"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _truncation_problem(path: Path, page_size: int, page_count: int) -> str | None:
+    """A database whose header promises more pages than the file holds (and no WAL holds them).
+
+    Only ``stat`` is used: opening the file with plain I/O in a process that has it open in
+    SQLite would drop SQLite's locks when that descriptor closes.
+    """
+    size = path.stat().st_size
+    wal = path.with_name(path.name + "-wal")
+    wal_size = wal.stat().st_size if wal.exists() else 0
+    if page_count * page_size > size and wal_size == 0:
+        return f"truncated SQLite database ({size} bytes on disk, header says {page_count * page_size})"
+    return None
+
+
+def _timestamp_problems(conn: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
+    problems = []
+    checks = [("sessions", "started_at"), ("sessions", "ended_at"), ("messages", "timestamp")]
+    if "last_activity_at" in tables.get("sessions", []):
+        checks.append(("sessions", "last_activity_at"))
+    for table, column in checks:
+        text, millis, tiny = conn.execute(
+            f"SELECT "
+            f" coalesce(sum(typeof({column}) NOT IN ('real','integer','null')), 0),"
+            f" coalesce(sum(typeof({column}) IN ('real','integer') AND {column} >= ?), 0),"
+            f" coalesce(sum(typeof({column}) IN ('real','integer') AND {column} < ?), 0)"
+            f" FROM {table}",
+            (MAX_SECONDS, MIN_SECONDS),
+        ).fetchone()
+        if millis:
+            problems.append(f"{table}.{column}: {millis} values look like milliseconds")
+        if text:
+            problems.append(f"{table}.{column}: {text} values are text (ISO dates?), not unix seconds")
+        if tiny:
+            problems.append(f"{table}.{column}: {tiny} values are before 1973")
+    return problems
+
+
+def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
+    """Classify ``path`` and read its layout; never raises for a bad database."""
+    path = Path(path)
+    info = SchemaInfo(path=str(path), status=MISSING)
+    if not path.is_file():
+        info.reason = "state.db not found"
+        return info
+    if path.stat().st_size == 0:
+        info.status, info.reason = MALFORMED, "empty file, not a SQLite database"
+        return info
+    try:
+        conn = connect_ro(path)
+    except sqlite3.Error as exc:
+        info.status, info.reason = MALFORMED, f"cannot open read-only: {exc}"
+        return info
+    try:
+        info.page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        info.page_count = conn.execute("PRAGMA page_count").fetchone()[0]
+        truncated = _truncation_problem(path, info.page_size, info.page_count)
+        if truncated:
+            info.status, info.reason = MALFORMED, truncated
+            return info
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for name in names:
+            info.tables[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})")]
+        info.journal_mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        info.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(
+            conn.execute("PRAGMA auto_vacuum").fetchone()[0], "unknown"
+        )
+        info.freelist_count = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        missing = [
+            f"{t}.{c}" for t, cols in REQUIRED.items() for c in cols if c not in info.tables.get(t, [])
+        ]
+        if "schema_version" not in info.tables or not info.has("sessions") or not info.has("messages"):
+            info.status, info.reason = FOREIGN, "not a Hermes database (no sessions/messages/schema_version)"
+            return info
+        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+        info.schema_version = row[0] if row else None
+        if missing:
+            info.status = FOREIGN
+            info.reason = f"Hermes-like database missing columns the keeper needs: {', '.join(missing)}"
+            return info
+        version = info.schema_version
+        if version is None or version < OLDEST_KNOWN_VERSION:
+            info.status = FOREIGN
+            info.reason = f"schema_version {version} is older than any supported Hermes (0.13.0 = 11)"
+            return info
+        if version > NEWEST_KNOWN_VERSION:
+            info.status = NEWER
+            info.reason = (
+                f"schema_version {version} is newer than {NEWEST_KNOWN_VERSION}; required columns present"
+            )
+        else:
+            info.status = UNDERSTOOD
+            info.reason = f"Hermes schema_version {version}"
+        if check_timestamps:
+            info.timestamp_problems = _timestamp_problems(conn, info.tables)
+    except sqlite3.DatabaseError as exc:
+        text = str(exc)
+        info.status = MALFORMED
+        info.reason = (
+            "not a SQLite database" if "not a database" in text else f"database is malformed: {text}"
+        )
+    finally:
+        conn.close()
+    return info
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,324 @@
+"""A read-only survey of one profile: every session with what decides its fate, and its files.
+
+The survey records facts only (timestamps, links, flags read from whatever tables and
+columns exist); policy and plan decide. One read transaction gives one consistent
+snapshot, so a live gateway can keep writing while we read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .db import connect_ro, read_txn
+from .discovery import Profile
+from .schema import SchemaInfo, inspect
+
+#: ``end_reason`` values after which the gateway may still resume a keyed session.
+RECOVERABLE_END_REASONS = frozenset({"agent_close", "ws_orphan_reap"})
+#: handoff states that mean a transfer is in flight.
+LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One ``sessions`` row plus aggregates of its messages."""
+
+    id: str
+    source: str
+    started_at: float
+    ended_at: float | None = None
+    end_reason: str | None = None
+    parent_id: str | None = None
+    title: str | None = None
+    archived: bool = False
+    pinned: bool = False
+    session_key: str | None = None
+    delegate_from: str | None = None
+    branched_from: str | None = None
+    messages: int = 0
+    inactive_messages: int = 0
+    content_bytes: int = 0
+    first_message_at: float | None = None
+    last_message_at: float | None = None
+    last_activity_at: float | None = None  # the column, where Hermes has it
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    # Facts that make a session untouchable regardless of age (see plan.protections).
+    routed: bool = False
+    lease_expires_at: float | None = None
+    handoff_state: str | None = None
+    topic_bound: bool = False
+    pending_delegation: bool = False
+
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None
+
+    @property
+    def last_activity(self) -> float:
+        """Latest sign of life: a message, the activity column, the end, else the start."""
+        stamps = [self.started_at, self.last_message_at, self.last_activity_at, self.ended_at]
+        return max(s for s in stamps if s is not None)
+
+    @property
+    def gateway_recoverable(self) -> bool:
+        """Rows the gateway's stale-route recovery would pick up again (hermes_state)."""
+        return (
+            bool(self.session_key)
+            and self.messages > 0
+            and (self.ended_at is None or self.end_reason in RECOVERABLE_END_REASONS)
+        )
+
+
+@dataclass(frozen=True)
+class SessionFile:
+    """A file under ``sessions/`` and the session it belongs to, if any."""
+
+    path: Path
+    kind: str  # transcript | snapshot | request_dump | saved | routing | other
+    size: int
+    mtime: float
+    claimed_id: str | None = None  # the id (or sanitised id) its name carries
+    session_id: str | None = None  # the existing session it matched
+    symlink: bool = False
+
+    @property
+    def orphan(self) -> bool:
+        return self.kind in ("transcript", "snapshot", "request_dump") and self.session_id is None
+
+
+@dataclass
+class Survey:
+    profile: Profile
+    schema: SchemaInfo
+    taken_at: float
+    sessions: dict[str, SessionRow] = field(default_factory=dict)
+    files: list[SessionFile] = field(default_factory=list)
+    routed_ids: set[str] = field(default_factory=set)
+    message_total: int = 0
+
+    def children(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for s in self.sessions.values():
+            if s.parent_id:
+                out.setdefault(s.parent_id, []).append(s.id)
+        return out
+
+
+def safe_filename_component(session_id: str) -> str:
+    """Hermes's ``_safe_session_filename_component`` (run_agent.py), byte for byte."""
+    raw = str(session_id or "").strip()
+    sanitized = re.sub(r"[^\w-]", "_", raw).strip("._")
+    sanitized = sanitized[:96] or "session"
+    if raw and sanitized == raw:
+        return sanitized
+    digest = hashlib.sha256(raw.encode("utf-8", errors="surrogatepass")).hexdigest()[:12]
+    return f"{sanitized}_{digest}"
+
+
+_DUMP = re.compile(r"^request_dump_(?P<sid>.+)_(?P<ts>\d{8}_\d{6}(?:_\d+)?)\.json$")
+
+
+def _model_config_links(raw: str | None) -> tuple[str | None, str | None]:
+    if not raw:
+        return None, None
+    try:
+        cfg = json.loads(raw)
+    except (ValueError, TypeError):
+        return None, None
+    if not isinstance(cfg, dict):
+        return None, None
+    delegate, branch = cfg.get("_delegate_from"), cfg.get("_branched_from")
+    return (delegate if isinstance(delegate, str) else None, branch if isinstance(branch, str) else None)
+
+
+def _routed_from_db(conn: sqlite3.Connection, schema: SchemaInfo) -> set[str]:
+    ids: set[str] = set()
+    if not schema.has("gateway_routing", "entry_json"):
+        return ids
+    for (raw,) in conn.execute("SELECT entry_json FROM gateway_routing"):
+        ids |= _session_ids_in(raw)
+    return ids
+
+
+def _session_ids_in(raw: str | None) -> set[str]:
+    try:
+        entry = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return set()
+    if isinstance(entry, dict) and isinstance(entry.get("session_id"), str):
+        return {entry["session_id"]}
+    return set()
+
+
+def routed_from_sessions_json(sessions_dir: Path) -> set[str]:
+    """Session ids the gateway's ``sessions.json`` mirror routes to (unreadable file: none)."""
+    try:
+        data = json.loads((sessions_dir / "sessions.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    ids: set[str] = set()
+    if isinstance(data, dict):
+        for key, entry in data.items():
+            if not key.startswith("_"):
+                ids |= _session_ids_in(entry)
+    return ids
+
+
+def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]:
+    cols = schema.tables["sessions"]
+
+    def col(name: str, default: str = "NULL") -> str:
+        return name if name in cols else f"{default} AS {name}"
+
+    cost = (
+        "coalesce(actual_cost_usd, estimated_cost_usd, 0)"
+        if "actual_cost_usd" in cols and "estimated_cost_usd" in cols
+        else "0"
+    )
+    sql = f"""
+        SELECT id, source, started_at, ended_at, end_reason, parent_session_id, title,
+               {col("archived", "0")}, {col("pinned", "0")}, {col("session_key")},
+               {col("model_config")}, {col("last_activity_at")},
+               {col("input_tokens", "0")}, {col("output_tokens", "0")}, {cost} AS cost_usd,
+               {col("handoff_state")}
+        FROM sessions
+    """
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(sql)]
+    finally:
+        conn.row_factory = None
+
+
+def _message_stats(conn: sqlite3.Connection, schema: SchemaInfo) -> dict[str, tuple]:
+    inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
+    text_cols = [c for c in ("content", "tool_calls", "reasoning") if schema.has("messages", c)]
+    size = " + ".join(f"coalesce(length({c}), 0)" for c in text_cols)
+    sql = f"""
+        SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp)
+        FROM messages GROUP BY session_id
+    """
+    return {r[0]: r[1:] for r in conn.execute(sql)}
+
+
+def _ids(
+    conn: sqlite3.Connection, schema: SchemaInfo, table: str, column: str, where: str = "", params: tuple = ()
+) -> set[str]:
+    if not schema.has(table, column):
+        return set()
+    return {r[0] for r in conn.execute(f"SELECT {column} FROM {table} {where}", params) if r[0]}
+
+
+def scan_files(sessions_dir: Path, known_ids: set[str]) -> list[SessionFile]:
+    """Classify every file under ``sessions/`` (symlinks reported, never followed)."""
+    if not sessions_dir.is_dir():
+        return []
+    by_safe = {safe_filename_component(sid): sid for sid in known_ids}
+    out = []
+    for entry in sorted(sessions_dir.iterdir()):
+        link = entry.is_symlink()
+        st = entry.lstat()
+        if entry.name == "saved" and entry.is_dir() and not link:
+            for sub in sorted(p for p in entry.rglob("*") if p.is_file() or p.is_symlink()):
+                sst = sub.lstat()
+                out.append(SessionFile(sub, "saved", sst.st_size, sst.st_mtime, symlink=sub.is_symlink()))
+            continue
+        if entry.is_dir() and not link:
+            size = sum(p.lstat().st_size for p in entry.rglob("*") if p.is_file())
+            out.append(SessionFile(entry, "other", size, st.st_mtime))
+            continue
+        name = entry.name
+        kind, claimed, sid = "other", None, None
+        if name == "sessions.json":
+            kind = "routing"
+        elif (m := _DUMP.match(name)) is not None:
+            kind, claimed = "request_dump", m.group("sid")
+            sid = by_safe.get(claimed) or (claimed if claimed in known_ids else None)
+        elif name.startswith("session_") and name.endswith(".json") and name[8:-5] in by_safe:
+            kind, claimed = "snapshot", name[8:-5]
+            sid = by_safe[claimed]
+        elif name.endswith((".json", ".jsonl")):
+            stem = name.rsplit(".", 1)[0]
+            if stem in known_ids:
+                kind, claimed, sid = "transcript", stem, stem
+            elif name.startswith("session_") and name.endswith(".json"):
+                kind, claimed = "snapshot", name[8:-5]
+            else:
+                kind, claimed = "transcript", stem
+        out.append(SessionFile(entry, kind, st.st_size, st.st_mtime, claimed, sid, link))
+    return out
+
+
+def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: float | None = None) -> Survey:
+    """Read everything the plan and the report need, in one snapshot; changes nothing."""
+    schema = schema or inspect(profile.db_path)
+    schema.require_readable()
+    taken_at = time.time() if now is None else now
+    survey = Survey(profile, schema, taken_at)
+    conn = connect_ro(profile.db_path)
+    try:
+        with read_txn(conn):
+            rows = _select_sessions(conn, schema)
+            stats = _message_stats(conn, schema)
+            routed = _routed_from_db(conn, schema)
+            leases: dict[str, float] = {}
+            if schema.has("compression_locks", "expires_at"):
+                leases = dict(conn.execute("SELECT session_id, expires_at FROM compression_locks"))
+            topic = _ids(conn, schema, "telegram_dm_topic_bindings", "session_id")
+            pending = set()
+            if schema.has("async_delegations", "delivery_state"):
+                for col in ("origin_session", "parent_session_id"):
+                    pending |= _ids(
+                        conn,
+                        schema,
+                        "async_delegations",
+                        col,
+                        "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
+                    )
+    finally:
+        conn.close()
+    routed |= routed_from_sessions_json(profile.sessions_dir)
+    survey.routed_ids = routed
+    for r in rows:
+        delegate, branch = _model_config_links(r.get("model_config"))
+        count, inactive, size, first, last = stats.get(r["id"], (0, 0, 0, None, None))
+        survey.message_total += count
+        sid = r["id"]
+        survey.sessions[sid] = SessionRow(
+            id=sid,
+            source=r["source"] or "unknown",
+            started_at=r["started_at"],
+            ended_at=r["ended_at"],
+            end_reason=r["end_reason"],
+            parent_id=r["parent_session_id"],
+            title=r["title"],
+            archived=bool(r["archived"]),
+            pinned=bool(r["pinned"]),
+            session_key=r["session_key"],
+            delegate_from=delegate,
+            branched_from=branch,
+            messages=count or 0,
+            inactive_messages=inactive or 0,
+            content_bytes=size or 0,
+            first_message_at=first,
+            last_message_at=last,
+            last_activity_at=r["last_activity_at"],
+            input_tokens=r["input_tokens"] or 0,
+            output_tokens=r["output_tokens"] or 0,
+            cost_usd=float(r["cost_usd"] or 0),
+            routed=sid in routed,
+            lease_expires_at=leases.get(sid),
+            handoff_state=r["handoff_state"],
+            topic_bound=sid in topic,
+            pending_delegation=sid in pending,
+        )
+    survey.files = scan_files(profile.sessions_dir, set(survey.sessions))
+    return survey

@@ -1,0 +1,116 @@
+"""Executed by the Python of a hermes-agent virtualenv (never imported by our tests).
+
+Reads a JSON list of ops on stdin, applies them with Hermes's own ``SessionDB`` on
+``<home>/state.db`` and prints a JSON list with one result per op. Ops:
+
+- ``{"op": "clock", "t": 1700000000.0}``: Hermes's ``time.time()`` returns ``t``
+  (``null`` restores the real clock). This is how tests make old sessions through
+  Hermes's own code paths.
+- ``{"op": "call", "method": "append_message", "args": [...], "kwargs": {...}}``
+- ``{"op": "build", "sessions": [...]}``: many sessions through the real API, with
+  ``synchronous=OFF`` for speed. Each session: ``id, source, started_at, messages:
+  [[role, content, ts], ...], ended_at, end_reason, title, kwargs``.
+- ``{"op": "query", "sql": "...", "params": []}``: rows from Hermes's connection.
+- ``{"op": "fts_integrity"}``: FTS5 integrity-check of both indexes.
+"""
+
+import json
+import sys
+import time as _real_time
+from pathlib import Path
+
+import hermes_state
+
+
+class _Clock:
+    """Stands in for the ``time`` module inside hermes_state."""
+
+    def __init__(self):
+        self.fixed = None
+
+    def time(self):
+        return self.fixed if self.fixed is not None else _real_time.time()
+
+    def __getattr__(self, name):
+        return getattr(_real_time, name)
+
+
+def _jsonable(value):
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if hasattr(value, "keys"):  # sqlite3.Row
+        return {k: _jsonable(value[k]) for k in value.keys()}  # noqa: SIM118 (sqlite3.Row)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _build(db, clock, sessions):
+    db._conn.execute("PRAGMA synchronous=OFF")
+    for s in sessions:
+        clock.fixed = s["started_at"]
+        db.create_session(s["id"], s["source"], **s.get("kwargs", {}))
+        for role, content, ts in s.get("messages", []):
+            clock.fixed = ts
+            db.append_message(s["id"], role, content, timestamp=ts)
+        if s.get("title"):
+            db.set_session_title(s["id"], s["title"])
+        if s.get("ended_at") is not None:
+            clock.fixed = s["ended_at"]
+            db.end_session(s["id"], s.get("end_reason") or "user_exit")
+    clock.fixed = None
+    db._conn.execute("PRAGMA synchronous=FULL")
+    return len(sessions)
+
+
+def main():
+    home = Path(sys.argv[1])
+    ops = json.load(sys.stdin)
+    clock = _Clock()
+    hermes_state.time = clock
+    db = hermes_state.SessionDB(home / "state.db")
+    out = []
+    try:
+        for op in ops:
+            kind = op["op"]
+            if kind == "clock":
+                clock.fixed = op["t"]
+                out.append(None)
+            elif kind == "call":
+                fn = getattr(db, op["method"])
+                args = [
+                    Path(a[5:]) if isinstance(a, str) and a.startswith("path:") else a
+                    for a in op.get("args", [])
+                ]
+                kwargs = {
+                    k: Path(v[5:]) if isinstance(v, str) and v.startswith("path:") else v
+                    for k, v in op.get("kwargs", {}).items()
+                }
+                out.append(_jsonable(fn(*args, **kwargs)))
+            elif kind == "build":
+                out.append(_build(db, clock, op["sessions"]))
+            elif kind == "query":
+                rows = db._conn.execute(op["sql"], op.get("params", [])).fetchall()
+                out.append([list(r) for r in rows])
+            elif kind == "fts_integrity":
+                res = {}
+                for table in ("messages_fts", "messages_fts_trigram"):
+                    try:
+                        db._conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
+                        res[table] = "ok"
+                    except Exception as exc:  # reported, asserted by the test
+                        res[table] = str(exc)
+                out.append(res)
+            else:
+                raise ValueError(f"unknown op {kind!r}")
+    finally:
+        db.close()
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
