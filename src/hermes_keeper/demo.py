@@ -1,0 +1,278 @@
+"""Realistic sample homes: the same session specs feed our own builder and real Hermes.
+
+:func:`generate` returns plain dicts (the format ``tests/hermes_driver.py``'s ``build``
+op takes), shaped like the homes in the bug reports: ~73% cron sessions, zombies left
+open by hard exits, compression chains, delegate subagents, gateway chats that are
+months old but active today, a few 500+ message runaways, ages over 60 days, orphan
+transcript files and request dumps. :func:`build_home` writes them with the schema real
+Hermes 0.19.0 creates (``data/hermes_schema.sql``) without needing Hermes installed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+
+DAY = 86400.0
+WORDS = tuple(
+    (
+        "deploy docker kubernetes python refactor test database index query backup cron report "
+        "weather summary email invoice calendar meeting notes research paper model prompt token "
+        "latency cache memory gateway telegram discord budget travel recipe garden music review"
+    ).split()
+)
+
+
+@dataclass
+class DemoSpec:
+    now: float
+    sessions: list[dict] = field(default_factory=list)
+    #: files under the home: (relative path, size in bytes, mtime)
+    files: list[tuple[str, int, float]] = field(default_factory=list)
+    routed: dict[str, str] = field(default_factory=dict)  # session_key -> session id
+
+
+def _sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _local_id(rng: random.Random, ts: float) -> str:
+    import time
+
+    return time.strftime("%Y%m%d_%H%M%S", time.gmtime(ts)) + f"_{rng.getrandbits(24):06x}"
+
+
+def _messages(rng: random.Random, start: float, count: int, span: float, words: int) -> list[list]:
+    out = []
+    for i in range(count):
+        ts = start + span * (i + 1) / (count + 1)
+        role = ("user", "assistant", "tool")[i % 3] if i % 5 else "user"
+        out.append([role, _sentence(rng, max(3, int(rng.gauss(words, words / 3)))), ts])
+    return out
+
+
+def generate(
+    now: float,
+    sessions: int = 300,
+    messages_per_session: int = 20,
+    words_per_message: int = 40,
+    days: int = 75,
+    seed: int = 7,
+) -> DemoSpec:
+    """A deterministic home of ``sessions`` sessions spread over ``days`` days before ``now``."""
+    rng = random.Random(seed)
+    spec = DemoSpec(now=now)
+    n_cron = int(sessions * 0.73)
+    chat_sources = ["cli", "cli", "tui", "telegram", "discord", "slack", "subagent", "api_server"]
+    for i in range(sessions):
+        age = rng.uniform(0.01, days) * DAY
+        start = now - age
+        if i < n_cron:
+            job = f"job{i % 4}"
+            sid = f"cron_{job}_{_local_id(rng, start)[:15]}_{i}"
+            count = max(2, int(rng.gauss(messages_per_session * 0.5, 3)))
+            s = {
+                "id": sid,
+                "source": "cron",
+                "started_at": start,
+                "messages": _messages(rng, start, count, 90, words_per_message),
+                "ended_at": start + 120,
+                "end_reason": "cron_complete",
+            }
+        else:
+            source = rng.choice(chat_sources)
+            sid = _local_id(rng, start)
+            count = max(2, int(rng.gauss(messages_per_session, messages_per_session / 2)))
+            s = {
+                "id": sid,
+                "source": source,
+                "started_at": start,
+                "messages": _messages(rng, start, count, 1800, words_per_message),
+                "ended_at": start + 1900,
+                "end_reason": "user_exit",
+            }
+            if rng.random() < 0.25:
+                s["title"] = f"{_sentence(rng, 3)} #{i}"
+            if source in ("telegram", "discord", "slack"):
+                s["kwargs"] = {
+                    "session_key": f"agent:main:{source}:dm:{i}",
+                    "user_id": f"u{i}",
+                    "chat_id": f"c{i}",
+                    "chat_type": "dm",
+                }
+        spec.sessions.append(s)
+    _add_special_cases(rng, spec, words_per_message)
+    _add_files(rng, spec)
+    return spec
+
+
+def _add_special_cases(rng: random.Random, spec: DemoSpec, words: int) -> None:
+    now = spec.now
+    # Zombies: open sessions abandoned by hard exits, days or weeks ago.
+    for _ in range(max(3, len(spec.sessions) // 30)):
+        start = now - rng.uniform(2, 40) * DAY
+        spec.sessions.append(
+            {
+                "id": _local_id(rng, start),
+                "source": rng.choice(["cli", "tui", "cron"]),
+                "started_at": start,
+                "messages": _messages(rng, start, 6, 600, words),
+            }
+        )
+    # A months-old Telegram chat, routed by the gateway and active an hour ago.
+    start = now - 70 * DAY
+    msgs = _messages(rng, start, 30, 69 * DAY, words)
+    msgs.append(["user", _sentence(rng, 12), now - 3600])
+    key = "agent:main:telegram:dm:owner"
+    spec.sessions.append(
+        {
+            "id": _local_id(rng, start),
+            "source": "telegram",
+            "started_at": start,
+            "messages": msgs,
+            "title": "Daily assistant",
+            "kwargs": {"session_key": key, "user_id": "owner", "chat_id": "owner", "chat_type": "dm"},
+        }
+    )
+    spec.routed[key] = spec.sessions[-1]["id"]
+    # Runaways: 500+ messages in a couple of minutes (the report saw 602 in 107 s).
+    for k in range(2):
+        start = now - rng.uniform(10, 50) * DAY
+        spec.sessions.append(
+            {
+                "id": _local_id(rng, start),
+                "source": "cli",
+                "started_at": start,
+                "messages": _messages(rng, start, 520 + 41 * k, 107, words // 2),
+                "ended_at": start + 120,
+                "end_reason": "max_iterations",
+            }
+        )
+    # A compression chain: one conversation in three rows.
+    start = now - 45 * DAY
+    parent = None
+    for part in range(3):
+        sid = _local_id(rng, start + part * 3600)
+        s = {
+            "id": sid,
+            "source": "cli",
+            "started_at": start + part * 3600,
+            "messages": _messages(rng, start + part * 3600, 12, 3000, words),
+            "ended_at": start + part * 3600 + 3500,
+            "end_reason": "compression" if part < 2 else "user_exit",
+        }
+        if parent:
+            s["kwargs"] = {"parent_session_id": parent}
+        spec.sessions.append(s)
+        parent = sid
+    # A delegate subagent under an old CLI session.
+    head = spec.sessions[-1]["id"]
+    start = now - 44 * DAY
+    spec.sessions.append(
+        {
+            "id": _local_id(rng, start),
+            "source": "subagent",
+            "started_at": start,
+            "messages": _messages(rng, start, 8, 300, words),
+            "ended_at": start + 400,
+            "end_reason": "delegate_done",
+            "kwargs": {"parent_session_id": head, "model_config": {"_delegate_from": head}},
+        }
+    )
+
+
+def _add_files(rng: random.Random, spec: DemoSpec) -> None:
+    for s in spec.sessions:
+        if s["source"] in ("telegram", "discord", "slack") or rng.random() < 0.15:
+            spec.files.append((f"sessions/{s['id']}.jsonl", 200 * len(s["messages"]), s["started_at"]))
+        if rng.random() < 0.05:
+            stamp = "20260101_000000_000000"
+            spec.files.append((f"sessions/request_dump_{s['id']}_{stamp}.json", 40_000, s["started_at"]))
+    for k in range(12):  # transcripts whose sessions are long gone
+        ts = spec.now - rng.uniform(60, 120) * DAY
+        spec.files.append((f"sessions/20250901_1200{k:02d}_dead{k:02x}.json", 150_000, ts))
+        spec.files.append(
+            (
+                f"sessions/request_dump_20250901_1200{k:02d}_dead{k:02x}_20250901_120000_000001.json",
+                60_000,
+                ts,
+            )
+        )
+    spec.files.append(("state.db.malformed-backup-20260101-000000", 2_000_000, spec.now - 90 * DAY))
+    spec.files.append(("cron/output/job0/latest.md", 4_000, spec.now - DAY))
+    spec.files.append(("logs/agent.log", 250_000, spec.now))
+
+
+def hermes_schema_sql() -> str:
+    return files("hermes_keeper").joinpath("data/hermes_schema.sql").read_text(encoding="utf-8")
+
+
+def build_home(home: Path, spec: DemoSpec) -> Path:
+    """Write ``spec`` as a Hermes home at ``home`` (which must not hold a state.db yet)."""
+    home.mkdir(parents=True, exist_ok=True)
+    db_path = home / "state.db"
+    if db_path.exists():
+        raise FileExistsError(db_path)
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.executescript(hermes_schema_sql())
+    conn.execute("BEGIN")
+    for s in spec.sessions:
+        kw = s.get("kwargs", {})
+        msgs = s.get("messages", [])
+        conn.execute(
+            "INSERT INTO sessions (id, source, user_id, session_key, chat_id, chat_type, model, model_config,"
+            " parent_session_id, started_at, ended_at, end_reason, message_count, tool_call_count, title)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                s["id"],
+                s["source"],
+                kw.get("user_id"),
+                kw.get("session_key"),
+                kw.get("chat_id"),
+                kw.get("chat_type"),
+                "demo-model",
+                json.dumps(kw["model_config"]) if kw.get("model_config") else None,
+                kw.get("parent_session_id"),
+                s["started_at"],
+                s.get("ended_at"),
+                s.get("end_reason"),
+                len(msgs),
+                sum(1 for m in msgs if m[0] == "tool"),
+                s.get("title"),
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?,?,?,?)",
+            [(s["id"], role, content, ts) for role, content, ts in msgs],
+        )
+    for key, sid in spec.routed.items():
+        conn.execute(
+            "INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES ('', ?, ?, ?)",
+            (key, json.dumps({"session_key": key, "session_id": sid}), spec.now),
+        )
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    write_files(home, spec)
+    return db_path
+
+
+def write_files(home: Path, spec: DemoSpec) -> None:
+    """The non-database part of the home: transcripts, dumps, logs, ``sessions.json``."""
+    import os
+
+    for rel, size, mtime in spec.files:
+        path = home / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"{}" + b" " * max(0, size - 2))
+        os.utime(path, (mtime, mtime))
+    sessions_dir = home / "sessions"
+    sessions_dir.mkdir(exist_ok=True)
+    mirror = {key: {"session_key": key, "session_id": sid} for key, sid in spec.routed.items()}
+    (sessions_dir / "sessions.json").write_text(json.dumps(mirror, indent=2), encoding="utf-8")
