@@ -1,0 +1,53 @@
+"""A gateway stand-in: appends messages through Hermes's own SessionDB at a fixed rate.
+
+Runs under the Python of a hermes-agent virtualenv (see bench/homes.py). Records the
+latency of every ``append_message`` call and every failure (Hermes gives up on a write
+after ~15 s of ``database is locked``: that is a lost message). Stops when the stop
+file appears, then writes its figures as JSON.
+"""
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import hermes_state
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("home", type=Path)
+    ap.add_argument("--rate", type=float, default=20.0)
+    ap.add_argument("--ready", type=Path, required=True)
+    ap.add_argument("--stop", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    db = hermes_state.SessionDB(args.home / "state.db")
+    sid = f"standin_{os.getpid()}"
+    db.create_session(sid, "telegram")
+    latencies, errors = [], []
+    interval = 1.0 / args.rate
+    args.ready.write_text("ready")
+    next_at = time.perf_counter()
+    n = 0
+    while not args.stop.exists():
+        t0 = time.perf_counter()
+        try:
+            db.append_message(
+                sid, "user" if n % 2 == 0 else "assistant", f"live message {n} from the gateway"
+            )
+        except Exception as exc:  # a failed write is exactly what we measure
+            errors.append(f"{type(exc).__name__}: {exc}")
+        latencies.append((time.perf_counter() - t0) * 1000.0)
+        n += 1
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.perf_counter()))
+    db.close()
+    args.out.write_text(
+        json.dumps({"latencies_ms": latencies, "failures": len(errors), "errors": errors[:20]})
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Benchmark homes made by real Hermes, and the live gateway stand-in around an operation.
+
+``bench_home()`` builds (once, cached in .cache/bench/) a home through Hermes's own
+SessionDB from ``hermes_keeper.demo.generate`` specs; ``copy_home`` gives each scenario an
+identical copy; ``with live_writer(home) as w:`` runs bench/gateway_standin.py beside the
+operation and ``w.stats`` then holds p50/p99/max latency and failures.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hermes_keeper import demo  # noqa: E402
+from tests.hermes_env import Hermes  # noqa: E402
+
+CACHE = ROOT / ".cache" / "bench"
+STANDIN = Path(__file__).resolve().parent / "gateway_standin.py"
+
+
+def bench_home(sessions: int = 2000, messages: int = 120_000, version: str = "0.19.0") -> Path:
+    """A cached home of ``sessions`` sessions / ~``messages`` messages built by real Hermes."""
+    dest = CACHE / f"hermes-{version}-{sessions}-{messages}"
+    if (dest / ".ready").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    spec = demo.generate(time.time(), sessions=sessions, messages_per_session=max(2, messages // sessions))
+    hermes = Hermes(version)
+    chunk = 200
+    for i in range(0, len(spec.sessions), chunk):
+        hermes.run(dest, [{"op": "build", "sessions": spec.sessions[i : i + chunk]}], timeout=3600)
+    demo.write_files(dest, spec)
+    conn = sqlite3.connect(dest / "state.db")
+    for key, sid in spec.routed.items():
+        conn.execute(
+            "INSERT OR REPLACE INTO gateway_routing (scope, session_key, entry_json, updated_at)"
+            " VALUES ('', ?, json_object('session_key', ?, 'session_id', ?), ?)",
+            (key, key, sid, time.time()),
+        )
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    (dest / ".ready").touch()
+    return dest
+
+
+def copy_home(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ready", "keeper", "keeper.lock"))
+    return dst
+
+
+class LiveWriter:
+    stats: dict
+
+
+@contextmanager
+def live_writer(home: Path, rate: float = 20.0, version: str = "0.19.0", warmup_s: float = 1.0):
+    """Run the gateway stand-in against ``home`` for the duration of the block."""
+    hermes = Hermes(version)
+    tmp = Path(tempfile.mkdtemp(prefix="standin-"))
+    ready, stop, out = tmp / "ready", tmp / "stop", tmp / "out.json"
+    proc = subprocess.Popen(
+        [
+            str(hermes.python),
+            str(STANDIN),
+            str(home),
+            "--rate",
+            str(rate),
+            "--ready",
+            str(ready),
+            "--stop",
+            str(stop),
+            "--out",
+            str(out),
+        ],
+    )
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise RuntimeError("gateway stand-in died on start")
+        time.sleep(0.05)
+    time.sleep(warmup_s)
+    w = LiveWriter()
+    try:
+        yield w
+    finally:
+        time.sleep(warmup_s)
+        stop.touch()
+        proc.wait(timeout=120)
+        data = json.loads(out.read_text())
+        lat = sorted(data["latencies_ms"])
+        w.stats = {
+            "writes": len(lat),
+            "failures": data["failures"],
+            "p50_ms": statistics.median(lat) if lat else 0.0,
+            "p99_ms": lat[int(len(lat) * 0.99) - 1] if len(lat) >= 100 else (lat[-1] if lat else 0.0),
+            "max_ms": lat[-1] if lat else 0.0,
+        }
+        shutil.rmtree(tmp, ignore_errors=True)
