@@ -27,3 +27,9 @@ class KeeperGroup(click.Group):
 @click.version_option(__version__, prog_name="hermes-keeper")
 def main() -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""
+
+
+from .report import demo, report  # noqa: E402
+
+main.add_command(report)
+main.add_command(demo)

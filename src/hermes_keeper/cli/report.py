@@ -1,0 +1,46 @@
+"""``report`` and ``demo``."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from .. import demo as demo_home
+from ..discovery import select_profiles
+from ..errors import KeeperError
+from ..render import render_report
+from ..report import build_report
+from .options import parse_duration, profile_options
+
+
+@click.command()
+@profile_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable (data/report.schema.json).")
+@click.option("--zombie-after", default="1d", show_default=True, help="Open and idle this long = zombie.")
+@click.option("--top", default=10, show_default=True, help="How many largest sessions to list.")
+def report(profiles, as_json, zombie_after, top):
+    """Where every byte goes: database, full-text indexes, files, sessions, growth."""
+    reports = [build_report(p, zombie_after_s=parse_duration(zombie_after), top=top) for p in profiles]
+    if as_json:
+        click.echo(json.dumps({"profiles": reports}, indent=2))
+    else:
+        for rep in reports:
+            render_report(rep)
+
+
+@click.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False))
+@click.option("--sessions", default=300, show_default=True, help="How many sessions to generate.")
+def demo(directory, sessions):
+    """Build a realistic demo Hermes home (73% cron, zombies, orphans, runaways) and report on it."""
+    home = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="hermes-demo-"))
+    if (home / "state.db").exists():
+        raise KeeperError(f"{home} already holds a state.db; choose an empty folder")
+    demo_home.build_home(home, demo_home.generate(time.time(), sessions=sessions))
+    click.echo(f"demo home: {home}  (try: hermes-keeper plan --home {home})")
+    for p in select_profiles(home):
+        render_report(build_report(p))
