@@ -33,3 +33,9 @@ from .report import demo, report  # noqa: E402
 
 main.add_command(report)
 main.add_command(demo)
+
+from .maintain import config, plan, run  # noqa: E402
+
+main.add_command(run)
+main.add_command(plan)
+main.add_command(config)

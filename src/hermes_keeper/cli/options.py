@@ -26,19 +26,3 @@ def profile_options(fn):
         return fn(*args, profiles=profiles, **kwargs)
 
     return wrapper
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text: str | int | float) -> float:
-    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"`` or a number of seconds."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    raw = text.strip().lower()
-    try:
-        if raw and raw[-1] in _UNITS:
-            return float(raw[:-1]) * _UNITS[raw[-1]]
-        return float(raw)
-    except ValueError:
-        raise click.BadParameter(f"not a duration: {text!r} (use e.g. 7d, 12h, 30m)") from None

@@ -12,9 +12,10 @@ import click
 from .. import demo as demo_home
 from ..discovery import select_profiles
 from ..errors import KeeperError
+from ..policy import parse_duration
 from ..render import render_report
 from ..report import build_report
-from .options import parse_duration, profile_options
+from .options import profile_options
 
 
 @click.command()
@@ -24,7 +25,10 @@ from .options import parse_duration, profile_options
 @click.option("--top", default=10, show_default=True, help="How many largest sessions to list.")
 def report(profiles, as_json, zombie_after, top):
     """Where every byte goes: database, full-text indexes, files, sessions, growth."""
-    reports = [build_report(p, zombie_after_s=parse_duration(zombie_after), top=top) for p in profiles]
+    reports = [
+        build_report(p, zombie_after_s=parse_duration(zombie_after, "--zombie-after"), top=top)
+        for p in profiles
+    ]
     if as_json:
         click.echo(json.dumps({"profiles": reports}, indent=2))
     else:
