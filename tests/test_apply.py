@@ -1,0 +1,205 @@
+"""A maintenance run on homes made by real Hermes, checked afterwards by real Hermes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from click.testing import CliRunner
+
+from hermes_keeper.archive import PRUNED, Archive
+from hermes_keeper.cli import main
+from hermes_keeper.lock import keeper_lock
+
+DAY = 86400.0
+NOW = time.time()
+
+
+def _s(sid, source, age_days, words, n=4, ended=True, **extra):
+    start = NOW - age_days * DAY
+    msgs = [
+        ["user" if i % 2 == 0 else "assistant", f"{words} message {i}", start + 10 * (i + 1)]
+        for i in range(n)
+    ]
+    spec = {"id": sid, "source": source, "started_at": start, "messages": msgs}
+    if ended:
+        spec["ended_at"] = start + 10 * (n + 1)
+        spec["end_reason"] = "user_exit"
+    spec.update(extra)
+    return spec
+
+
+def build(hermes, home):
+    chain_old = [
+        _s("chain_a1", "cli", 120, "ancientchain", end_reason="compression"),
+        _s("chain_a2", "cli", 119, "ancientchain", kwargs={"parent_session_id": "chain_a1"}),
+    ]
+    chain_live = [
+        _s("chain_b1", "cli", 120, "livechainhead", end_reason="compression"),
+        _s("chain_b2", "cli", 5, "livechaintail", kwargs={"parent_session_id": "chain_b1"}),
+    ]
+    telegram_old = _s(
+        "tg_old",
+        "telegram",
+        200,
+        "oldtelegram",
+        ended=False,
+        kwargs={"session_key": "agent:main:telegram:dm:1", "user_id": "1", "chat_id": "1", "chat_type": "dm"},
+    )
+    telegram_old["messages"].append(["user", "telegramtoday ping", NOW - 600])
+    specs = [
+        _s("cron_old", "cron", 20, "zebracron"),
+        _s("cron_new", "cron", 1, "freshcron"),
+        _s("cli_old", "cli", 100, "oldcli"),
+        _s("cli_titled", "cli", 100, "titledcli", title="keep me"),
+        _s("zombie_cli", "cli", 3, "zombiecli", ended=False),
+        _s(
+            "routed_zombie",
+            "discord",
+            30,
+            "routedchat",
+            ended=False,
+            kwargs={
+                "session_key": "agent:main:discord:dm:9",
+                "user_id": "9",
+                "chat_id": "9",
+                "chat_type": "dm",
+            },
+        ),
+        _s("parent_old", "cli", 100, "delegateparent"),
+        _s(
+            "child_old",
+            "subagent",
+            100,
+            "delegatechild",
+            kwargs={"parent_session_id": "parent_old", "model_config": {"_delegate_from": "parent_old"}},
+        ),
+        telegram_old,
+        *chain_old,
+        *chain_live,
+    ]
+    ops = [
+        {"op": "build", "sessions": specs},
+        {
+            "op": "call",
+            "method": "save_gateway_routing_entry",
+            "args": ["agent:main:discord:dm:9", json.dumps({"session_id": "routed_zombie"})],
+        },
+    ]
+    hermes.run(home, ops)
+    return specs
+
+
+def _count(hermes, home):
+    return hermes.run(
+        home,
+        [
+            {"op": "call", "method": "session_count", "kwargs": {"include_archived": True}},
+            {"op": "call", "method": "message_count"},
+        ],
+    )
+
+
+def test_run_prunes_what_the_plan_says_and_hermes_still_works(tmp_path, hermes):
+    home = tmp_path / "home"
+    home.mkdir()
+    build(hermes, home)
+    runner = CliRunner()
+    plan = json.loads(runner.invoke(main, ["plan", "--home", str(home), "--json", "-v"]).output)["profiles"][
+        0
+    ]
+    pruned = {d["session_id"] for d in plan["decisions"] if d["action"] == "prune"}
+    assert pruned == {"cron_old", "cli_old", "chain_a1", "chain_a2", "parent_old", "child_old"}
+    assert [z["session_id"] for z in plan["zombies"]] == ["zombie_cli"]
+
+    res = runner.invoke(main, ["run", "--home", str(home), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)["profiles"][0]
+    assert out["pruned"] == len(pruned) and out["zombies_closed"] == 1
+
+    sessions, messages = _count(hermes, home)
+    assert sessions == plan["remaining"]["sessions"] == out["remaining"]["sessions"]
+    assert messages == plan["remaining"]["messages"] == out["remaining"]["messages"]
+
+    results = hermes.run(
+        home,
+        [
+            {"op": "call", "method": "search_messages", "args": [w]}
+            for w in (
+                "zebracron",
+                "oldcli",
+                "ancientchain",
+                "delegatechild",
+                "freshcron",
+                "titledcli",
+                "telegramtoday",
+                "livechainhead",
+                "routedchat",
+            )
+        ]
+        + [
+            {"op": "fts_integrity"},
+            {"op": "call", "method": "get_session", "args": ["zombie_cli"]},
+            {"op": "call", "method": "get_session", "args": ["routed_zombie"]},
+        ],
+    )
+    *found, fts, zombie, routed = results
+    assert [bool(r) for r in found] == [False] * 4 + [True] * 5
+    assert fts == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+    assert zombie["end_reason"] == "keeper_zombie"
+    assert zombie["ended_at"] == max(m["timestamp"] for m in hermes.call(home, "get_messages", "zombie_cli"))
+    assert routed["ended_at"] is None
+
+    with Archive.for_home(home / "keeper") as store:
+        entries = {e.session_id: e for e in store.entries()}
+        assert set(entries) == pruned
+        assert all(e.state == PRUNED and store.verify(e.session_id) for e in entries.values())
+        assert len(store.get("cron_old")["messages"]) == 4
+    assert (home / "keeper" / "archive.db").stat().st_mode & 0o777 == 0o600
+    assert (home / "keeper").stat().st_mode & 0o777 == 0o700
+
+    # Hermes's own prune still works on the result.
+    removed = hermes.call(home, "prune_sessions", older_than_days=2)
+    assert removed >= 1
+    assert _count(hermes, home)[0] == sessions - removed
+
+
+def test_months_old_chat_with_a_message_today_is_kept(tmp_path, hermes):
+    home = tmp_path / "home"
+    home.mkdir()
+    spec = _s("old_chat", "cli", 300, "ancienttalk")
+    spec["messages"].append(["user", "still here today", NOW - 60])
+    hermes.run(home, [{"op": "build", "sessions": [spec]}])
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
+    assert json.loads(res.output)["profiles"][0]["pruned"] == 0
+    assert hermes.call(home, "get_session", "old_chat")["id"] == "old_chat"
+
+
+def test_second_keeper_is_refused(tmp_path, hermes):
+    home = tmp_path / "home"
+    home.mkdir()
+    hermes.run(home, [{"op": "build", "sessions": [_s("cron_old", "cron", 20, "x")]}])
+    with keeper_lock(home):
+        res = CliRunner().invoke(main, ["run", "--home", str(home)])
+    assert res.exit_code == 2
+    assert "another hermes-keeper is running" in res.output
+    assert hermes.call(home, "get_session", "cron_old")["id"] == "cron_old"
+
+
+def test_millisecond_timestamps_are_refused_and_untouched(tmp_path):
+    import sqlite3
+
+    from hermes_keeper import demo
+    from tests.conftest import tree_digest
+
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=20))
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("UPDATE sessions SET started_at = started_at * 1000")
+    conn.commit()
+    conn.close()
+    before = tree_digest(home)
+    res = CliRunner().invoke(main, ["run", "--home", str(home)])
+    assert res.exit_code == 2
+    assert "not unix seconds" in res.output
+    assert tree_digest(home) == before
