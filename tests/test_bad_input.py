@@ -1,0 +1,59 @@
+"""Bad homes get one line on stderr, exit 2, and not a byte changed."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from hermes_keeper import demo
+from tests.conftest import tree_digest
+
+
+def keeper(*args):
+    return subprocess.run([sys.executable, "-m", "hermes_keeper", *args], capture_output=True, text=True)
+
+
+def _not_sqlite(home):
+    (home / "state.db").write_bytes(b"this is a text file, not a database\n" * 50)
+
+
+def _truncated(home):
+    demo.build_home(home, demo.generate(1.79e9, sessions=40))
+    data = (home / "state.db").read_bytes()
+    (home / "state.db").write_bytes(data[: len(data) // 3])
+
+
+def _foreign(home):
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("make", [_not_sqlite, _truncated, _foreign])
+@pytest.mark.parametrize("command", [["report"], ["run"], ["plan"]])
+def test_bad_database(tmp_path, make, command):
+    home = tmp_path / "home"
+    home.mkdir()
+    make(home)
+    before = tree_digest(home)
+    res = keeper(*command, "--home", str(home))
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hermes-keeper: ")
+    assert tree_digest(home) == before
+
+
+def test_missing_home_and_profile(tmp_path):
+    res = keeper("report", "--home", str(tmp_path / "nope"))
+    assert res.returncode == 2 and "Hermes home not found" in res.stderr
+    res = keeper("report", "--home", str(tmp_path), "--profile", "ghost")
+    assert res.returncode == 2 and "profile 'ghost' not found" in res.stderr
+
+
+def test_home_without_state_db(tmp_path):
+    res = keeper("report", "--home", str(tmp_path))
+    assert res.returncode == 2 and "state.db not found" in res.stderr
