@@ -175,7 +175,7 @@ def config_show(profiles, config_path, as_json):
     for d in data:
         t = Table(title=f"policy for {d['profile']}")
         for col in ("key", "value", "from"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")
         origin = d["origin"]
         flat = {k: v for k, v in d.items() if k not in ("origin", "retention_s", "profile")}
         for k, v in flat.items():

@@ -1,0 +1,187 @@
+"""The plan as a pure function of (survey, policy, now): table-driven, no database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes_keeper.discovery import Profile
+from hermes_keeper.plan import make_plan, units
+from hermes_keeper.policy import Policy
+from hermes_keeper.schema import UNDERSTOOD, SchemaInfo
+from hermes_keeper.survey import SessionFile, SessionRow, Survey
+
+NOW = 1_800_000_000.0
+DAY = 86400.0
+
+
+def row(sid, source="cli", age=100, open_=False, idle=None, **kw):
+    last = NOW - (age if idle is None else idle) * DAY
+    start = NOW - age * DAY
+    base = dict(
+        id=sid,
+        source=source,
+        started_at=start,
+        ended_at=None if open_ else last,
+        messages=3,
+        content_bytes=300,
+        first_message_at=start,
+        last_message_at=last,
+    )
+    base.update(kw)
+    return SessionRow(**base)
+
+
+def survey_of(*rows, files=()):
+    schema = SchemaInfo(path="state.db", status=UNDERSTOOD, schema_version=22, page_size=4096, page_count=100)
+    s = Survey(Profile("default", Path("/h"), Path("/h")), schema, NOW)
+    s.sessions = {r.id: r for r in rows}
+    s.message_total = sum(r.messages for r in rows)
+    s.files = list(files)
+    return s
+
+
+CASES = [
+    # (description, rows, expected pruned ids)
+    ("old cron pruned, fresh cron kept", [row("a", "cron", 8), row("b", "cron", 6)], {"a"}),
+    ("cli within 90 days kept", [row("a", "cli", 89), row("b", "cli", 91)], {"b"}),
+    ("messaging 180 days", [row("a", "telegram", 179), row("b", "discord", 181)], {"b"}),
+    ("unknown source uses default 90d", [row("a", "webhook", 91)], {"a"}),
+    ("age is last activity, not start", [row("a", "cli", 300, idle=0.01)], set()),
+    ("titled kept", [row("a", "cli", 200, title="plans")], set()),
+    ("pinned kept", [row("a", "cron", 200, pinned=True)], set()),
+    ("open sessions never pruned", [row("a", "cron", 200, open_=True)], set()),
+    ("routed kept", [row("a", "telegram", 400, routed=True)], set()),
+    ("recoverable kept", [row("a", "telegram", 400, session_key="k", end_reason="agent_close")], set()),
+    (
+        "explicitly ended keyed session prunable",
+        [row("a", "telegram", 400, session_key="k", end_reason="new")],
+        {"a"},
+    ),
+    ("live lease kept", [row("a", "cron", 100, lease_expires_at=NOW + 60)], set()),
+    ("expired lease ignored", [row("a", "cron", 100, lease_expires_at=NOW - 60)], {"a"}),
+    ("handoff in flight kept", [row("a", "cli", 100, handoff_state="pending")], set()),
+    ("topic binding kept", [row("a", "telegram", 400, topic_bound=True)], set()),
+    ("pending delegation kept", [row("a", "cli", 100, pending_delegation=True)], set()),
+    (
+        "compression chain kept whole when its tail is recent",
+        [row("p", "cli", 200, end_reason="compression"), row("c", "cli", 200, idle=1, parent_id="p")],
+        set(),
+    ),
+    (
+        "compression chain pruned whole when all old",
+        [row("p", "cli", 200, end_reason="compression"), row("c", "cli", 199, parent_id="p")],
+        {"p", "c"},
+    ),
+    (
+        "titled chain member protects the chain",
+        [row("p", "cli", 200, end_reason="compression", title="t"), row("c", "cli", 199, parent_id="p")],
+        set(),
+    ),
+    (
+        "delegate child goes with its parent",
+        [row("p", "cli", 50), row("d", "subagent", 50, parent_id="p", delegate_from="p")],
+        set(),
+    ),
+    (
+        "delegate child pruned with its parent",
+        [row("p", "cli", 100), row("d", "subagent", 100, parent_id="p", delegate_from="p")],
+        {"p", "d"},
+    ),
+    ("branch is its own conversation", [row("p", "cli", 100), row("b", "cli", 10, parent_id="p")], {"p"}),
+]
+
+
+@pytest.mark.parametrize("desc, rows, expected", CASES, ids=[c[0] for c in CASES])
+def test_retention(desc, rows, expected):
+    plan = make_plan(survey_of(*rows), Policy(), NOW)
+    assert set(plan.prune) == expected
+    assert all(plan.decisions[r.id].reason for r in rows)
+
+
+def test_keep_titled_false():
+    p = Policy(keep_titled=False)
+    assert make_plan(survey_of(row("a", "cli", 200, title="t")), p, NOW).prune == ["a"]
+
+
+def test_children_pruned_before_parents():
+    rows = [
+        row("p", "cli", 200, end_reason="compression"),
+        row("c1", "cli", 199, parent_id="p", end_reason="compression"),
+        row("c2", "cli", 198, parent_id="c1"),
+    ]
+    assert make_plan(survey_of(*rows), Policy(), NOW).prune == ["c2", "c1", "p"]
+
+
+ZOMBIE_CASES = [
+    ("idle open cli closed at last activity", row("a", "cli", 10, open_=True, idle=3), True),
+    ("recently active not closed", row("a", "cli", 10, open_=True, idle=0.5), False),
+    ("routed not closed", row("a", "telegram", 10, open_=True, idle=5, routed=True), False),
+    (
+        "gateway-keyed messaging not closed",
+        row("a", "telegram", 10, open_=True, idle=5, session_key="k"),
+        False,
+    ),
+    ("leased not closed", row("a", "cli", 10, open_=True, idle=5, lease_expires_at=NOW + 5), False),
+    ("ended session not a zombie", row("a", "cli", 10, idle=5), False),
+]
+
+
+@pytest.mark.parametrize("desc, r, closed", ZOMBIE_CASES, ids=[c[0] for c in ZOMBIE_CASES])
+def test_zombies(desc, r, closed):
+    plan = make_plan(survey_of(r), Policy(), NOW)
+    assert bool(plan.zombies) is closed
+    if closed:
+        assert plan.zombies[0].ended_at == r.last_message_at
+
+
+def test_disk_budget_takes_oldest_unprotected_first():
+    rows = [row(f"s{i}", "cli", 10 + i, content_bytes=1000) for i in range(10)] + [
+        row("t", "cli", 500, content_bytes=1000, title="kept")
+    ]
+    # 11 sessions x 1000 content bytes; db 110_000 bytes -> 10 bytes of db per content byte.
+    policy = Policy(max_db_bytes=80_000, low_water=0.5)
+    plan = make_plan(survey_of(*rows), policy, NOW, db_bytes=110_000)
+    assert set(plan.prune) == {"s9", "s8", "s7", "s6", "s5", "s4", "s3"}
+    assert "t" not in plan.prune
+    assert all("disk budget" in plan.decisions[s].reason for s in plan.prune)
+    assert plan.est_freed_bytes == 70_000
+
+
+def test_files():
+    f = [
+        SessionFile(Path("/h/sessions/a.jsonl"), "transcript", 10, NOW - DAY, "a", "a"),
+        SessionFile(Path("/h/sessions/ghost.json"), "transcript", 20, NOW - 30 * DAY, "ghost", None),
+        SessionFile(Path("/h/sessions/new_ghost.json"), "transcript", 20, NOW - DAY, "new_ghost", None),
+        SessionFile(
+            Path("/h/sessions/request_dump_b_20260101_000000_1.json"),
+            "request_dump",
+            5,
+            NOW - 8 * DAY,
+            "b",
+            "b",
+        ),
+        SessionFile(
+            Path("/h/sessions/link.json"), "transcript", 5, NOW - 99 * DAY, "link", None, symlink=True
+        ),
+        SessionFile(Path("/h/sessions/saved/x.md"), "saved", 5, NOW - 99 * DAY),
+    ]
+    plan = make_plan(survey_of(row("a", "cron", 30), row("b", "cli", 1), files=f), Policy(), NOW)
+    assert {Path(x.path).name for x in plan.files} == {
+        "a.jsonl",
+        "ghost.json",
+        "request_dump_b_20260101_000000_1.json",
+    }
+    assert [Path(x.path).name for x in plan.kept_files] == ["link.json"]
+
+
+def test_units_are_transitive():
+    rows = [
+        row("a", end_reason="compression"),
+        row("b", parent_id="a", end_reason="compression"),
+        row("c", parent_id="b"),
+        row("x"),
+    ]
+    groups = sorted(sorted(m) for m in units(survey_of(*rows)).values())
+    assert groups == [["a", "b", "c"], ["x"]]
