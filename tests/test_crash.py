@@ -1,0 +1,77 @@
+"""SIGKILL a run at random moments: nothing is lost, nothing is half-deleted, a rerun finishes."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from hermes_keeper import demo
+from hermes_keeper.archive import Archive
+
+KILLS = 22
+
+
+def _ids(db) -> set[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    finally:
+        conn.close()
+
+
+def _keeper(home, *args):
+    return [sys.executable, "-m", "hermes_keeper", *args, "--home", str(home)]
+
+
+def test_sigkill_anywhere(tmp_path):
+    base = tmp_path / "base"
+    demo.build_home(base, demo.generate(time.time(), sessions=160, messages_per_session=30))
+    # Small transactions so a run lasts long enough to be cut at many different points.
+    (base / "keeper.toml").write_text("budget_ms = 3\npause_ms = 3\n")
+    planned = json.loads(
+        subprocess.run(
+            _keeper(base, "plan", "--json", "-v"), capture_output=True, text=True, check=True
+        ).stdout
+    )["profiles"][0]
+    to_prune = {d["session_id"] for d in planned["decisions"] if d["action"] == "prune"}
+    original = _ids(base / "state.db")
+    assert len(to_prune) > 50
+
+    t0 = time.perf_counter()
+    subprocess.run(_keeper(shutil.copytree(base, tmp_path / "timing"), "run", "--quiet"), check=True)
+    duration = time.perf_counter() - t0
+
+    rng = random.Random(1234)
+    cut_mid_prune = 0
+    for i in range(KILLS):
+        home = shutil.copytree(base, tmp_path / f"k{i}")
+        proc = subprocess.Popen(_keeper(home, "run", "--quiet"))
+        time.sleep(rng.uniform(0.15, duration))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+        conn = sqlite3.connect(home / "state.db")
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        conn.close()
+        missing = original - _ids(home / "state.db")
+        assert missing <= to_prune
+        cut_mid_prune += 0 < len(missing) < len(to_prune)
+        if missing:
+            with Archive.for_home(home / "keeper") as store:
+                for sid in missing:
+                    assert store.verify(sid), f"kill {i}: {sid} gone from state.db but not verifiable"
+
+        subprocess.run(_keeper(home, "run", "--quiet"), check=True)
+        after = _ids(home / "state.db")
+        assert not (after & to_prune), f"kill {i}: rerun left planned sessions behind"
+        with Archive.for_home(home / "keeper") as store:
+            assert all(store.verify(sid) for sid in original - after)
+            assert {e.session_id for e in store.entries()} >= to_prune
+        shutil.rmtree(home)
+    assert cut_mid_prune >= KILLS // 3, f"only {cut_mid_prune} kills landed mid-prune"
