@@ -1,0 +1,141 @@
+"""How much does maintenance stall a live Hermes gateway?
+
+On identical copies of a home built by real Hermes (default 2,000 sessions, ~120k
+messages, ~73% cron, ages over 60 days), with the gateway stand-in appending through
+Hermes's own ``SessionDB.append_message`` at 20 writes/s, runs:
+
+  (a) Hermes's own ``prune_sessions(older_than_days=7)`` + ``vacuum()``
+  (b) the floor: one transaction deleting exactly the keeper's selection
+  (c) ``hermes-keeper run`` with 7-day retention for every source (archiving included)
+
+and prints writer latency (p50/p99/max), failures, wall time, sessions pruned, bytes freed.
+
+    .venv/bin/python bench/live_impact.py [--sessions 2000] [--messages 120000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.homes import bench_home, copy_home, live_writer  # noqa: E402
+from tests.hermes_env import Hermes  # noqa: E402
+
+POLICY = """
+keep_titled = false
+[retention]
+default = "7d"
+cli = "7d"
+tui = "7d"
+acp = "7d"
+messaging = "7d"
+"""
+
+
+def db_bytes(home: Path) -> int:
+    return sum(p.stat().st_size for p in home.glob("state.db*"))
+
+
+def keeper(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_keeper", *args, "--home", str(home)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def selection(home: Path) -> list[str]:
+    (home / "keeper.toml").write_text(POLICY)
+    plan = json.loads(keeper(home, "plan", "--json", "-v").stdout)["profiles"][0]
+    return [d["session_id"] for d in plan["decisions"] if d["action"] == "prune"]
+
+
+def floor_delete(home: Path, ids: list[str]) -> None:
+    conn = sqlite3.connect(home / "state.db", isolation_level=None, timeout=30)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        "UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id = ?", [(i,) for i in ids]
+    )
+    conn.executemany("DELETE FROM session_model_usage WHERE session_id = ?", [(i,) for i in ids])
+    conn.executemany("DELETE FROM messages WHERE session_id = ?", [(i,) for i in ids])
+    conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in ids])
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def scenario(name: str, base: Path, work: Path, fn) -> dict:
+    home = copy_home(base, work / name)
+    (home / "keeper.toml").write_text(POLICY)
+    before = db_bytes(home)
+    with live_writer(home) as w:
+        t0 = time.perf_counter()
+        pruned = fn(home)
+        wall = time.perf_counter() - t0
+    return {"name": name, "wall_s": wall, "pruned": pruned, "freed": before - db_bytes(home), **w.stats}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=2000)
+    ap.add_argument("--messages", type=int, default=120_000)
+    args = ap.parse_args()
+    base = bench_home(args.sessions, args.messages)
+    work = Path(tempfile.mkdtemp(prefix="live-impact-"))
+    hermes = Hermes()
+    ids = selection(copy_home(base, work / "select"))
+    print(
+        f"home: {args.sessions} sessions, {db_bytes(base) / 1e6:.0f} MB;"
+        f" keeper selection: {len(ids)} sessions"
+    )
+
+    def hermes_prune(home):
+        out = subprocess.run(
+            [str(hermes.python), str(Path(__file__).parent / "hermes_prune.py"), str(home), "7"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout)["pruned"]
+
+    def floor(home):
+        floor_delete(home, ids)
+        return len(ids)
+
+    def keeper_run(home):
+        return json.loads(keeper(home, "run", "--json").stdout)["profiles"][0]["pruned"]
+
+    rows = [
+        scenario("hermes prune+vacuum", base, work, hermes_prune),
+        scenario("single-txn floor", base, work, floor),
+        scenario("hermes-keeper run", base, work, keeper_run),
+    ]
+    print(
+        f"{'scenario':22} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>9} {'fail':>5} {'writes':>7} {'wall s':>7}"
+        f" {'pruned':>7} {'freed MB':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['name']:22} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:9.1f} {r['failures']:5d}"
+            f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
+        )
+    k, f = rows[2], rows[1]
+    print(
+        f"keeper wall / floor wall = {k['wall_s'] / f['wall_s']:.2f}x (target <= 1.25x); "
+        f"keeper writer max {k['max_ms']:.0f} ms (target <= 250), p99 {k['p99_ms']:.0f} ms (target <= 100), "
+        f"failures {k['failures']} (target 0)"
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
