@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import archive as arch
+from .backup import take_backup
 from .db import connect_ro, read_txn
 from .discovery import Profile
 from .fsutil import is_inside
 from .journal import Journal
 from .plan import ZOMBIE_END_REASON, Plan
 from .policy import Policy
+from .reclaim import compact
 from .schema import SchemaInfo, inspect
 from .writer import Writer
 
@@ -58,6 +60,8 @@ class RunResult:
     remaining_sessions: int = 0
     remaining_messages: int = 0
     writer: dict = field(default_factory=dict)
+    backup: str | None = None
+    compact: dict | None = None
 
     def summary(self) -> str:
         freed = max(0, self.db_bytes_before - self.db_bytes_after) + self.file_bytes
@@ -391,10 +395,15 @@ def remove_files(profile: Profile, plan: Plan, journal: Journal | None) -> tuple
 def apply_plan(
     profile: Profile, plan: Plan, *, policy: Policy, journal: Journal | None, progress: Progress | None = None
 ) -> RunResult:
-    """Resume, close zombies, archive+prune, remove files. The caller holds the keeper lock."""
+    """Backup, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
+
+    A run that will delete takes a backup first; if that fails nothing is changed.
+    """
     schema = inspect(profile.db_path)
     schema.require_actionable()
     res = RunResult(profile.name, db_bytes_before=_db_bytes(schema))
+    if policy.backup and plan.prune:
+        res.backup = take_backup(profile, journal=journal).name
     with Writer(profile.db_path, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms) as w:
         res.resumed = resume_pending(profile, w, journal) if policy.archive else 0
         res.zombies_closed = close_zombies(plan, w, journal)
@@ -416,6 +425,10 @@ def apply_plan(
             "checkpoints": s.checkpoints,
         }
     res.files_removed, res.file_bytes = remove_files(profile, plan, journal)
+    if policy.compact and res.prune.pruned:
+        res.compact = compact(
+            profile, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms, backup=False, journal=journal
+        ).to_dict()
     after = inspect(profile.db_path, check_timestamps=False)
     res.db_bytes_after = _db_bytes(after) - after.freelist_count * after.page_size
     res.db_bytes_before -= schema.freelist_count * schema.page_size

@@ -22,10 +22,14 @@ def uri(path: Path, mode: str) -> str:
     return f"file:{quote(str(Path(path).resolve()))}?mode={mode}"
 
 
-def connect_ro(path: Path) -> sqlite3.Connection:
-    """A read-only connection that can never create, write or take the write lock."""
+def connect_ro(path: Path, query_only: bool = True) -> sqlite3.Connection:
+    """A read-only connection that can never create, write or take the write lock.
+
+    ``query_only=False`` only for ``VACUUM INTO``, which writes a *different* file.
+    """
     conn = sqlite3.connect(uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    conn.execute("PRAGMA query_only=1")
+    if query_only:
+        conn.execute("PRAGMA query_only=1")
     return conn
 
 

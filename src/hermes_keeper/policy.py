@@ -4,6 +4,8 @@
 zombie_after = "1d"        # close open sessions idle this long
 keep_titled = true
 archive = true             # archive every session before it is deleted
+backup = true              # snapshot state.db before a run that deletes (no delete if it fails)
+compact = true             # give space back after the run (incremental; VACUUM once when idle)
 budget_ms = 50             # longest write transaction
 pause_ms = 20              # pause between write transactions
 
@@ -116,6 +118,8 @@ class Policy:
     zombie_after_s: float = DAY
     keep_titled: bool = True
     archive: bool = True
+    backup: bool = True
+    compact: bool = True
     budget_ms: float = 50.0
     pause_ms: float = 20.0
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
@@ -179,7 +183,7 @@ def _apply(policy: Policy, data: dict, label: str) -> None:
     if "zombie_after" in data:
         policy.zombie_after_s = parse_duration(data["zombie_after"], f"{label}: zombie_after")
         policy.origin["zombie_after"] = label
-    for key in ("keep_titled", "archive"):
+    for key in ("keep_titled", "archive", "backup", "compact"):
         if key in data:
             setattr(policy, key, bool_of(key, data[key]))
             policy.origin[key] = label

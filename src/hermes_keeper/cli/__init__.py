@@ -39,3 +39,8 @@ from .maintain import config, plan, run  # noqa: E402
 main.add_command(run)
 main.add_command(plan)
 main.add_command(config)
+
+from .backup import backup, backups, compact, restore  # noqa: E402
+
+for _command in (backup, backups, restore, compact):
+    main.add_command(_command)
