@@ -88,7 +88,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--messages", type=int, default=120_000)
+    ap.add_argument("--budget-ms", type=float, default=None, help="keeper.toml budget_ms for (c)")
+    ap.add_argument("--pause-ms", type=float, default=None, help="keeper.toml pause_ms for (c)")
+    ap.add_argument("--only-keeper", action="store_true", help="skip (a); (b) still runs for the ratio")
     args = ap.parse_args()
+    global POLICY
+    for key, value in (("budget_ms", args.budget_ms), ("pause_ms", args.pause_ms)):
+        if value is not None:
+            POLICY = f"{key} = {value}\n" + POLICY
     base = bench_home(args.sessions, args.messages)
     work = Path(tempfile.mkdtemp(prefix="live-impact-"))
     hermes = Hermes()
@@ -111,11 +118,14 @@ def main() -> None:
         floor_delete(home, ids)
         return len(ids)
 
-    def keeper_run(home):
-        return json.loads(keeper(home, "run", "--json").stdout)["profiles"][0]["pruned"]
+    keeper_out = {}
 
-    rows = [
-        scenario("hermes prune+vacuum", base, work, hermes_prune),
+    def keeper_run(home):
+        keeper_out.update(json.loads(keeper(home, "run", "--json").stdout)["profiles"][0])
+        return keeper_out["pruned"]
+
+    rows = [] if args.only_keeper else [scenario("hermes prune+vacuum", base, work, hermes_prune)]
+    rows += [
         scenario("single-txn floor", base, work, floor),
         scenario("hermes-keeper run", base, work, keeper_run),
     ]
@@ -128,7 +138,11 @@ def main() -> None:
             f"{r['name']:22} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:9.1f} {r['failures']:5d}"
             f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
         )
-    k, f = rows[2], rows[1]
+    k, f = rows[-1], rows[-2]
+    print(
+        f"keeper writer: {keeper_out['writer']}; compact: "
+        f"{ {x: keeper_out['compact'][x] for x in ('fts_merge_steps', 'pages_freed', 'note')} }"
+    )
     print(
         f"keeper wall / floor wall = {k['wall_s'] / f['wall_s']:.2f}x (target <= 1.25x); "
         f"keeper writer max {k['max_ms']:.0f} ms (target <= 250), p99 {k['p99_ms']:.0f} ms (target <= 100), "

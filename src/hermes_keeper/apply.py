@@ -86,6 +86,8 @@ class RunResult:
             "db_bytes_after": self.db_bytes_after,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "writer": self.writer,
+            "backup": self.backup,
+            "compact": self.compact,
             "summary": self.summary(),
         }
 
