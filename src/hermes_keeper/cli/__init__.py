@@ -44,3 +44,7 @@ from .backup import backup, backups, compact, restore  # noqa: E402
 
 for _command in (backup, backups, restore, compact):
     main.add_command(_command)
+
+from .archive import archive  # noqa: E402
+
+main.add_command(archive)
