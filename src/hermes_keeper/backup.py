@@ -110,7 +110,7 @@ def take_backup(
     snap = comp = None
     try:
         private_dir(folder)
-        for stale in folder.glob(".state-*.tmp"):  # left by a backup that was killed (we hold the lock)
+        for stale in folder.glob(".state-*"):  # left by a backup that was killed (we hold the lock)
             stale.unlink(missing_ok=True)
         stamp = _stamp(now, folder)
         name = f"state-{stamp}.db.zst"
@@ -159,6 +159,7 @@ def take_backup(
         for p in (snap, comp):
             if p is not None:
                 p.unlink(missing_ok=True)
+                p.with_name(p.name + "-journal").unlink(missing_ok=True)  # VACUUM INTO's own
     if journal:
         journal.write(
             "backup", name=record.name, bytes=record.bytes, raw_bytes=record.raw_bytes, sha256=record.sha256

@@ -79,19 +79,22 @@ def _merge_fts(w: Writer, schema: SchemaInfo) -> int:
 
 
 def _incremental(w: Writer) -> int:
-    freed = 0
+    """Free every page on the freelist in budgeted steps; returns pages freed."""
     batch = w.batch(start=256)
-    while True:
-        free = w.conn.execute("PRAGMA freelist_count").fetchone()[0]
-        if free == 0:
-            return freed
-        n = min(batch.size, free)
-        got = w.step(
-            lambda c, n=n: len(c.execute(f"PRAGMA incremental_vacuum({n})").fetchall()), batch, units=n
-        )
-        freed += got
-        if got == 0:
-            return freed
+
+    def free_pages() -> int:
+        return w.conn.execute("PRAGMA freelist_count").fetchone()[0]
+
+    start = left = free_pages()
+    while left:
+        n = min(batch.size, left)
+        # Each row of the pragma is one page freed: fetch them all or the work is not done.
+        w.step(lambda c, n=n: c.execute(f"PRAGMA incremental_vacuum({n})").fetchall(), batch, units=n)
+        now = free_pages()
+        if now >= left:
+            break
+        left = now
+    return start - left
 
 
 def _wait_idle(db_path: Path, wait_s: float | None) -> list:
