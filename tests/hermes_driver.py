@@ -14,6 +14,7 @@ Reads a JSON list of ops on stdin, applies them with Hermes's own ``SessionDB`` 
 - ``{"op": "fts_integrity"}``: FTS5 integrity-check of both indexes.
 """
 
+import inspect
 import json
 import sys
 import time as _real_time
@@ -51,12 +52,14 @@ def _jsonable(value):
 
 def _build(db, clock, sessions):
     db._conn.execute("PRAGMA synchronous=OFF")
+    # Older Hermes (0.13) has no timestamp parameter; the patched clock gives the same time.
+    takes_ts = "timestamp" in inspect.signature(db.append_message).parameters
     for s in sessions:
         clock.fixed = s["started_at"]
         db.create_session(s["id"], s["source"], **s.get("kwargs", {}))
         for role, content, ts in s.get("messages", []):
             clock.fixed = ts
-            db.append_message(s["id"], role, content, timestamp=ts)
+            db.append_message(s["id"], role, content, **({"timestamp": ts} if takes_ts else {}))
         if s.get("title"):
             db.set_session_title(s["id"], s["title"])
         if s.get("ended_at") is not None:
