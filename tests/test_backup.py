@@ -39,6 +39,28 @@ def home(tmp_path, hermes):
     return h
 
 
+@pytest.fixture
+def holder(home, hermes):
+    """A real Hermes process with state.db open (as a running CLI or gateway has)."""
+    proc = subprocess.Popen(
+        [
+            str(hermes.python),
+            "-c",
+            "import sys, time, hermes_state; from pathlib import Path;"
+            " hermes_state.SessionDB(Path(sys.argv[1])).session_count();"
+            " print('ok', flush=True); time.sleep(60)",
+            str(home / "state.db"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(home)},
+    )
+    assert proc.stdout.readline().strip() == "ok"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
 def test_backup_restore_round_trip(home, hermes):
     runner = CliRunner()
     before = _state(hermes, home)
@@ -78,28 +100,11 @@ def test_corrupted_backup_is_refused_and_nothing_moves(home):
     assert listing["profiles"][0]["backups"][0]["verified"] is False
 
 
-def test_restore_refuses_while_hermes_holds_the_database(home, hermes):
+def test_restore_refuses_while_hermes_holds_the_database(home, holder):
     runner = CliRunner()
     runner.invoke(main, ["backup", "--home", str(home)])
-    holder = subprocess.Popen(
-        [
-            str(hermes.python),
-            "-c",
-            "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]);"
-            " c.execute('select count(*) from sessions').fetchall(); print('ok', flush=True);"
-            " time.sleep(60)",
-            str(home / "state.db"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ok"
-        res = runner.invoke(main, ["restore", "--latest", "--home", str(home)])
-        assert res.exit_code == 2 and f"pid {holder.pid}" in res.output
-    finally:
-        holder.kill()
-        holder.wait()
+    res = runner.invoke(main, ["restore", "--latest", "--home", str(home)])
+    assert res.exit_code == 2 and f"pid {holder.pid}" in res.output
 
 
 def test_backup_on_a_full_disk_fails_cleanly_and_a_run_deletes_nothing(tmp_path):
@@ -152,29 +157,12 @@ def test_compact_converts_once_and_hermes_keeps_the_mode(home, hermes):
     assert res["pages_freed"] > 0 and res["free_bytes_after"] == 0 and not res["vacuumed"]
 
 
-def test_compact_never_vacuums_while_held(home, hermes):
-    holder = subprocess.Popen(
-        [
-            str(hermes.python),
-            "-c",
-            "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]);"
-            " c.execute('select 1 from sessions').fetchall(); print('ok', flush=True);"
-            " time.sleep(60)",
-            str(home / "state.db"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ok"
-        res = json.loads(CliRunner().invoke(main, ["compact", "--home", str(home), "--json"]).output)[
-            "profiles"
-        ][0]
-        assert not res["vacuumed"] and res["auto_vacuum_after"] == "none"
-        assert "when no process holds the database" in res["note"] and str(holder.pid) in res["note"]
-    finally:
-        holder.kill()
-        holder.wait()
+def test_compact_never_vacuums_while_held(home, holder):
+    res = json.loads(CliRunner().invoke(main, ["compact", "--home", str(home), "--json"]).output)["profiles"][
+        0
+    ]
+    assert not res["vacuumed"] and res["auto_vacuum_after"] == "none"
+    assert "when no process holds the database" in res["note"] and str(holder.pid) in res["note"]
 
 
 def test_leftovers_reported_and_removed_on_request(tmp_path):

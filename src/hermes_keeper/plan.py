@@ -18,23 +18,25 @@ from .survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 ZOMBIE_END_REASON = "keeper_zombie"
 
 
+def in_use(s: SessionRow, now: float) -> list[str]:
+    """Signs that Hermes (gateway, compressor, handoff, delegation) still relies on ``s``."""
+    checks = (
+        (s.routed, "routed by the gateway"),
+        (s.gateway_recoverable, "gateway-recoverable"),
+        (s.lease_expires_at is not None and s.lease_expires_at > now, "live compression lease"),
+        (s.handoff_state in LIVE_HANDOFF_STATES, "handoff in flight"),
+        (s.topic_bound, "telegram topic binding"),
+        (s.pending_delegation, "pending delegation"),
+    )
+    return [reason for hit, reason in checks if hit]
+
+
 def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
     """Why ``s`` must not be pruned regardless of its age (empty: age decides)."""
     reasons = []
     if s.is_open:
         reasons.append("open" if now - s.last_activity >= policy.zombie_after_s else "open and active")
-    if s.routed:
-        reasons.append("routed by the gateway")
-    if s.gateway_recoverable:
-        reasons.append("gateway-recoverable")
-    if s.lease_expires_at is not None and s.lease_expires_at > now:
-        reasons.append("live compression lease")
-    if s.handoff_state in LIVE_HANDOFF_STATES:
-        reasons.append("handoff in flight")
-    if s.topic_bound:
-        reasons.append("telegram topic binding")
-    if s.pending_delegation:
-        reasons.append("pending delegation")
+    reasons += in_use(s, now)
     if s.pinned:
         reasons.append("pinned")
     if s.title and policy.keep_titled:
@@ -44,19 +46,7 @@ def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
 
 def zombie_blockers(s: SessionRow, now: float) -> list[str]:
     """Why an idle open session must not be closed (the gateway may still write to it)."""
-    reasons = []
-    if s.routed:
-        reasons.append("routed by the gateway")
-    if s.gateway_recoverable:
-        reasons.append("gateway-recoverable")
-    if s.lease_expires_at is not None and s.lease_expires_at > now:
-        reasons.append("live compression lease")
-    if s.handoff_state in LIVE_HANDOFF_STATES:
-        reasons.append("handoff in flight")
-    if s.topic_bound:
-        reasons.append("telegram topic binding")
-    if s.pending_delegation:
-        reasons.append("pending delegation")
+    reasons = in_use(s, now)
     if s.source in MESSAGING_SOURCES and s.session_key:
         reasons.append("messaging session with a gateway key")
     return reasons
