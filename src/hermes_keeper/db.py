@@ -9,7 +9,6 @@ it open in SQLite: closing such a descriptor drops SQLite's POSIX locks.
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,7 +65,3 @@ def checkpoint_passive(conn: sqlite3.Connection) -> tuple[int, int, int]:
     """PASSIVE checkpoint: copies what it can without waiting for or blocking anyone."""
     row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     return tuple(row) if row else (0, 0, 0)
-
-
-def monotonic_ms() -> float:
-    return time.monotonic() * 1000.0

@@ -104,13 +104,6 @@ class Survey:
     routed_ids: set[str] = field(default_factory=set)
     message_total: int = 0
 
-    def children(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for s in self.sessions.values():
-            if s.parent_id:
-                out.setdefault(s.parent_id, []).append(s.id)
-        return out
-
 
 def safe_filename_component(session_id: str) -> str:
     """Hermes's ``_safe_session_filename_component`` (run_agent.py), byte for byte."""

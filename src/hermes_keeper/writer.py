@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -57,7 +57,6 @@ class WriterStats:
     total_txn_ms: float = 0.0
     over_budget: int = 0
     checkpoints: int = 0
-    txn_ms: list[float] = field(default_factory=list, repr=False)
 
 
 class Writer:
@@ -93,7 +92,6 @@ class Writer:
         s.transactions += 1
         s.total_txn_ms += elapsed
         s.max_txn_ms = max(s.max_txn_ms, elapsed)
-        s.txn_ms.append(elapsed)
         if elapsed > self.budget_ms:
             s.over_budget += 1
         if batch is not None:
