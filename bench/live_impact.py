@@ -30,8 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.homes import bench_home, copy_home, live_writer  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
+# Same selection rule as Hermes's prune (7 days, titled too). No backup: neither (a) nor (b) takes one,
+# and backup's own live impact is measured in bench/backup_compact.py. Archiving stays on.
 POLICY = """
 keep_titled = false
+backup = false
 [retention]
 default = "7d"
 cli = "7d"
