@@ -27,7 +27,7 @@ from .fsutil import private_dir, private_file
 from .schema import SchemaInfo
 
 FORMAT = 1
-ZSTD_LEVEL = 6
+ZSTD_LEVEL = 3
 ARCHIVE_NAME = "archive.db"
 
 #: Life of an archive row. ``archived``: payload verified, the session may still be in
@@ -102,7 +102,12 @@ def sql_placeholder(value) -> str:
 def _rows(conn: sqlite3.Connection, sql: str, params: tuple) -> list[dict]:
     cur = conn.execute(sql, params)
     names = [d[0] for d in cur.description]
-    return [{n: encode_value(v) for n, v in zip(names, row, strict=True)} for row in cur]
+    out = []
+    for row in cur:
+        if any(isinstance(v, (bytes, memoryview)) for v in row):  # rare: BLOB or undecodable TEXT
+            row = [encode_value(v) for v in row]
+        out.append(dict(zip(names, row, strict=True)))
+    return out
 
 
 def read_payload(conn: sqlite3.Connection, schema: SchemaInfo, session_id: str) -> dict | None:
