@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from click.testing import CliRunner
@@ -203,3 +204,30 @@ def test_millisecond_timestamps_are_refused_and_untouched(tmp_path):
     assert res.exit_code == 2
     assert "not unix seconds" in res.output
     assert tree_digest(home) == before
+
+
+def test_odd_ids_and_symlinks_never_reach_outside_the_home(tmp_path, hermes):
+    home = tmp_path / "home"
+    (home / "sessions").mkdir(parents=True)
+    odd = "../../outside ü id"
+    hermes.run(
+        home, [{"op": "build", "sessions": [_s(odd, "cron", 30, "oddid"), _s("plain", "cron", 30, "p")]}]
+    )
+    outside = tmp_path / "outside ü id.json"
+    outside.write_text("not the keeper's to delete")
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    (home / "sessions" / "link.json").symlink_to(victim)
+    old = time.time() - 30 * DAY
+    os.utime(home / "sessions" / "link.json", (old, old), follow_symlinks=False)
+    (home / "sessions" / "plain.jsonl").write_text("{}")
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
+    assert json.loads(res.output)["profiles"][0]["pruned"] == 2
+    assert outside.read_text() == "not the keeper's to delete"
+    assert victim.read_text() == "precious" and (home / "sessions" / "link.json").is_symlink()
+    assert not (home / "sessions" / "plain.jsonl").exists()
+    with Archive.for_home(home / "keeper") as store:
+        assert store.get(odd)["session"]["id"] == odd
+    res = CliRunner().invoke(main, ["archive", "restore", odd, "--home", str(home)])
+    assert res.exit_code == 0, res.output
+    assert hermes.call(home, "get_session", odd)["id"] == odd
