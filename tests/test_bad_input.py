@@ -57,3 +57,24 @@ def test_missing_home_and_profile(tmp_path):
 def test_home_without_state_db(tmp_path):
     res = keeper("report", "--home", str(tmp_path))
     assert res.returncode == 2 and "state.db not found" in res.stderr
+
+
+def test_read_only_home_reports_and_refuses_to_change(tmp_path):
+    home, view = tmp_path / "home", tmp_path / "ro"
+    demo.build_home(home, demo.generate(1.79e9, sessions=30))
+    for side in ("state.db-wal", "state.db-shm"):
+        (home / side).unlink(missing_ok=True)
+    view.mkdir()
+    subprocess.run(["mount", "--bind", str(home), str(view)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True)
+        before = tree_digest(home)
+        rep = keeper("report", "--json", "--home", str(view))
+        assert rep.returncode == 0, rep.stderr
+        for command in (["run"], ["backup"], ["compact"]):
+            res = keeper(*command, "--home", str(view))
+            assert res.returncode == 2, (command, res.stderr)
+            assert len(res.stderr.strip().splitlines()) == 1 and "read-only" in res.stderr.lower()
+        assert tree_digest(home) == before
+    finally:
+        subprocess.run(["umount", str(view)], check=True)

@@ -8,6 +8,7 @@ it open in SQLite: closing such a descriptor drops SQLite's POSIX locks.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,15 @@ def connect_ro(path: Path, query_only: bool = True) -> sqlite3.Connection:
     ``query_only=False`` only for ``VACUUM INTO``, which writes a *different* file.
     """
     conn = sqlite3.connect(uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError as exc:
+        if "unable to open" not in str(exc) or os.access(Path(path).parent, os.W_OK):
+            raise
+        # A WAL database in a read-only folder: SQLite cannot create its -shm index. Nothing can
+        # write there either, so reading it as immutable is safe (and still never writes).
+        conn.close()
+        conn = sqlite3.connect(uri(path, "ro") + "&immutable=1", uri=True, isolation_level=None)
     if query_only:
         conn.execute("PRAGMA query_only=1")
     return conn

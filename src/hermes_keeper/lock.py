@@ -20,7 +20,12 @@ LOCK_NAME = "keeper.lock"
 @contextmanager
 def keeper_lock(root: Path) -> Iterator[None]:
     path = Path(root) / LOCK_NAME
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as exc:
+        raise KeeperError(
+            f"cannot create {path}: {exc.strerror} (is the home read-only?); nothing changed"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -21,6 +21,10 @@ class KeeperGroup(click.Group):
         except KeeperError as exc:
             click.echo(f"hermes-keeper: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:  # read-only home, full disk, permissions: one line, not a traceback
+            where = f": {exc.filename}" if exc.filename else ""
+            click.echo(f"hermes-keeper: {exc.strerror or exc}{where}", err=True)
+            sys.exit(KeeperError.exit_code)
 
 
 @click.group(cls=KeeperGroup, context_settings={"help_option_names": ["-h", "--help"]})
