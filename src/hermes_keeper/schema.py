@@ -131,7 +131,7 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
     try:
         conn = connect_ro(path)
     except sqlite3.Error as exc:
-        info.status, info.reason = MALFORMED, f"cannot open read-only: {exc}"
+        info.status, info.reason = MALFORMED, _malformed_reason(exc)
         return info
     try:
         info.page_size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -176,14 +176,20 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
         if check_timestamps:
             info.timestamp_problems = _timestamp_problems(conn, info.tables)
     except sqlite3.DatabaseError as exc:
-        text = str(exc)
-        info.status = MALFORMED
-        info.reason = (
-            "not a SQLite database" if "not a database" in text else f"database is malformed: {text}"
-        )
+        info.status, info.reason = MALFORMED, _malformed_reason(exc)
     finally:
         conn.close()
     return info
+
+
+def _malformed_reason(exc: sqlite3.Error) -> str:
+    """The one-line reason for a database SQLite would not read."""
+    text = str(exc)
+    if "not a database" in text:
+        return "not a SQLite database"
+    if "unable to open" in text:
+        return f"cannot open read-only: {text}"
+    return f"database is malformed: {text}"
 
 
 def _quote(name: str) -> str:
