@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
+from importlib.resources import files
 
+import jsonschema
 import pytest
 
 from hermes_keeper import demo
 from tests.conftest import tree_digest
+
+SCHEMA = json.loads(files("hermes_keeper").joinpath("data/report.schema.json").read_text())
 
 
 def keeper(*args):
@@ -78,3 +83,42 @@ def test_read_only_home_reports_and_refuses_to_change(tmp_path):
         assert tree_digest(home) == before
     finally:
         subprocess.run(["umount", str(view)], check=True)
+
+
+def _millis(conn):
+    conn.execute("UPDATE sessions SET started_at = started_at * 1000 WHERE rowid % 3 = 0")
+    conn.execute("UPDATE messages SET timestamp = timestamp * 1000 WHERE id % 4 = 0")
+    return ["sessions.started_at", "messages.timestamp"], "milliseconds"
+
+
+def _iso(conn):
+    iso = "strftime('%Y-%m-%dT%H:%M:%S', {}, 'unixepoch')"
+    conn.execute(f"UPDATE messages SET timestamp = {iso.format('timestamp')} WHERE id % 4 = 0")
+    conn.execute(f"UPDATE sessions SET ended_at = {iso.format('ended_at')} || 'Z'")
+    return ["sessions.ended_at", "messages.timestamp"], "text"
+
+
+@pytest.mark.parametrize("spoil", [_millis, _iso])
+def test_odd_timestamps_are_reported_and_refused(tmp_path, spoil):
+    home = tmp_path / "home"
+    spec = demo.generate(1.79e9, sessions=40)
+    demo.build_home(home, spec)
+    conn = sqlite3.connect(home / "state.db")
+    columns, word = spoil(conn)
+    conn.commit()
+    conn.close()
+    before = tree_digest(home)
+    rep = keeper("report", "--json", "--home", str(home))
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads(rep.stdout)
+    jsonschema.validate(data, SCHEMA)
+    (profile,) = data["profiles"]
+    problems = profile["schema"]["timestamp_problems"]
+    assert [p.split(":")[0] for p in problems] == columns and all(word in p for p in problems)
+    assert profile["sessions"]["total"] == len(spec.sessions)
+    human = keeper("report", "--home", str(home))
+    assert human.returncode == 0 and "unreliable" in human.stdout
+    res = keeper("run", "--home", str(home))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "not unix seconds" in res.stderr
+    assert tree_digest(home) == before

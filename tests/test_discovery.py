@@ -46,3 +46,25 @@ def test_missing(root, tmp_path):
         select_profiles(tmp_path / "nowhere", env={})
     with pytest.raises(KeeperError, match="not found"):
         select_profiles(root, profile="ghost", env={})
+
+
+@pytest.mark.parametrize("content, picked", [("../etc\n", "default"), ("Work", "default"), ("", "default")])
+def test_invalid_active_profile_falls_back_to_default(root, content, picked):
+    (root / "active_profile").write_text(content)
+    assert names(select_profiles(root, env={})) == [picked]
+
+
+def test_home_option_wins_over_env_and_profile_symlinks_are_ignored(root, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (root / "profiles" / "linked").symlink_to(other)
+    picked = select_profiles(root, all_profiles=True, env={"HERMES_HOME": str(other)})
+    assert names(picked) == ["default", "play", "work"] and picked[0].home == root.resolve()
+    with pytest.raises(KeeperError, match="Hermes home not found"):
+        select_profiles(env={"HERMES_HOME": str(tmp_path / "gone")})
+
+
+def test_active_profile_that_does_not_exist_is_an_error(root):
+    (root / "active_profile").write_text("ghost\n")
+    with pytest.raises(KeeperError, match="profile 'ghost' not found"):
+        select_profiles(root, env={})

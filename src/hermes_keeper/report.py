@@ -1,34 +1,43 @@
 """Where every byte of a Hermes home goes, and what its sessions look like.
 
 ``build_report`` turns a survey plus disk facts into a JSON-able dict whose shape is
-``data/report.schema.json``; ``render.py`` draws it for people. Read-only throughout.
+``data/report.schema.json``; ``render.py`` draws it for people and ``docs/report.md``
+explains every figure. Read-only throughout: a live Hermes keeps writing meanwhile.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
-from .db import connect_ro
+from .db import connect_ro, read_txn
 from .discovery import Profile
+from .errors import KeeperError, os_error_line
+from .fsutil import is_inside
 from .holders import find_holders, gateway_pid
 from .schema import SchemaInfo, inspect
-from .survey import SessionRow, Survey, survey_profile
+from .survey import SessionRow, Survey, message_size_sql, survey_profile
 
 REPORT_VERSION = 1
+DAY = 86400.0
 AGE_BUCKETS = (
     ("<1h", 3600),
     ("1-6h", 6 * 3600),
-    ("6-24h", 86400),
-    ("1-7d", 7 * 86400),
-    ("7-30d", 30 * 86400),
+    ("6-24h", DAY),
+    ("1-7d", 7 * DAY),
+    ("7-30d", 30 * DAY),
     (">30d", float("inf")),
 )
 #: A runaway: at least this many messages, arriving at least this fast on average.
 RUNAWAY_MIN_MESSAGES = 200
 RUNAWAY_MIN_RATE = 1.0  # messages per second, first to last message
+GROWTH_WINDOWS = (7, 30)  # days
+PROJECTION_DAYS = (30, 365)
+#: Folders besides sessions/ that Hermes fills and never (or rarely) cleans.
 OTHER_DIRS = (
     "checkpoints",
     "state-snapshots",
@@ -39,6 +48,7 @@ OTHER_DIRS = (
     "moa-traces",
     "keeper",
 )
+GROUPS = ("messages", "fts", "sessions", "other", "free")
 
 
 def age_bucket(age_s: float) -> str:
@@ -55,10 +65,14 @@ def _size(path: Path) -> int:
         return 0
 
 
-def dir_usage(path: Path) -> dict:
-    """Bytes and files under ``path`` without following symlinks (a link counts as itself)."""
+def dir_usage(path: Path, home: Path) -> dict:
+    """Bytes and files under ``path``; symlinks count as themselves and are never followed.
+
+    A folder that is itself a symlink, or reached through one that leaves the home, counts
+    as empty: what lies outside the home is not Hermes's to account for.
+    """
     total = files = 0
-    if path.is_dir() and not path.is_symlink():
+    if path.is_dir() and not path.is_symlink() and is_inside(path, home):
         for dirpath, _dirs, names in os.walk(path, followlinks=False):
             for n in names:
                 total += _size(Path(dirpath) / n)
@@ -67,6 +81,7 @@ def dir_usage(path: Path) -> dict:
 
 
 def table_group(name: str) -> str:
+    """Which group a table or index belongs to (FTS5 shadow tables share their table's prefix)."""
     if name.startswith("messages_fts"):
         return "fts"
     if name == "messages" or name.startswith(("idx_messages", "sqlite_autoindex_messages")):
@@ -76,20 +91,34 @@ def table_group(name: str) -> str:
     return "other"
 
 
-def db_usage(db_path: Path, schema: SchemaInfo) -> dict:
-    """Bytes per table/index (dbstat) grouped, plus free pages; falls back to totals only."""
-    objects: dict[str, int] = {}
-    conn = connect_ro(db_path)
+def _object_sizes(conn: sqlite3.Connection) -> dict[str, int] | None:
+    """Bytes per table and index from ``dbstat`` (aggregate form), None where it is not compiled in."""
     try:
-        try:
-            rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat WHERE aggregate = 1 GROUP BY name")
-            objects = {name: int(size or 0) for name, size in rows}
-        except Exception:  # dbstat not compiled in: report what the pragmas give
-            objects = {}
-    finally:
-        conn.close()
-    groups = Counter()
-    for name, size in objects.items():
+        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat WHERE aggregate = 1 GROUP BY name")
+        return {name: int(size or 0) for name, size in rows}
+    except sqlite3.OperationalError:
+        return None
+
+
+def _message_windows(conn: sqlite3.Connection, schema: SchemaInfo, now: float) -> dict:
+    """Messages and text bytes written in each growth window, plus all text, in one scan."""
+    size = message_size_sql(schema)
+    cols = ["sum(" + size + ")"]
+    params: list[float] = []
+    for days in GROWTH_WINDOWS:
+        cols += ["sum(timestamp >= ?)", f"sum(CASE WHEN timestamp >= ? THEN {size} END)"]
+        params += [now - days * DAY] * 2
+    row = conn.execute(f"SELECT {', '.join(cols)} FROM messages", params).fetchone()
+    out = {"text_bytes": int(row[0] or 0)}
+    for i, days in enumerate(GROWTH_WINDOWS):
+        out[days] = {"messages": int(row[1 + 2 * i] or 0), "text_bytes": int(row[2 + 2 * i] or 0)}
+    return out
+
+
+def db_usage(objects: dict[str, int] | None, schema: SchemaInfo) -> dict:
+    """Bytes per group and per object, and the free pages a vacuum would give back."""
+    groups: Counter = Counter()
+    for name, size in (objects or {}).items():
         groups[table_group(name)] += size
     free = schema.freelist_count * schema.page_size
     groups["free"] = free
@@ -97,8 +126,9 @@ def db_usage(db_path: Path, schema: SchemaInfo) -> dict:
         "page_size": schema.page_size,
         "page_count": schema.page_count,
         "bytes": schema.page_count * schema.page_size,
-        "groups": {k: int(groups.get(k, 0)) for k in ("messages", "fts", "sessions", "other", "free")},
-        "objects": dict(sorted(objects.items(), key=lambda kv: -kv[1])),
+        "per_object": objects is not None,
+        "groups": {k: int(groups.get(k, 0)) for k in GROUPS},
+        "objects": dict(sorted((objects or {}).items(), key=lambda kv: -kv[1])),
         "reclaimable_bytes": free,
     }
 
@@ -113,11 +143,16 @@ def files_usage(home: Path, survey: Survey) -> dict:
         if f.orphan:
             orphans["bytes"] += f.size
             orphans["files"] += 1
-    other = {d: dir_usage(home / d) for d in OTHER_DIRS}
+    other = {d: dir_usage(home / d, home) for d in OTHER_DIRS}
     malformed = [
         {"name": p.name, "bytes": _size(p)} for p in sorted(home.glob("state.db.malformed-backup-*"))
     ]
-    return {"sessions_dir": dict(kinds), "orphans": orphans, "other": other, "malformed_copies": malformed}
+    return {
+        "sessions_dir": dict(sorted(kinds.items())),
+        "orphans": orphans,
+        "other": other,
+        "malformed_copies": malformed,
+    }
 
 
 def _session_summary(s: SessionRow) -> dict:
@@ -135,6 +170,7 @@ def _session_summary(s: SessionRow) -> dict:
 
 
 def is_runaway(s: SessionRow) -> bool:
+    """At least RUNAWAY_MIN_MESSAGES messages at RUNAWAY_MIN_RATE/s from first to last message."""
     if s.messages < RUNAWAY_MIN_MESSAGES or s.first_message_at is None or s.last_message_at is None:
         return False
     span = max(s.last_message_at - s.first_message_at, 1.0)
@@ -150,7 +186,7 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
         if s.is_open and now - s.last_activity >= zombie_after_s:
             zombies[s.source] += 1
     largest = {
-        key: [_session_summary(s) for s in sorted(rows, key=fn, reverse=True)[:top]]
+        key: [_session_summary(s) for s in sorted(rows, key=fn, reverse=True)[:top] if fn(s) > 0]
         for key, fn in (
             ("messages", lambda s: s.messages),
             ("bytes", lambda s: s.content_bytes),
@@ -158,12 +194,11 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
             ("cost", lambda s: s.cost_usd),
         )
     }
-    runaways = []
-    for s in rows:
-        if is_runaway(s):
-            d = _session_summary(s)
-            d["seconds"] = round(s.last_message_at - s.first_message_at, 1)
-            runaways.append(d)
+    runaways = [
+        _session_summary(s) | {"seconds": round(s.last_message_at - s.first_message_at, 1)}
+        for s in rows
+        if is_runaway(s)
+    ]
     return {
         "total": len(rows),
         "messages": survey.message_total,
@@ -176,50 +211,67 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
         "zombies": {"total": sum(zombies.values()), "by_source": dict(sorted(zombies.items()))},
         "by_source": {
             src: {b: int(c.get(b, 0)) for b, _ in AGE_BUCKETS} | {"total": sum(c.values())}
-            for src, c in sorted(by_source.items(), key=lambda kv: -sum(kv[1].values()))
+            for src, c in sorted(by_source.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
         },
         "largest": largest,
         "runaways": sorted(runaways, key=lambda d: -d["messages"]),
     }
 
 
-def growth_section(survey: Survey, now: float, db_bytes: int) -> dict:
-    """Sessions/day and bytes/day over 7 and 30 days; projection is linear at the 30-day rate.
+def growth_section(
+    started: Iterable[float], windows: dict, now: float, db_bytes: int, free_bytes: int
+) -> dict:
+    """Growth over the last 7 and 30 days and a linear projection of state.db's size.
 
-    Bytes per session are estimated from the database as a whole (all bytes / all
-    sessions, indexes included), since SQLite does not attribute pages to rows.
+    SQLite does not attribute pages to rows, so disk bytes per day are the message text
+    written per day (by message timestamp, so a months-old chat active today counts) times
+    the used database bytes per byte of all text (FTS copies, indexes, page slack). The
+    file only grows once its free pages are used up, hence max(file, used + days * rate).
     """
-    rows = list(survey.sessions.values())
-    per_session = db_bytes / len(rows) if rows else 0.0
-    out = {}
-    for days in (7, 30):
-        recent = [s for s in rows if s.started_at >= now - days * 86400]
+    started = list(started)
+    used = max(0, db_bytes - free_bytes)
+    per_text_byte = used / windows["text_bytes"] if windows["text_bytes"] else 0.0
+    out: dict = {}
+    for days in GROWTH_WINDOWS:
+        n = sum(1 for t in started if t >= now - days * DAY)
+        w = windows[days]
         out[f"last_{days}d"] = {
-            "sessions": len(recent),
-            "sessions_per_day": round(len(recent) / days, 2),
-            "bytes_per_day": int(len(recent) * per_session / days),
+            "sessions": n,
+            "messages": w["messages"],
+            "sessions_per_day": round(n / days, 2),
+            "messages_per_day": round(w["messages"] / days, 1),
+            "bytes_per_day": int(w["text_bytes"] * per_text_byte / days),
         }
-    rate = out["last_30d"]["bytes_per_day"]
+    rate = out[f"last_{GROWTH_WINDOWS[-1]}d"]["bytes_per_day"]
     out["projection"] = {
-        "in_30d_bytes": int(db_bytes + 30 * rate),
-        "in_365d_bytes": int(db_bytes + 365 * rate),
-        "method": "linear at the last-30-day rate, bytes/session = db bytes / sessions",
+        "bytes_per_text_byte": round(per_text_byte, 2),
+        **{f"in_{d}d_bytes": int(max(db_bytes, used + d * rate)) for d in PROJECTION_DAYS},
+        "method": (
+            f"linear at the last-{GROWTH_WINDOWS[-1]}-day rate: message text written per day x "
+            "used db bytes per text byte; free pages are filled first"
+        ),
     }
     return out
 
 
 def build_report(
-    profile: Profile, now: float | None = None, zombie_after_s: float = 86400, top: int = 10
+    profile: Profile, now: float | None = None, zombie_after_s: float = DAY, top: int = 10
 ) -> dict:
     """The whole report for one profile (raises KeeperError if state.db is not readable)."""
     now = time.time() if now is None else now
     schema = inspect(profile.db_path)
     schema.require_readable()
     survey = survey_profile(profile, schema, now=now)
-    db = db_usage(profile.db_path, schema)
+    conn = connect_ro(profile.db_path)
+    try:
+        with read_txn(conn):
+            objects = _object_sizes(conn)
+            windows = _message_windows(conn, schema, now)
+    finally:
+        conn.close()
+    db = db_usage(objects, schema)
     wal, shm = (profile.db_path.with_name(profile.db_path.name + s) for s in ("-wal", "-shm"))
     disk = {"state_db": _size(profile.db_path), "wal": _size(wal), "shm": _size(shm)}
-    gw = gateway_pid(profile.home)
     return {
         "report_version": REPORT_VERSION,
         "profile": profile.name,
@@ -237,9 +289,32 @@ def build_report(
         "database": db,
         "files": files_usage(profile.home, survey),
         "sessions": sessions_section(survey, now, zombie_after_s, top),
-        "growth": growth_section(survey, now, disk["state_db"] + disk["wal"]),
+        "growth": growth_section(
+            (s.started_at for s in survey.sessions.values()),
+            windows,
+            now,
+            db["bytes"],
+            db["reclaimable_bytes"],
+        ),
         "holders": {
             "processes": [h.to_dict() for h in find_holders(profile.db_path)],
-            "gateway_pid": gw,
+            "gateway_pid": gateway_pid(profile.home),
         },
     }
+
+
+def build_reports(profiles: Iterable[Profile], now: float | None = None, **kwargs) -> list[dict]:
+    """One report per profile; one that cannot be read becomes ``{profile, home, error}``.
+
+    So ``--all-profiles`` still reports on every healthy profile when one is broken.
+    """
+    now = time.time() if now is None else now
+    out = []
+    for p in profiles:
+        try:
+            out.append(build_report(p, now=now, **kwargs))
+        except KeeperError as exc:
+            out.append({"profile": p.name, "home": str(p.home), "error": str(exc)})
+        except OSError as exc:
+            out.append({"profile": p.name, "home": str(p.home), "error": os_error_line(exc)})
+    return out

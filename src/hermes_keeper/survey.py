@@ -13,6 +13,7 @@ import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from .db import connect_ro, read_txn
@@ -119,6 +120,25 @@ def safe_filename_component(session_id: str) -> str:
 _DUMP = re.compile(r"^request_dump_(?P<sid>.+)_(?P<ts>\d{8}_\d{6}(?:_\d+)?)\.json$")
 
 
+def _seconds(value) -> float | None:
+    """A stored timestamp as unix seconds; text (ISO dates, numbers as text) parsed best-effort.
+
+    Such profiles are flagged by ``schema.inspect`` and maintenance refuses them; this only
+    keeps the survey (and so the report) readable instead of failing on mixed types.
+    """
+    if value is None or isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        pass
+    try:
+        dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def _model_config_links(raw: str | None) -> tuple[str | None, str | None]:
     if not raw:
         return None, None
@@ -191,10 +211,18 @@ def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]
         conn.row_factory = None
 
 
+def message_size_sql(schema: SchemaInfo) -> str:
+    """SQL for one message's text bytes (content, tool calls, reasoning: whichever exist).
+
+    ``length()`` of TEXT counts characters; of a BLOB, bytes (and it skips UTF-8 decoding).
+    """
+    text_cols = [c for c in ("content", "tool_calls", "reasoning") if schema.has("messages", c)]
+    return " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in text_cols)
+
+
 def _message_stats(conn: sqlite3.Connection, schema: SchemaInfo) -> dict[str, tuple]:
     inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
-    text_cols = [c for c in ("content", "tool_calls", "reasoning") if schema.has("messages", c)]
-    size = " + ".join(f"coalesce(length({c}), 0)" for c in text_cols)
+    size = message_size_sql(schema)
     sql = f"""
         SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp)
         FROM messages GROUP BY session_id
@@ -288,8 +316,8 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
         survey.sessions[sid] = SessionRow(
             id=sid,
             source=r["source"] or "unknown",
-            started_at=r["started_at"],
-            ended_at=r["ended_at"],
+            started_at=_seconds(r["started_at"]) or 0.0,
+            ended_at=_seconds(r["ended_at"]),
             end_reason=r["end_reason"],
             parent_id=r["parent_session_id"],
             title=r["title"],
@@ -301,9 +329,9 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             messages=count or 0,
             inactive_messages=inactive or 0,
             content_bytes=size or 0,
-            first_message_at=first,
-            last_message_at=last,
-            last_activity_at=r["last_activity_at"],
+            first_message_at=_seconds(first),
+            last_message_at=_seconds(last),
+            last_activity_at=_seconds(r["last_activity_at"]),
             input_tokens=r["input_tokens"] or 0,
             output_tokens=r["output_tokens"] or 0,
             cost_usd=float(r["cost_usd"] or 0),

@@ -11,7 +11,7 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import KeeperError
+from ..errors import KeeperError, os_error_line
 
 
 class KeeperGroup(click.Group):
@@ -22,8 +22,7 @@ class KeeperGroup(click.Group):
             click.echo(f"hermes-keeper: {exc}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:  # read-only home, full disk, permissions: one line, not a traceback
-            where = f": {exc.filename}" if exc.filename else ""
-            click.echo(f"hermes-keeper: {exc.strerror or exc}{where}", err=True)
+            click.echo(f"hermes-keeper: {os_error_line(exc)}", err=True)
             sys.exit(KeeperError.exit_code)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from ..discovery import select_profiles
 from ..errors import KeeperError
 from ..policy import parse_duration
 from ..render import render_report
-from ..report import build_report
+from ..report import build_report, build_reports
 from .options import profile_options
 
 
@@ -24,27 +25,40 @@ from .options import profile_options
 @click.option("--zombie-after", default="1d", show_default=True, help="Open and idle this long = zombie.")
 @click.option("--top", default=10, show_default=True, help="How many largest sessions to list.")
 def report(profiles, as_json, zombie_after, top):
-    """Where every byte goes: database, full-text indexes, files, sessions, growth."""
-    reports = [
-        build_report(p, zombie_after_s=parse_duration(zombie_after, "--zombie-after"), top=top)
-        for p in profiles
-    ]
+    """Where every byte goes: database, full-text indexes, files, sessions, growth.
+
+    Read-only. One profile that cannot be read: one line, exit 2. With --all-profiles a
+    broken profile is reported as an error entry, the others still report, exit 1.
+    """
+    zombie_after_s = parse_duration(zombie_after, "--zombie-after")
+    if len(profiles) == 1:
+        reports = [build_report(profiles[0], zombie_after_s=zombie_after_s, top=top)]
+    else:
+        reports = build_reports(profiles, zombie_after_s=zombie_after_s, top=top)
     if as_json:
         click.echo(json.dumps({"profiles": reports}, indent=2))
-    else:
-        for rep in reports:
+    for rep in reports:
+        if "error" in rep:
+            click.echo(f"hermes-keeper: {rep['profile']}: {rep['error']}", err=True)
+        elif not as_json:
             render_report(rep)
+    if any("error" in rep for rep in reports):
+        sys.exit(1)
 
 
 @click.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False))
 @click.option("--sessions", default=300, show_default=True, help="How many sessions to generate.")
 def demo(directory, sessions):
-    """Build a realistic demo Hermes home (73% cron, zombies, orphans, runaways) and report on it."""
+    """Build a realistic demo Hermes home (73% cron, zombies, orphans, runaways) and report on it.
+
+    DIRECTORY (default: a new temporary folder) must not hold a state.db yet.
+    """
     home = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="hermes-demo-"))
     if (home / "state.db").exists():
         raise KeeperError(f"{home} already holds a state.db; choose an empty folder")
     demo_home.build_home(home, demo_home.generate(time.time(), sessions=sessions))
-    click.echo(f"demo home: {home}  (try: hermes-keeper plan --home {home})")
-    for p in select_profiles(home):
+    click.echo(f"demo home: {home}")
+    for p in select_profiles(home, env={}):
         render_report(build_report(p))
+    click.echo(f"next: hermes-keeper plan --home {home}")
