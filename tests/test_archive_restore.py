@@ -1,121 +1,67 @@
-"""Prune with the keeper, bring back with the keeper: real Hermes sees exactly what it had."""
+"""Prune with the keeper, restore with the keeper: real Hermes sees exactly what it had."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
+import shutil
 
+import pytest
 from click.testing import CliRunner
 
-from hermes_keeper.archive import ARCHIVE_NAME
+from hermes_keeper import unarchive
+from hermes_keeper.archive import PRUNED as STATE_PRUNED
+from hermes_keeper.archive import RESTORED, Archive
 from hermes_keeper.cli import main
-from hermes_keeper.export import import_batches
-
-DAY = 86400.0
-NOW = time.time()
-
-
-def _spec(sid, age_days, word, n=6, **extra):
-    start = NOW - age_days * DAY
-    msgs = [
-        ["user" if i % 2 == 0 else "assistant", f'{word} turn {i} ünïcødé "quoted"', start + i + 1]
-        for i in range(n)
-    ]
-    return {
-        "id": sid,
-        "source": "cron",
-        "started_at": start,
-        "messages": msgs,
-        "ended_at": start + n + 2,
-        "end_reason": "cron_complete",
-        **extra,
-    }
+from hermes_keeper.journal import read_journal
+from hermes_keeper.writer import Writer
+from tests import archive_home as ah
+from tests.conftest import tree_digest
+from tests.hermes_env import Hermes
 
 
-def _home(hermes, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    specs = [
-        _spec("old_a", 30, "walrus"),
-        _spec("old_b", 30, "narwhal", end_reason="compression"),
-        _spec("old_c", 29, "narwhal", kwargs={"parent_session_id": "old_b"}),
-        _spec("keep_new", 1, "penguin"),
-    ]
-    hermes.run(
-        home,
-        [
-            {"op": "build", "sessions": specs},
-            # a rewound (inactive) message and a model usage row: both must come back
-            {"op": "call", "method": "set_session_title", "args": ["old_a", "Walrus facts"]},
-        ],
-    )
-    conn = sqlite3.connect(home / "state.db")
-    conn.execute(
-        "UPDATE messages SET active = 0 WHERE session_id = 'old_a' AND id = "
-        "(SELECT max(id) FROM messages WHERE session_id = 'old_a')"
-    )
-    conn.execute(
-        "INSERT INTO session_model_usage (session_id, model, input_tokens) VALUES ('old_a', 'm1', 42)"
-    )
-    conn.commit()
-    conn.close()
-    (home / "keeper.toml").write_text("keep_titled = false\n")
-    return home
-
-
-def _snapshot(hermes, home, ids):
-    ops = []
-    for sid in ids:
-        ops += [
-            {"op": "call", "method": "get_messages", "args": [sid], "kwargs": {"include_inactive": True}},
-            {"op": "call", "method": "export_session", "args": [sid]},
-        ]
-    ops.append({"op": "query", "sql": "SELECT * FROM session_model_usage ORDER BY session_id"})
-    return hermes.run(home, ops)
+def _restore(home, *args):
+    return CliRunner().invoke(main, ["archive", "restore", *args, "--home", str(home)])
 
 
 def test_prune_then_restore_is_exact(tmp_path, hermes):
-    home = _home(hermes, tmp_path)
-    ids = ["old_a", "old_b", "old_c"]
-    before = _snapshot(hermes, home, ids)
-    runner = CliRunner()
-    res = runner.invoke(main, ["run", "--home", str(home), "--json"])
-    assert json.loads(res.output)["profiles"][0]["pruned"] == 3
+    home = ah.build(hermes, tmp_path / "home")
+    before = ah.snapshot(hermes, home, ah.PRUNED)
+    ah.prune(home)
     assert hermes.call(home, "get_session", "old_a") is None
+    assert hermes.call(home, "search_messages", "narwhal") == []
 
-    listed = json.loads(runner.invoke(main, ["archive", "list", "--home", str(home), "--json"]).output)
-    assert {s["session_id"] for s in listed["sessions"]} == set(ids)
-    hits = json.loads(
-        runner.invoke(main, ["archive", "search", "NARWHAL", "--home", str(home), "--json"]).output
+    # One member of the chain brings the chain and its delegate; all messages, usage, goal back.
+    res = CliRunner().invoke(
+        main, ["archive", "restore", "old_c", "old_a", "cron_x", "--home", str(home), "--json"]
     )
-    assert {h["session"]["session_id"] for h in hits["hits"]} == {"old_b", "old_c"}
-    quoted = json.loads(
-        runner.invoke(main, ["archive", "search", 'ünïcødé "quoted"', "--home", str(home), "--json"]).output
-    )
-    assert len(quoted["hits"]) == 3
-    shown = runner.invoke(main, ["archive", "show", "old_a", "--home", str(home)]).output
-    assert "Walrus facts" in shown and "(inactive)" in shown
-
-    # Asking for one member of a compression chain brings the whole chain back.
-    res = runner.invoke(main, ["archive", "restore", "old_c", "old_a", "--home", str(home), "--json"])
     assert res.exit_code == 0, res.output
-    assert set(json.loads(res.output)["restored"]) == set(ids)
-    assert _snapshot(hermes, home, ids) == before
-    found = hermes.call(home, "search_messages", "walrus")
-    assert {m["session_id"] for m in found} == {"old_a"}
+    out = json.loads(res.stdout)
+    assert sorted(out["restored"]) == sorted(ah.PRUNED) and out["refused"] == {}
+    assert {m["session_id"]: m["why"] for m in out["members"]}["old_d"] == "delegate"
+    assert out["max_txn_ms"] < 1000
+    assert ah.snapshot(hermes, home, ah.PRUNED) == before  # get_messages, inactive ones, export_session
+    found = hermes.call(home, "search_messages", "narwhal")
+    assert {m["session_id"] for m in found} == {"old_b", "old_c", "old_d"}
     assert hermes.run(home, [{"op": "fts_integrity"}])[0] == {
         "messages_fts": "ok",
         "messages_fts_trigram": "ok",
     }
+    with Archive.for_home(home / "keeper") as store:
+        assert {e.state for e in store.entries()} == {RESTORED}
 
-    again = runner.invoke(main, ["archive", "restore", "old_a", "--home", str(home)])
-    assert again.exit_code == 2 and "already in state.db" in again.output
+    journal = read_journal(home / "keeper")
+    restored = [r for r in journal if r["action"] == "restored"]
+    assert sum(len(r["sessions"]) for r in restored) == len(ah.PRUNED)
+    text = json.dumps(journal).lower()
+    assert "walrus" not in text and "narwhal" not in text  # ids and counts only, never content
+
+    again = _restore(home, "old_a")
+    assert again.exit_code == 1 and "already in state.db" in again.output
 
 
 def test_title_collision_gets_a_visible_suffix(tmp_path, hermes):
-    home = _home(hermes, tmp_path)
-    CliRunner().invoke(main, ["run", "--home", str(home)])
+    home = ah.build(hermes, tmp_path / "home")
+    ah.prune(home)
     hermes.run(
         home,
         [
@@ -123,68 +69,149 @@ def test_title_collision_gets_a_visible_suffix(tmp_path, hermes):
             {"op": "call", "method": "set_session_title", "args": ["newcomer", "Walrus facts"]},
         ],
     )
-    res = CliRunner().invoke(main, ["archive", "restore", "old_a", "--home", str(home), "--json"])
-    assert json.loads(res.output)["retitled"] == {"old_a": "Walrus facts (restored)"}
+    res = _restore(home, "old_a")
+    assert res.exit_code == 0, res.output
+    assert "restored as 'Walrus facts (restored)'" in res.output
     assert hermes.call(home, "get_session", "old_a")["title"] == "Walrus facts (restored)"
+    assert hermes.call(home, "get_session", "newcomer")["title"] == "Walrus facts"
 
 
-def test_damaged_row_reported_and_refused_others_restorable(tmp_path, hermes):
-    home = _home(hermes, tmp_path)
-    runner = CliRunner()
-    runner.invoke(main, ["run", "--home", str(home)])
-    conn = sqlite3.connect(home / "keeper" / ARCHIVE_NAME)
-    blob = bytearray(
-        conn.execute("SELECT payload FROM archived_sessions WHERE session_id='old_a'").fetchone()[0]
+def test_damaged_member_refuses_the_whole_conversation(tmp_path, hermes):
+    home = ah.build(hermes, tmp_path / "home")
+    ah.prune(home)
+    ah.flip_byte(home, "old_b")
+    before = tree_digest(home)
+    res = _restore(home, "old_d")
+    assert res.exit_code == 1
+    assert "old_d: not restored: archive row damaged: old_b" in res.output
+    assert (
+        hermes.call(home, "get_session", "old_c") is None
+        and hermes.call(home, "get_session", "old_d") is None
     )
-    blob[len(blob) // 2] ^= 0xFF
-    conn.execute("UPDATE archived_sessions SET payload = ? WHERE session_id = 'old_a'", (bytes(blob),))
-    conn.commit()
-    conn.close()
-    res = runner.invoke(main, ["archive", "verify", "--home", str(home), "--json"])
-    assert res.exit_code == 1 and json.loads(res.output)["damaged"] == ["old_a"]
-    res = runner.invoke(main, ["archive", "restore", "old_a", "--home", str(home)])
-    assert res.exit_code == 1 and "damaged" in res.output
-    assert hermes.call(home, "get_session", "old_a") is None
-    res = runner.invoke(main, ["archive", "restore", "old_b", "--home", str(home)])
-    assert res.exit_code == 0, res.output
-    assert hermes.call(home, "get_session", "old_c")["parent_session_id"] == "old_b"
-
-
-def test_export_imports_into_fresh_hermes(tmp_path, hermes):
-    home = _home(hermes, tmp_path)
-    before = {
-        sid: e
-        for sid, e in zip(
-            ("old_b", "old_c"),
-            hermes.run(
-                home,
-                [{"op": "call", "method": "export_session", "args": [sid]} for sid in ("old_b", "old_c")],
-            ),
-            strict=True,
-        )
+    assert {k: v for k, v in tree_digest(home).items() if "state.db" in k} == {
+        k: v for k, v in before.items() if "state.db" in k
     }
-    CliRunner().invoke(main, ["run", "--home", str(home)])
-    out = tmp_path / "export.jsonl"
-    res = CliRunner().invoke(main, ["archive", "export", "--home", str(home), "-o", str(out)])
-    assert res.exit_code == 0, res.output
-    assert out.stat().st_mode & 0o777 == 0o600
-    lines = out.read_text().splitlines()
-    exported = {e["id"]: e for e in map(json.loads, lines)}
-    assert exported["old_b"] == before["old_b"] and exported["old_c"] == before["old_c"]
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    results = hermes.run(
-        fresh, [{"op": "call", "method": "import_sessions", "args": [b]} for b in import_batches(lines)]
+    ok = _restore(home, "old_a")
+    assert ok.exit_code == 0 and hermes.call(home, "get_session", "old_a")["title"] == "Walrus facts"
+
+
+def _restore_killed_at(home, ids, crash_at, monkeypatch):
+    """A restore killed between two transactions, just before its ``crash_at``-th one."""
+    real_step, steps = Writer.step, []
+
+    def dying_step(self, fn, batch=None, units=1):
+        steps.append(1)
+        if len(steps) == crash_at:
+            raise KeyboardInterrupt
+        return real_step(self, fn, batch, units)
+
+    monkeypatch.setattr(Writer, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        unarchive.restore_sessions(ah.profile(home), ids, pause_ms=0)
+    monkeypatch.setattr(Writer, "step", real_step)
+
+
+@pytest.mark.parametrize("crash_at", [2, 5, 9, 11])
+def test_an_interrupted_restore_is_finished_by_the_next(tmp_path, hermes, monkeypatch, crash_at):
+    home = ah.build(hermes, tmp_path / "home")
+    ids = ["old_a", *ah.CHAIN]
+    before = ah.snapshot(hermes, home, ids)
+    ah.prune(home)
+    _restore_killed_at(home, ["old_c", "old_a"], crash_at, monkeypatch)
+    with Archive.for_home(home / "keeper") as store:
+        # Only finished conversations are marked restored; the interrupted one still says pruned.
+        states = {e.session_id: e.state for e in store.entries() if e.session_id in ids}
+    assert STATE_PRUNED in states.values()
+    res = CliRunner().invoke(main, ["archive", "restore", "old_c", "old_a", "--home", str(home), "--json"])
+    out = json.loads(res.stdout)
+    done_before = {sid for sid, state in states.items() if state == RESTORED}
+    assert set(out["restored"]) == set(ids) - done_before
+    assert set(out["refused"]) == {sid for sid in ("old_c", "old_a") if sid in done_before}
+    assert ah.snapshot(hermes, home, ids) == before
+
+
+def test_pruning_a_half_restored_session_keeps_the_whole_archive_copy(tmp_path, hermes, monkeypatch):
+    """Crash mid-restore, then a run prunes the (old, hidden) partial session again: nothing lost."""
+    home = ah.build(hermes, tmp_path / "home")
+    before = ah.snapshot(hermes, home, ["old_a"])
+    ah.prune(home)
+    _restore_killed_at(home, ["old_a"], 3, monkeypatch)  # row and messages in; usage, goal, reveal not
+    assert hermes.call(home, "get_session", "old_a")["archived"] == 1  # hidden while incomplete
+    ah.prune(home, ["old_a"])
+    with Archive.for_home(home / "keeper") as store:
+        assert store.entry("old_a").state == STATE_PRUNED and len(store.get("old_a")["model_usage"]) == 1
+    assert _restore(home, "old_a").exit_code == 0
+    assert ah.snapshot(hermes, home, ["old_a"]) == before
+
+
+def test_dry_run_and_unknown_ids_change_nothing(tmp_path, hermes):
+    home = ah.build(hermes, tmp_path / "home")
+    ah.prune(home)
+
+    def state():  # state.db and its WAL (readers touch -shm), the archive and the keeper's files
+        return {
+            k: v for k, v in tree_digest(home).items() if not k.endswith(("-shm", "journal.jsonl", ".lock"))
+        }
+
+    before = state()
+    res = CliRunner().invoke(
+        main, ["archive", "restore", "old_b", "--dry-run", "--home", str(home), "--json"]
     )
-    assert sum(r["imported"] for r in results) == 3, results
-    msgs = hermes.call(fresh, "get_messages", "old_c")
-    assert [m["content"] for m in msgs] == [m["content"] for m in before["old_c"]["messages"]]
-    assert hermes.call(fresh, "get_session", "old_c")["parent_session_id"] == "old_b"
-    assert hermes.call(fresh, "search_messages", "walrus")
+    assert res.exit_code == 0, res.output
+    planned = json.loads(res.stdout)
+    assert planned["dry_run"] and {m["session_id"] for m in planned["members"]} == set(ah.CHAIN)
+    assert planned["restored"] == []
+    res = _restore(home, "no_such_session")
+    assert res.exit_code == 1 and "no_such_session: not restored: not in the archive" in res.output
+    assert state() == before
+    assert hermes.call(home, "get_session", "old_b") is None
 
 
-def test_import_batches_respect_hermes_limits():
-    lines = [json.dumps({"id": f"s{i}", "messages": [{"content": "x"}] * 300}) for i in range(400)]
-    batches = list(import_batches(lines))
-    assert all(len(b) <= 500 and sum(len(s["messages"]) for s in b) <= 50_000 for b in batches)
-    assert sum(len(b) for b in batches) == 400 and len(batches) == 3
+def test_newer_payload_into_older_hermes_keeps_what_it_cannot_hold(tmp_path, hermes):
+    """A 0.19 archive restored into a 0.13 state.db (schema 11: no active/archived columns)."""
+    hermes13 = Hermes("0.13.0")
+    src = ah.build(hermes, tmp_path / "src")
+    active = ah.snapshot(hermes, src, ["old_a"])[0]
+    ah.prune(src, ["old_a"])
+    old = tmp_path / "old"
+    hermes13.run(old, [{"op": "call", "method": "create_session", "args": ["other", "cli"]}])
+    shutil.copytree(src / "keeper", old / "keeper")
+    res = _restore(old, "old_a")
+    assert res.exit_code == 0, res.output
+    assert "2 inactive (rewound/compacted) messages stay in the archive only" in res.output
+    assert "sessions.archived" not in res.output  # 0 carries nothing; only real values are reported
+    got = hermes13.call(old, "get_messages", "old_a")
+    assert [(m["id"], m["role"], m["timestamp"]) for m in got] == [
+        (m["id"], m["role"], m["timestamp"]) for m in active
+    ]
+    assert hermes13.call(old, "get_session", "old_a")["title"] == "Walrus facts"
+    assert hermes13.call(old, "search_messages", "tusks")
+
+
+@pytest.mark.parametrize(
+    "parent, child, kind",
+    [
+        ({"end_reason": "compression"}, {}, unarchive.CHAIN),
+        ({"end_reason": "user_exit"}, {"model_config": '{"_delegate_from": "p"}'}, unarchive.DELEGATE),
+        ({"end_reason": "compression"}, {"model_config": '{"_branched_from": "p"}'}, "branch"),
+        ({"end_reason": "user_exit"}, {"model_config": "not json"}, "child"),
+    ],
+)
+def test_link_kind(parent, child, kind):
+    assert unarchive.link_kind(parent, child) == kind
+
+
+@pytest.mark.parametrize(
+    "row, columns, kept, dropped",
+    [
+        ({"a": 1, "b": 2}, ["a", "b"], {"a": 1, "b": 2}, []),
+        ({"a": 1, "pinned": 1, "rewind_count": 0, "x": None}, ["a"], {"a": 1}, ["pinned"]),
+    ],
+)
+def test_fit_row(row, columns, kept, dropped):
+    assert unarchive.fit_row(row, columns) == (kept, dropped)
+
+
+def test_title_candidates():
+    gen = unarchive.title_candidates("T")
+    assert [next(gen) for _ in range(4)] == ["T", "T (restored)", "T (restored 2)", "T (restored 3)"]

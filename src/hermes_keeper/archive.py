@@ -203,15 +203,22 @@ class Archive:
         self.close()
 
     def put(self, payloads: Iterable[dict], reason: str | None = None) -> list[str]:
-        """Store payloads in one transaction (replacing older rows of the same ids); returns ids."""
+        """Store payloads in one transaction (replacing older rows of the same ids); returns ids.
+
+        Every row ends up ``archived``; see :meth:`_holds_all_of` for the one row not replaced.
+        """
         ids = []
         now = time.time()
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             for p in payloads:
+                s = p["session"]
+                if self._holds_all_of(p):
+                    self.set_state([s["id"]], ARCHIVED)
+                    ids.append(s["id"])
+                    continue
                 raw = canonical_bytes(p)
                 blob = self._zc.compress(raw)
-                s = p["session"]
                 last = max(
                     [t for t in [s.get("started_at"), s.get("ended_at")] if isinstance(t, (int, float))]
                     + [m["timestamp"] for m in p["messages"] if isinstance(m.get("timestamp"), (int, float))],
@@ -248,6 +255,24 @@ class Archive:
             self.conn.execute("ROLLBACK")
             raise
         return ids
+
+    def _holds_all_of(self, p: dict) -> bool:
+        """A ``pruned`` row that already has every message of ``p`` is kept as it is.
+
+        A session that is in state.db while its row says ``pruned`` is only part of it: an
+        ``archive restore`` was interrupted. Replacing the row would lose the rest.
+        """
+        sid = p["session"]["id"]
+        row = self.conn.execute(
+            "SELECT sha256, payload FROM archived_sessions WHERE session_id = ? AND state = ?", (sid, PRUNED)
+        ).fetchone()
+        if row is None:
+            return False
+        try:
+            old = json.loads(self._checked(sid, row[0], row[1]))
+        except ArchiveDamaged:
+            return False
+        return {m["id"] for m in p["messages"]} <= {m["id"] for m in old["messages"]}
 
     def get(self, session_id: str) -> dict:
         """The verified payload of one session; :class:`ArchiveDamaged` if it does not check out."""

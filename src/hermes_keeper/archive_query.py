@@ -1,40 +1,68 @@
-"""Finding things in the archive: filters, full-text search, and a readable conversation.
+"""Finding things in the archive: filters, full-text search, verification and a readable conversation.
 
-Search streams every matching row, decompresses it and looks for the text in the raw
-JSON bytes (lower-cased, and JSON-escaped the way the payload stores it); only hits
-are parsed to cut a snippet. Measured in bench/archive_search.py: no index to build or
-keep in sync, and the archive stays as small as zstd makes it.
+Search streams the matching rows, decompresses each payload and looks for the text in
+the raw JSON bytes (lower-cased, plain and in the escaped forms the payload stores);
+only rows that may match are parsed, to confirm the hit in a message and cut a snippet.
+Measured in bench/archive_search.py (figures in docs/archive.md): 10,000 sessions in
+about a second, with no index to build, store or keep in sync.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 
-from .archive import Archive, Entry
+from .archive import Archive, ArchiveDamaged, Entry, RawText, decode_value
+from .errors import KeeperError
 
 CONTENT_JSON_PREFIX = "\x00json:"
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([hdw])$")
+_UNIT_S = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_when(text: str, now: float | None = None, end_of_day: bool = False) -> float:
+    """``2026-01-31`` (local midnight; the next with ``end_of_day``), ISO time, or ``30d``/``12h`` ago."""
+    text = text.strip()
+    rel = _RELATIVE.match(text.lower())
+    if rel:
+        return (time.time() if now is None else now) - float(rel.group(1)) * _UNIT_S[rel.group(2)]
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"not a date: {text!r} (use YYYY-MM-DD, an ISO date-time, or 30d / 12h / 2w)"
+        ) from None
+    if end_of_day and len(text) == 10:
+        when += timedelta(days=1)
+    return when.timestamp()  # naive = local time, like the dates Hermes shows
 
 
 @dataclass(frozen=True)
 class Filters:
-    source: str | None = None
-    since: float | None = None
-    until: float | None = None
-    title: str | None = None
+    """Which archive rows a command looks at; every field narrows (empty = all)."""
+
+    sources: tuple[str, ...] = ()
+    since: float | None = None  # last activity at or after
+    until: float | None = None  # started before
+    title: str | None = None  # title contains (case-insensitive)
+    ids: tuple[str, ...] = ()
 
     def where(self) -> tuple[str, tuple]:
         clauses, params = [], []
-        if self.source:
-            clauses.append("source = ?")
-            params.append(self.source)
+        if self.sources:
+            clauses.append(f"source IN ({','.join('?' * len(self.sources))})")
+            params += self.sources
+        if self.ids:
+            clauses.append(f"session_id IN ({','.join('?' * len(self.ids))})")
+            params += self.ids
         if self.since is not None:
-            clauses.append("last_activity >= ?")
+            clauses.append("coalesce(last_activity, started_at) >= ?")
             params.append(self.since)
         if self.until is not None:
-            clauses.append("started_at < ?")
+            clauses.append("coalesce(started_at, last_activity) < ?")
             params.append(self.until)
         if self.title:
             clauses.append("instr(lower(title), lower(?)) > 0")
@@ -50,86 +78,270 @@ def list_entries(store: Archive, filters: Filters = ALL) -> list[Entry]:
     return list(store.entries(*filters.where()))
 
 
+def resolve_id(store: Archive, text: str) -> str:
+    """An exact archived id, else a unique prefix of one (like Hermes's ``resolve_session_id``)."""
+    if store.entry(text) is not None:
+        return text
+    like = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    found = [
+        r[0]
+        for r in store.conn.execute(
+            "SELECT session_id FROM archived_sessions WHERE session_id LIKE ? ESCAPE '\\' LIMIT 6", (like,)
+        )
+    ]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise KeeperError(f"{text!r} is not in the archive (see `hermes-keeper archive list`)")
+    raise KeeperError(f"{text!r} matches several archived sessions: {', '.join(found[:5])}, ...")
+
+
+def content_text(value) -> str:
+    """A message's ``content`` as readable text: structured (``\\x00json:``) parts joined."""
+    value = decode_value(value)
+    if isinstance(value, RawText):
+        return value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        return "" if value is None else str(value)
+    if not value.startswith(CONTENT_JSON_PREFIX):
+        return value
+    try:
+        parts = json.loads(value[len(CONTENT_JSON_PREFIX) :])
+    except ValueError:
+        return value
+    if isinstance(parts, dict):
+        parts = [parts]
+    if not isinstance(parts, list):
+        return str(parts)
+    out = []
+    for p in parts:
+        if isinstance(p, dict) and isinstance(p.get("text"), str):
+            out.append(p["text"])
+        elif isinstance(p, dict):
+            out.append(f"[{p.get('type', 'part')}]")
+        else:
+            out.append(str(p))
+    return " ".join(out)
+
+
+def tool_calls(value) -> list[str]:
+    """Each tool call of a message as ``name(arguments)``."""
+    value = decode_value(value)
+    try:
+        calls = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return [str(value)]
+    out = []
+    for c in calls if isinstance(calls, list) else [calls]:
+        fn = c.get("function", c) if isinstance(c, dict) else {}
+        name = fn.get("name") if isinstance(fn, dict) else None
+        args = fn.get("arguments", "") if isinstance(fn, dict) else ""
+        out.append(f"{name or '?'}({args if isinstance(args, str) else json.dumps(args)})")
+    return out
+
+
+def searchable_fields(m: dict) -> list[str]:
+    """What Hermes's FTS indexes for a message: content, tool name, tool calls (as ``name(args)``)."""
+    fields = [content_text(m.get("content"))]
+    name = decode_value(m.get("tool_name"))
+    if isinstance(name, str) and name:
+        fields.append(name)
+    if m.get("tool_calls"):
+        fields.append(" ".join(tool_calls(m["tool_calls"])))
+    return fields
+
+
 @dataclass(frozen=True)
 class Hit:
+    """One session that matches: its first matching message and how many messages match."""
+
     entry: Entry
     message_id: int | None
     role: str | None
     timestamp: float | None
     snippet: str
+    matches: int
+    inactive: bool = False
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["session"] = d.pop("entry")
+        return d
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit] = field(default_factory=list)  # newest first, at most ``limit``
+    total: int = 0  # matching sessions, also beyond ``limit``
+    scanned: int = 0
+    damaged: list[str] = field(default_factory=list)
+    seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return {
-            "session": asdict(self.entry),
-            "message_id": self.message_id,
-            "role": self.role,
-            "timestamp": self.timestamp,
-            "snippet": self.snippet,
+            "hits": [h.to_dict() for h in self.hits],
+            "total": self.total,
+            "scanned": self.scanned,
+            "damaged": self.damaged,
+            "seconds": round(self.seconds, 3),
         }
 
 
-def _needles(text: str) -> list[bytes]:
+def _escaped(text: str, ensure_ascii: bool) -> str:
+    return json.dumps(text, ensure_ascii=ensure_ascii)[1:-1]
+
+
+def needles(text: str) -> tuple[str, ...]:
+    """``text`` lower-cased as it can appear in a payload: plain, JSON-escaped, and escaped twice.
+
+    Twice for structured content: Hermes stores it as ``\\x00json:`` + ``json.dumps`` (ASCII
+    escapes) inside a TEXT column, and the payload escapes that text again.
+    """
     low = text.lower()
-    return list({low.encode("utf-8"), json.dumps(low, ensure_ascii=False)[1:-1].encode("utf-8")})
+    return tuple(dict.fromkeys((low, _escaped(low, False), _escaped(_escaped(low, True), False))))
 
 
-def _snippet(text: str, needle: str, width: int = 60) -> str:
-    i = text.lower().find(needle.lower())
+def snippet(text: str, needle: str, width: int = 60) -> str:
+    """``width`` characters either side of the first match, on one line."""
+    i = max(0, text.lower().find(needle.lower()))
     start, end = max(0, i - width), min(len(text), i + len(needle) + width)
     return ("…" if start else "") + " ".join(text[start:end].split()) + ("…" if end < len(text) else "")
 
 
-def search(store: Archive, text: str, filters: Filters = ALL, limit: int | None = None) -> Iterator[Hit]:
-    """Sessions whose messages contain ``text`` (case-insensitive), one hit per session."""
-    needles = _needles(text)
-    found = 0
+def match_payload(payload: dict, entry: Entry, text: str) -> Hit | None:
+    """The session's hit for ``text`` (case-insensitive) in any message, or None."""
+    low = text.lower()
+    first, count = None, 0
+    for m in payload["messages"]:
+        for value in searchable_fields(m):
+            if low in value.lower():
+                count += 1
+                if first is None:
+                    inactive = m.get("active", 1) == 0
+                    first = (m.get("id"), m.get("role"), m.get("timestamp"), snippet(value, text), inactive)
+                break
+    if first is None:
+        return None
+    mid, role, ts, snip, inactive = first
+    return Hit(entry, mid, role, ts, snip, count, inactive)
+
+
+def search(store: Archive, text: str, filters: Filters = ALL, limit: int | None = 50) -> SearchResult:
+    """Sessions whose messages contain ``text``, newest first; damaged rows are listed, not searched."""
+    if not text.strip():
+        raise KeeperError("search text is empty")
+    t0 = time.perf_counter()
+    result = SearchResult()
+    ascii_only = text.isascii()
+    byte_needles = [n.encode("utf-8") for n in needles(text)]
+    str_needles = needles(text)
     for entry, raw in store.payloads(*filters.where()):
+        result.scanned += 1
         if raw is None:
+            result.damaged.append(entry.session_id)
             continue
-        low = raw.lower()
-        if not any(n in low for n in needles):
-            continue
-        payload = json.loads(raw)
-        for m in payload["messages"]:
-            for field in ("content", "tool_calls", "tool_name"):
-                value = m.get(field)
-                if isinstance(value, str) and text.lower() in value.lower():
-                    yield Hit(entry, m.get("id"), m.get("role"), m.get("timestamp"), _snippet(value, text))
-                    break
-            else:
+        # bytes.lower() folds ASCII only: exact for ASCII text, str.lower() otherwise.
+        if ascii_only:
+            hay = raw.lower()
+            if not any(n in hay for n in byte_needles):
                 continue
-            found += 1
-            break
-        if limit is not None and found >= limit:
-            return
+        else:
+            hay_s = raw.decode("utf-8").lower()
+            if not any(n in hay_s for n in str_needles):
+                continue
+        hit = match_payload(json.loads(raw), entry, text)
+        if hit is None:
+            continue
+        result.total += 1
+        if limit is None or len(result.hits) < limit:
+            result.hits.append(hit)
+    result.seconds = time.perf_counter() - t0
+    return result
 
 
-def render_conversation(payload: dict, width: int = 100) -> list[str]:
-    """The conversation as plain lines: who, when, what; tool calls and results folded."""
-    s = payload["session"]
+@dataclass
+class VerifyResult:
+    checked: int = 0
+    damaged: dict[str, str] = field(default_factory=dict)  # session id -> what is wrong
+    database: str = "ok"  # PRAGMA quick_check of archive.db
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged and self.database == "ok"
+
+    def to_dict(self) -> dict:
+        return {"checked": self.checked, "damaged": self.damaged, "database": self.database, "ok": self.ok}
+
+
+def verify(store: Archive) -> VerifyResult:
+    """Decompress every payload, recompute its sha256 and parse it; plus a quick_check of the file."""
+    result = VerifyResult()
+    rows = store.conn.execute("PRAGMA quick_check").fetchall()
+    result.database = "; ".join(r[0] for r in rows)[:500] or "ok"
+    for (sid,) in store.conn.execute(
+        "SELECT session_id FROM archived_sessions ORDER BY session_id"
+    ).fetchall():
+        result.checked += 1
+        try:
+            payload = store.get(sid)
+        except ArchiveDamaged as exc:
+            result.damaged[sid] = str(exc)
+            continue
+        except ValueError as exc:  # checks out by sha256 but is not our JSON: written wrong
+            result.damaged[sid] = f"{sid}: payload is not valid JSON ({exc})"
+            continue
+        if payload.get("session", {}).get("id") != sid:
+            result.damaged[sid] = f"{sid}: payload holds another session"
+    return result
+
+
+def when(ts) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if isinstance(ts, (int, float)) else "-"
+
+
+def _fold(text: str, limit: int) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+def render_conversation(
+    payload: dict, full: bool = False, inactive: bool = False, width: int = 100
+) -> list[str]:
+    """The conversation as plain lines: who and when, then what; tool calls and results folded.
+
+    ``full`` unfolds tool calls and results; ``inactive`` also shows rewound/compacted
+    messages (Hermes's own views hide them), marked as such.
+    """
+    s = {k: decode_value(v) for k, v in payload["session"].items()}
+    msgs = payload["messages"]
+    hidden = sum(1 for m in msgs if m.get("active", 1) == 0)
     lines = [
         f"{s['id']}  [{s.get('source')}]  {s.get('title') or ''}".rstrip(),
-        f"started {_when(s.get('started_at'))}  ended {_when(s.get('ended_at'))}  "
-        f"({len(payload['messages'])} messages, end reason {s.get('end_reason')})",
-        "",
+        f"started {when(s.get('started_at'))}  ended {when(s.get('ended_at'))} ({s.get('end_reason') or '-'})"
+        f"  model {s.get('model') or '-'}  {len(msgs)} messages"
+        + (f", {hidden} inactive{'' if inactive else ' hidden (--all shows them)'}" if hidden else ""),
     ]
-    for m in payload["messages"]:
-        content = m.get("content")
-        if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
-            content = "[structured content]"
-        content = content if isinstance(content, str) else ""
-        inactive = "" if m.get("active", 1) else " (inactive)"
-        head = f"{_when(m.get('timestamp'))} {m.get('role')}{inactive}"
-        if m.get("role") == "tool":
-            lines.append(f"{head}: [tool result {m.get('tool_name') or ''}, {len(content)} chars]")
+    if s.get("parent_session_id"):
+        lines.append(f"continues {s['parent_session_id']}")
+    lines.append("")
+    limit = 10**9 if full else width * 3
+    for m in msgs:
+        if m.get("active", 1) == 0 and not inactive:
             continue
-        if m.get("tool_calls"):
-            lines.append(f"{head}: [tool calls folded]")
-        text = " ".join(content.split())
-        if text:
-            lines.append(f"{head}: {text[: width * 3]}{'…' if len(text) > width * 3 else ''}")
+        mark = " (inactive)" if m.get("active", 1) == 0 else ""
+        head = f"[{when(m.get('timestamp'))}] {m.get('role')}{mark}"
+        text = content_text(m.get("content"))
+        if m.get("role") == "tool":
+            name = m.get("tool_name") or ""
+            if full:
+                lines.append(f"{head} ({name})")
+                lines += ["    " + ln for ln in text.splitlines()]
+            else:
+                lines.append(f"{head} ({name}) ▸ {len(text):,} chars: {_fold(text, width)}")
+            continue
+        lines.append(head)
+        if text.strip():
+            lines += ["    " + ln for ln in (text.splitlines() if full else [_fold(text, limit)])]
+        for call in tool_calls(m.get("tool_calls")) if m.get("tool_calls") else []:
+            lines.append(f"    ▸ tool call {call if full else _fold(call, width)}")
     return lines
-
-
-def _when(ts) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if isinstance(ts, (int, float)) else "-"

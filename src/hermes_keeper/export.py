@@ -1,76 +1,135 @@
 """Archived sessions as JSON lines in the shape of Hermes's own ``SessionDB.export_session``.
 
 Each line is the session row plus ``messages``: active messages only, as Hermes's
-``get_messages`` returns them (``\\x00json:`` content decoded, ``tool_calls`` parsed).
-Hermes's ``SessionDB.import_sessions`` takes at most 500 sessions, 50,000 messages and
-25 MiB per call: :func:`import_batches` cuts an export into calls that fit.
+``get_messages`` returns them (``\\x00json:`` content decoded, ``tool_calls`` parsed),
+written like ``hermes sessions export --format jsonl`` writes (``json.dumps``,
+``ensure_ascii=False``). Parents come before their children, so an import cut into
+batches (:func:`hermes_keeper.hermes_import.import_batches`) keeps every parent link.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
-from .archive import Archive, decode_value
-from .archive_query import ALL, CONTENT_JSON_PREFIX, Filters
-from .fsutil import private_file
-
-MAX_SESSIONS, MAX_MESSAGES, MAX_BYTES = 500, 50_000, 25 * 1024 * 1024
+from .archive import Archive, ArchiveDamaged, Entry, decode_value
+from .archive_query import ALL, CONTENT_JSON_PREFIX, Filters, list_entries
+from .fsutil import durable_rename, private_file
+from .hermes_import import import_batches, too_big
 
 
 def _plain(v):
+    """A stored value as Hermes's sqlite3 would hand it back (undecodable bytes replaced)."""
     v = decode_value(v)
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
+def hermes_message(m: dict) -> dict:
+    """One message as ``SessionDB.get_messages`` returns it."""
+    msg = {k: _plain(v) for k, v in m.items()}
+    content = msg.get("content")
+    if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
+        with contextlib.suppress(ValueError):
+            msg["content"] = json.loads(content[len(CONTENT_JSON_PREFIX) :])
+    if msg.get("tool_calls"):
+        try:
+            msg["tool_calls"] = json.loads(msg["tool_calls"])
+        except (ValueError, TypeError):
+            msg["tool_calls"] = []  # what get_messages falls back to
+    return msg
+
+
 def hermes_export(payload: dict) -> dict:
+    """The archived session as ``SessionDB.export_session`` returned it before the prune."""
     session = {k: _plain(v) for k, v in payload["session"].items()}
-    messages = []
-    for m in payload["messages"]:
-        if not m.get("active", 1):
-            continue
-        msg = {k: _plain(v) for k, v in m.items()}
-        content = msg.get("content")
-        if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
-            with contextlib.suppress(ValueError):
-                msg["content"] = json.loads(content[len(CONTENT_JSON_PREFIX) :])
-        if msg.get("tool_calls"):
-            try:
-                msg["tool_calls"] = json.loads(msg["tool_calls"])
-            except (ValueError, TypeError):
-                msg["tool_calls"] = []
-        messages.append(msg)
+    # get_messages filters ``active = 1``; a schema without the column has no inactive rows.
+    messages = [hermes_message(m) for m in payload["messages"] if m.get("active", 1) == 1]
     return {**session, "messages": messages}
 
 
-def export_lines(store: Archive, filters: Filters = ALL) -> Iterator[str]:
-    for entry in list(store.entries(*filters.where())):
-        yield json.dumps(hermes_export(store.get(entry.session_id)), ensure_ascii=False)
+def parents_first(entries: list[Entry]) -> list[Entry]:
+    """Oldest first, every parent before its children (cycles broken, nothing dropped)."""
+    by_id = {e.session_id: e for e in entries}
+    out: list[Entry] = []
+    seen: set[str] = set()
+    for e in sorted(entries, key=lambda e: (e.started_at or 0.0, e.session_id)):
+        chain = []
+        cur: Entry | None = e
+        while cur is not None and cur.session_id not in seen:
+            seen.add(cur.session_id)
+            chain.append(cur)
+            cur = by_id.get(cur.parent_session_id or "")
+        out.extend(reversed(chain))
+    return out
 
 
-def write_export(store: Archive, out: Path, filters: Filters = ALL) -> int:
-    """Write the JSONL file (0600); returns the number of sessions."""
-    private_file(out)
-    n = 0
-    with open(out, "w", encoding="utf-8") as fh:
-        for line in export_lines(store, filters):
-            fh.write(line + "\n")
-            n += 1
-    return n
+@dataclass
+class ExportResult:
+    sessions: int = 0
+    messages: int = 0
+    damaged: list[str] = field(default_factory=list)  # not exported
+    too_big: dict[str, str] = field(default_factory=dict)  # exported; Hermes's import would refuse them
 
 
-def import_batches(lines: Iterable[str]) -> Iterator[list[dict]]:
-    """Group exported sessions into lists that each fit one ``import_sessions`` call."""
-    batch, msgs, size = [], 0, 0
-    for line in lines:
-        s = json.loads(line)
-        n, b = len(s.get("messages", [])), len(line.encode("utf-8"))
-        if batch and (len(batch) >= MAX_SESSIONS or msgs + n > MAX_MESSAGES or size + b > MAX_BYTES):
-            yield batch
-            batch, msgs, size = [], 0, 0
-        batch.append(s)
-        msgs, size = msgs + n, size + b
-    if batch:
-        yield batch
+def export_sessions(
+    store: Archive, filters: Filters = ALL, result: ExportResult | None = None
+) -> Iterator[dict]:
+    """Each matching archived session in export_session shape, parents first; damaged rows counted."""
+    result = result if result is not None else ExportResult()
+    for entry in parents_first(list_entries(store, filters)):
+        try:
+            session = hermes_export(store.get(entry.session_id))
+        except ArchiveDamaged:
+            result.damaged.append(entry.session_id)
+            continue
+        reason = too_big(session)
+        if reason:
+            result.too_big[entry.session_id] = reason
+        result.sessions += 1
+        result.messages += len(session["messages"])
+        yield session
+
+
+def write_export(
+    store: Archive, out: Path | None, filters: Filters = ALL, split: bool = False
+) -> tuple[ExportResult, list[Path]]:
+    """Write the JSONL to ``out`` (0600, complete or not at all), or to stdout when ``out`` is None.
+
+    ``split`` writes ``<stem>-001<suffix>``, ... instead, each small enough for ONE
+    ``import_sessions`` call: the dashboard's Sessions page imports a file in one call.
+    """
+    result = ExportResult()
+    sessions = export_sessions(store, filters, result)
+    if out is None:
+        _write(sys.stdout, sessions)
+        return result, []
+    if not split:
+        _write_file(out, sessions)
+        return result, [out]
+    paths = []
+    for i, batch in enumerate(import_batches(sessions), 1):
+        paths.append(out.with_name(f"{out.stem}-{i:03d}{out.suffix}"))
+        _write_file(paths[-1], iter(batch))
+    return result, paths
+
+
+def _write_file(out: Path, sessions: Iterator[dict]) -> None:
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    private_file(tmp)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            _write(fh, sessions)
+        durable_rename(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write(fh: TextIO, sessions: Iterator[dict]) -> None:
+    for s in sessions:
+        fh.write(json.dumps(s, ensure_ascii=False) + "\n")

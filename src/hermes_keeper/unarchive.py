@@ -2,19 +2,25 @@
 
 Ids, timestamps, every message (inactive ones too, with their original ids), model
 usage and ``state_meta`` rows go back through the same budgeted :class:`Writer` as a
-prune. A conversation comes back whole: asking for one member of a compression chain
-(or a session with delegate children) restores every archived member. The session row
-is inserted hidden (``archived = 1`` where the column exists) and revealed in the last
-step, so a crash never shows a half-restored conversation.
+prune. A conversation comes back whole: the archived parent a session links to, and
+the compression continuations and delegate subagents of every member, come with it;
+if any member's archive row is damaged the whole conversation is refused, never
+restored in part. The session row is inserted hidden (``archived = 1`` where the
+column exists) and revealed in its last step; after a crash, restoring again finishes
+what is there (the archive row still says ``pruned``, the row in state.db holds only
+archived message ids) instead of refusing it as already present.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import archive as arch
-from .db import connect_ro
+from .db import connect_ro, read_txn
 from .discovery import Profile
 from .errors import KeeperError
 from .journal import Journal
@@ -22,85 +28,439 @@ from .schema import SchemaInfo, inspect
 from .writer import Writer
 
 TITLE_SUFFIX = " (restored)"
+REQUESTED, PARENT, CHAIN, DELEGATE = "requested", "parent", "compression chain", "delegate"
+#: Values that carry nothing when a column is dropped for an older schema.
+_EMPTY = (None, 0, "", False)
+
+
+def title_candidates(title: str) -> Iterator[str]:
+    """``title``, ``title (restored)``, ``title (restored 2)``, ...: a visible, unique suffix."""
+    yield title
+    yield title + TITLE_SUFFIX
+    n = 2
+    while True:
+        yield f"{title} (restored {n})"
+        n += 1
+
+
+def fit_row(row: dict, columns: list[str]) -> tuple[dict, list[str]]:
+    """The row's columns this schema has, and the dropped ones that held a value."""
+    kept = {k: v for k, v in row.items() if k in columns}
+    dropped = [k for k, v in row.items() if k not in kept and v not in _EMPTY]
+    return kept, dropped
+
+
+def _config(session: dict) -> dict:
+    raw = arch.decode_value(session.get("model_config"))
+    try:
+        cfg = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def link_kind(parent: dict, child: dict) -> str:
+    """How ``child`` (a session row) belongs to ``parent``: the same conversation, or only a link."""
+    cfg = _config(child)
+    if cfg.get("_branched_from") is not None:
+        return "branch"
+    if cfg.get("_delegate_from") is not None:
+        return DELEGATE
+    return CHAIN if parent.get("end_reason") == "compression" else "child"
 
 
 @dataclass
-class UnarchiveResult:
+class Member:
+    payload: dict
+    why: str
+    existing: frozenset[int] | None = None  # message ids already back: finishing an interrupted restore
+    detach: bool = False  # its parent is gone for good: restored without the link
+
+    @property
+    def session_id(self) -> str:
+        return self.payload["session"]["id"]
+
+    def to_dict(self) -> dict:
+        return {
+            "session_id": self.session_id,
+            "why": self.why,
+            "messages": len(self.payload["messages"]),
+            "resume": self.existing is not None,
+            "detach": self.detach,
+        }
+
+
+@dataclass
+class Group:
+    """One conversation to restore; members parents first."""
+
+    requested: list[str]
+    members: list[Member]
+
+
+@dataclass
+class RestorePlan:
+    groups: list[Group] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Target:
+    """What the plan needs to know about state.db, read in one snapshot."""
+
+    def __init__(self, conn: sqlite3.Connection, schema: SchemaInfo):
+        self.conn = conn
+        self.schema = schema
+        self.required = {
+            t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})") if r[3] and r[4] is None and not r[5]}
+            for t in ("sessions", "messages", "session_model_usage")
+            if schema.has(t)
+        }
+
+    def row(self, sid: str) -> tuple | None:
+        return self.conn.execute("SELECT started_at FROM sessions WHERE id = ?", (sid,)).fetchone()
+
+    def message_ids(self, sid: str) -> set[int]:
+        return {r[0] for r in self.conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))}
+
+    def taken_message_ids(self, ids: list[int]) -> list[int]:
+        out = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            out += [
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT id FROM messages WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                )
+            ]
+        return out
+
+
+def _restorable_messages(payload: dict, schema: SchemaInfo) -> list[dict]:
+    """Messages that go back: all of them, unless this Hermes has no notion of inactive ones."""
+    if schema.has("messages", "active"):
+        return payload["messages"]
+    return [m for m in payload["messages"] if m.get("active", 1) != 0]
+
+
+def _depth(sid: str, parent_of: dict[str, str | None]) -> int:
+    d, seen = 0, {sid}
+    while (p := parent_of.get(sid)) in parent_of and p not in seen:
+        seen.add(p)
+        sid, d = p, d + 1
+    return d
+
+
+class _Planner:
+    def __init__(self, store: arch.Archive, target: _Target):
+        self.store = store
+        self.target = target
+        self.entries = {e.session_id: e for e in store.entries()}
+        self.children: dict[str, list[str]] = {}
+        for e in self.entries.values():
+            if e.parent_session_id:
+                self.children.setdefault(e.parent_session_id, []).append(e.session_id)
+        self.payloads: dict[str, dict | None] = {}  # None: damaged
+        self.planned: set[str] = set()  # members of groups planned so far
+
+    def payload(self, sid: str) -> dict | None:
+        if sid not in self.payloads:
+            try:
+                self.payloads[sid] = self.store.get(sid)
+            except arch.ArchiveDamaged:
+                self.payloads[sid] = None
+        return self.payloads[sid]
+
+    def conversation(self, sid: str) -> tuple[dict[str, str], list[str]]:
+        """Archived members of ``sid``'s conversation that must go back, and the damaged ones."""
+        members, damaged = {}, []
+        todo = [(sid, REQUESTED)]
+        while todo:
+            cur, why = todo.pop()
+            if cur in members:
+                continue
+            members[cur] = why
+            p = self.payload(cur)
+            if p is None:
+                damaged.append(cur)
+                continue
+            parent = p["session"].get("parent_session_id")
+            if parent in self.entries and parent not in members and self.needed(parent):
+                pp = self.payloads[parent]
+                todo.append((parent, link_kind(pp["session"], p["session"]) if pp else PARENT))
+            for child in self.children.get(cur, []):
+                if child in members or not self.needed(child):
+                    continue
+                cp = self.payloads[child]
+                kind = link_kind(p["session"], cp["session"]) if cp else CHAIN  # unsure: treat as one unit
+                if kind in (CHAIN, DELEGATE):
+                    todo.append((child, kind))
+        return members, damaged
+
+    def needed(self, sid: str) -> bool:
+        """Not in state.db (nor planned by an earlier group), or there only in part from a crash."""
+        self.payload(sid)
+        if sid in self.planned:
+            return False
+        return self.target.row(sid) is None or self._resume_ids(sid) is not None
+
+    def _resume_ids(self, sid: str) -> frozenset[int] | None:
+        """Message ids in state.db when ``sid`` is there because a restore of it was interrupted."""
+        row, p, e = self.target.row(sid), self.payloads.get(sid), self.entries.get(sid)
+        if row is None or p is None or e is None or e.state != arch.PRUNED:
+            return None
+        have = self.target.message_ids(sid)
+        if row[0] != p["session"].get("started_at") or not have <= {m["id"] for m in p["messages"]}:
+            return None
+        return frozenset(have)
+
+    def group(self, requested: str, schema: SchemaInfo, plan: RestorePlan) -> Group | None:
+        members, damaged = self.conversation(requested)
+        if damaged:
+            plan.refused[requested] = (
+                f"archive row damaged: {', '.join(sorted(damaged))} (the conversation is restored whole or "
+                "not at all; see `hermes-keeper archive verify`)"
+            )
+            return None
+        out: list[Member] = []
+        for sid, why in members.items():
+            p = self.payloads[sid]
+            if p.get("format", arch.FORMAT) > arch.FORMAT:
+                plan.refused[requested] = f"{sid}: archived by a newer hermes-keeper (format {p['format']})"
+                return None
+            existing = None
+            if self.target.row(sid) is not None:
+                existing = self._resume_ids(sid)
+                if existing is None:
+                    plan.refused[requested] = f"{sid} is already in state.db"
+                    return None
+            problem = self._fit_problem(p, schema, existing)
+            if problem:
+                plan.refused[requested] = problem
+                return None
+            parent = p["session"].get("parent_session_id")
+            detach = (
+                bool(parent)
+                and parent not in members
+                and parent not in self.planned
+                and self.target.row(parent) is None
+            )
+            out.append(Member(p, why, existing, detach))
+        self.planned.update(members)
+        parent_of = {m.session_id: m.payload["session"].get("parent_session_id") for m in out}
+        out.sort(key=lambda m: (_depth(m.session_id, parent_of), m.payload["session"].get("started_at") or 0))
+        return Group([requested], out)
+
+    def _fit_problem(self, p: dict, schema: SchemaInfo, existing: frozenset[int] | None) -> str | None:
+        sid = p["session"]["id"]
+        for table, rows in (
+            ("sessions", [p["session"]]),
+            ("messages", p["messages"]),
+            ("session_model_usage", p["model_usage"]),
+        ):
+            lacking = {c for r in rows for c in self.target.required.get(table, ()) if c not in r}
+            if rows and lacking and schema.has(table):
+                need = ", ".join(f"{table}.{c}" for c in sorted(lacking))
+                return f"{sid}: this Hermes needs {need}, which the archived row lacks"
+        ids = [
+            m["id"] for m in _restorable_messages(p, schema) if existing is None or m["id"] not in existing
+        ]
+        taken = self.target.taken_message_ids(ids)
+        if taken:
+            return (
+                f"{sid}: {len(taken)} of its message ids are used by other sessions in state.db "
+                f"(e.g. {taken[0]}; was state.db rebuilt?)"
+            )
+        return None
+
+
+def _warnings(plan: RestorePlan, schema: SchemaInfo) -> None:
+    dropped: dict[str, set[str]] = {}
+    inactive = 0
+    for g in plan.groups:
+        for m in g.members:
+            p = m.payload
+            for table, rows in (
+                ("sessions", [p["session"]]),
+                ("messages", p["messages"]),
+                ("session_model_usage", p["model_usage"]),
+            ):
+                if schema.has(table):
+                    for r in rows:
+                        dropped.setdefault(table, set()).update(fit_row(r, schema.tables[table])[1])
+            dropped.get("messages", set()).discard("active")  # said below, with the count
+            inactive += len(p["messages"]) - len(_restorable_messages(p, schema))
+            if m.detach:
+                parent = p["session"].get("parent_session_id")
+                plan.warnings.append(
+                    f"{m.session_id}: its parent {parent} is in neither state.db nor the archive; "
+                    "restored without that link"
+                )
+    cols = [f"{t}.{c}" for t, cs in sorted(dropped.items()) for c in sorted(cs)]
+    if cols:
+        plan.warnings.append(
+            f"this Hermes (schema {schema.schema_version}) has no column for {', '.join(cols)}: those values "
+            "stay in the archive only"
+        )
+    if inactive:
+        plan.warnings.append(
+            f"{inactive} inactive (rewound/compacted) messages stay in the archive only: this Hermes has no "
+            "messages.active, they would come back as live history"
+        )
+
+
+def plan_restore(store: arch.Archive, db_path: Path, schema: SchemaInfo, ids: list[str]) -> RestorePlan:
+    """Which sessions go back for ``ids`` (whole conversations), which are refused and why."""
+    plan = RestorePlan()
+    conn = connect_ro(db_path)
+    try:
+        with read_txn(conn):
+            planner = _Planner(store, _Target(conn, schema))
+            covered: dict[str, Group] = {}
+            for sid in dict.fromkeys(ids):
+                if sid in covered:
+                    covered[sid].requested.append(sid)
+                elif sid not in planner.entries:
+                    plan.refused[sid] = "not in the archive"
+                elif (g := planner.group(sid, schema, plan)) is not None:
+                    plan.groups.append(g)
+                    covered.update((m.session_id, g) for m in g.members)
+    finally:
+        conn.close()
+    _warnings(plan, schema)
+    return plan
+
+
+@dataclass
+class RestoreResult:
     restored: list[str] = field(default_factory=list)
-    damaged: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
     retitled: dict[str, str] = field(default_factory=dict)
-    dropped_columns: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    members: list[dict] = field(default_factory=list)  # every session of the plan and why it came
     messages: int = 0
+    transactions: int = 0
+    max_txn_ms: float = 0.0
+    dry_run: bool = False
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
 
 
-def conversation_ids(store: arch.Archive, ids: list[str]) -> list[str]:
-    """``ids`` plus archived members of their conversations (parents first)."""
-    entries = {e.session_id: e for e in store.entries()}
-    children: dict[str, list[str]] = {}
-    for e in entries.values():
-        if e.parent_session_id:
-            children.setdefault(e.parent_session_id, []).append(e.session_id)
-    linked: dict[str, bool] = {}
-
-    def is_unit_link(child: str) -> bool:
-        """Compression continuation or delegate child: same conversation as its parent."""
-        if child not in linked:
-            try:
-                p = store.get(child)
-                parent = store.get(entries[child].parent_session_id)
-            except (KeyError, arch.ArchiveDamaged):
-                linked[child] = False
-            else:
-                cfg = p["session"].get("model_config") or ""
-                linked[child] = parent["session"].get(
-                    "end_reason"
-                ) == "compression" or "_delegate_from" in str(cfg)
-        return linked[child]
-
-    out, todo = [], list(ids)
-    while todo:
-        sid = todo.pop()
-        if sid in out:
-            continue
-        out.append(sid)
-        e = entries.get(sid)
-        if e and e.parent_session_id in entries and is_unit_link(sid):
-            todo.append(e.parent_session_id)
-        todo.extend(c for c in children.get(sid, []) if is_unit_link(c))
-
-    def depth(sid: str) -> int:
-        d = 0
-        while sid in entries and entries[sid].parent_session_id in out and d < len(out):
-            sid, d = entries[sid].parent_session_id, d + 1
-        return d
-
-    return sorted(out, key=lambda s: (depth(s), s))
-
-
-def _free_title(conn: sqlite3.Connection, title: str, taken: set[str]) -> str:
-    candidate, n = title, 1
-    while (
-        candidate in taken or conn.execute("SELECT 1 FROM sessions WHERE title = ?", (candidate,)).fetchone()
-    ):
-        candidate = f"{title}{TITLE_SUFFIX}" if n == 1 else f"{title} (restored {n})"
-        n += 1
-    return candidate
-
-
-def _insert(c: sqlite3.Connection, table: str, row: dict) -> None:
+def _insert(c: sqlite3.Connection, table: str, row: dict, verb: str = "INSERT") -> None:
     cols = list(row)
     values = [arch.decode_value(row[k]) for k in cols]
-    ph = ",".join(arch.sql_placeholder(v) for v in values)
-    c.execute(f"INSERT INTO {table} ({','.join(cols)}) VALUES ({ph})", values)
+    marks = ",".join(arch.sql_placeholder(v) for v in values)
+    c.execute(f"{verb} INTO {table} ({','.join(cols)}) VALUES ({marks})", values)
 
 
-def _fit(row: dict, schema: SchemaInfo, table: str, dropped: set[str]) -> dict:
-    keep = {k: v for k, v in row.items() if schema.has(table, k)}
-    dropped |= {f"{table}.{k}" for k in row if k not in keep}
-    return keep
+def _free_title(c: sqlite3.Connection, title: str, sid: str) -> str:
+    for candidate in title_candidates(title):
+        if not c.execute("SELECT 1 FROM sessions WHERE title = ? AND id != ?", (candidate, sid)).fetchone():
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def _restore_member(w: Writer, schema: SchemaInfo, m: Member, result: RestoreResult) -> int:
+    p, sid = m.payload, m.session_id
+    session, _ = fit_row(p["session"], schema.tables["sessions"])
+    hidden = schema.has("sessions", "archived")
+    if m.existing is None:
+        if m.detach:
+            session["parent_session_id"] = None
+        if hidden:
+            session["archived"] = 1
+
+        def first(c: sqlite3.Connection) -> None:
+            if isinstance(session.get("title"), str):
+                title = _free_title(c, session["title"], sid)
+                if title != session["title"]:
+                    result.retitled[sid] = title
+                    session["title"] = title
+            _insert(c, "sessions", session)
+
+        w.step(first)
+    todo = [
+        fit_row(msg, schema.tables["messages"])[0]
+        for msg in _restorable_messages(p, schema)
+        if m.existing is None or msg["id"] not in m.existing
+    ]
+    batch = w.batch(start=200)
+    done = 0
+    while done < len(todo):
+        chunk = todo[done : done + batch.size]
+
+        def insert_messages(c: sqlite3.Connection, chunk=chunk) -> None:
+            for msg in chunk:
+                _insert(c, "messages", msg)
+
+        w.step(insert_messages, batch, units=len(chunk))
+        done += len(chunk)
+
+    def finish(c: sqlite3.Connection) -> None:
+        # OR IGNORE: a row Hermes wrote meanwhile (or an interrupted restore wrote) wins.
+        if schema.has("session_model_usage"):
+            for u in p.get("model_usage", []):
+                _insert(
+                    c,
+                    "session_model_usage",
+                    fit_row(u, schema.tables["session_model_usage"])[0],
+                    "INSERT OR IGNORE",
+                )
+        if schema.has("state_meta"):
+            for kv in p.get("state_meta", []):
+                _insert(c, "state_meta", fit_row(kv, schema.tables["state_meta"])[0], "INSERT OR IGNORE")
+        if hidden:
+            c.execute(
+                "UPDATE sessions SET archived = ? WHERE id = ?", (int(p["session"].get("archived") or 0), sid)
+            )
+
+    w.step(finish)
+    return len(todo)
+
+
+def apply_restore(
+    w: Writer, schema: SchemaInfo, store: arch.Archive, plan: RestorePlan, journal: Journal | None = None
+) -> RestoreResult:
+    """Restore every planned conversation, one member after the other, parents first."""
+    result = RestoreResult(refused=dict(plan.refused), warnings=list(plan.warnings))
+    result.members = [m.to_dict() for g in plan.groups for m in g.members]
+    for g in plan.groups:
+        ids = [m.session_id for m in g.members]
+        try:
+            n = sum(_restore_member(w, schema, m, result) for m in g.members)
+        except sqlite3.DatabaseError as exc:
+            # A row Hermes wrote meanwhile, a full disk: what went in stays hidden; a rerun finishes it.
+            for r in g.requested:
+                result.refused[r] = f"stopped by state.db ({exc}); run the restore again to finish it"
+            if journal:
+                journal.write("restore-failed", sessions=ids, error=str(exc))
+            continue
+        store.set_state(ids, arch.RESTORED)
+        result.restored += ids
+        result.messages += n
+        if journal:
+            journal.write(
+                "restored",
+                sessions=ids,
+                requested=g.requested,
+                messages=n,
+                retitled=sorted(set(ids) & set(result.retitled)),
+            )
+    result.transactions = w.stats.transactions
+    result.max_txn_ms = round(w.stats.max_txn_ms, 2)
+    return result
+
+
+def open_archive(profile: Profile) -> arch.Archive:
+    """The profile's existing archive, or a one-line refusal."""
+    path = profile.keeper_dir / arch.ARCHIVE_NAME
+    if not path.exists():
+        raise KeeperError(f"no archive for profile {profile.name} ({path})")
+    try:
+        return arch.Archive(path, create=False)
+    except sqlite3.DatabaseError as exc:
+        raise KeeperError(f"{path}: cannot open the archive ({exc})") from None
 
 
 def restore_sessions(
@@ -110,100 +470,19 @@ def restore_sessions(
     journal: Journal | None = None,
     budget_ms: float = 50.0,
     pause_ms: float = 20.0,
-) -> UnarchiveResult:
+    dry_run: bool = False,
+) -> RestoreResult:
+    """Plan, then (unless ``dry_run``) restore ``ids`` and their conversations into the profile's state.db."""
     schema = inspect(profile.db_path)
     schema.require_actionable()
-    path = profile.keeper_dir / arch.ARCHIVE_NAME
-    if not path.exists():
-        raise KeeperError(f"no archive for profile {profile.name} ({path})")
-    result = UnarchiveResult()
-    dropped: set[str] = set()
-    with arch.Archive(path) as store:
-        unknown = [i for i in ids if store.entry(i) is None]
-        if unknown:
-            raise KeeperError(f"not in the archive: {', '.join(unknown)}")
-        wanted = conversation_ids(store, ids)
-        conn = connect_ro(profile.db_path)
-        try:
-            present = [
-                i for i in wanted if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (i,)).fetchone()
-            ]
-        finally:
-            conn.close()
-        if present:
-            raise KeeperError(f"already in state.db, not restored: {', '.join(present)}")
-        payloads = []
-        for sid in wanted:
-            try:
-                payloads.append(store.get(sid))
-            except arch.ArchiveDamaged:
-                result.damaged.append(sid)
-        restoring = {p["session"]["id"] for p in payloads}
+    with open_archive(profile) as store:
+        plan = plan_restore(store, profile.db_path, schema, ids)
+        if journal and plan.refused and not dry_run:
+            journal.write("restore-refused", refused=plan.refused)
+        if dry_run or not plan.groups:  # nothing to write: state.db is not even opened for writing
+            members = [m.to_dict() for g in plan.groups for m in g.members]
+            return RestoreResult(
+                refused=plan.refused, warnings=plan.warnings, members=members, dry_run=dry_run
+            )
         with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms) as w:
-            taken: set[str] = set()
-            for p in payloads:
-                _restore_one(w, schema, p, restoring, taken, dropped, result)
-                store.set_state([p["session"]["id"]], arch.RESTORED)
-                if journal:
-                    journal.write("unarchived", session=p["session"]["id"], messages=len(p["messages"]))
-    result.dropped_columns = sorted(dropped)
-    return result
-
-
-def _restore_one(
-    w: Writer,
-    schema: SchemaInfo,
-    p: dict,
-    restoring: set[str],
-    taken: set[str],
-    dropped: set[str],
-    result: UnarchiveResult,
-) -> None:
-    session = _fit(dict(p["session"]), schema, "sessions", dropped)
-    sid = session["id"]
-    final_archived = session.get("archived", 0)
-    parent = session.get("parent_session_id")
-    if (
-        parent
-        and parent not in restoring
-        and not w.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent,)).fetchone()
-    ):
-        session["parent_session_id"] = None  # its parent is gone for good; Hermes orphans the same way
-    if session.get("title"):
-        title = _free_title(w.conn, session["title"], taken)
-        if title != session["title"]:
-            result.retitled[sid] = title
-        session["title"] = title
-        taken.add(title)
-    if schema.has("sessions", "archived"):
-        session["archived"] = 1
-
-    w.step(lambda c: _insert(c, "sessions", session))
-    messages = [_fit(m, schema, "messages", dropped) for m in p["messages"]]
-    batch = w.batch(start=200)
-    done = 0
-    while done < len(messages):
-        chunk = messages[done : done + batch.size]
-
-        def ins(c, chunk=chunk):
-            for m in chunk:
-                _insert(c, "messages", m)
-
-        w.step(ins, batch, units=len(chunk))
-        done += len(chunk)
-
-    def finish(c):
-        if schema.has("session_model_usage"):
-            for u in p.get("model_usage", []):
-                _insert(c, "session_model_usage", _fit(u, schema, "session_model_usage", dropped))
-        if schema.has("state_meta"):
-            for kv in p.get("state_meta", []):
-                c.execute(
-                    "INSERT OR REPLACE INTO state_meta (key, value) VALUES (?, ?)", (kv["key"], kv["value"])
-                )
-        if schema.has("sessions", "archived"):
-            c.execute("UPDATE sessions SET archived = ? WHERE id = ?", (final_archived, sid))
-
-    w.step(finish)
-    result.restored.append(sid)
-    result.messages += len(messages)
+            return apply_restore(w, schema, store, plan, journal)

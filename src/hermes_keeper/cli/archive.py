@@ -1,63 +1,85 @@
-"""``archive list|show|search|restore|export|verify``."""
+"""``archive list|show|search|restore|export|verify``: the pruned sessions, readable and restorable."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from .. import hermes_import
 from ..archive import ARCHIVE_NAME, Archive, ArchiveDamaged
-from ..archive_query import Filters, list_entries, render_conversation, search
+from ..archive_query import (
+    Filters,
+    list_entries,
+    parse_when,
+    render_conversation,
+    resolve_id,
+    search,
+    verify,
+    when,
+)
+from ..discovery import Profile
 from ..errors import KeeperError
 from ..export import write_export
 from ..journal import Journal
 from ..lock import keeper_lock
 from ..render import human_bytes
-from ..unarchive import restore_sessions
+from ..unarchive import open_archive, restore_sessions
 from .options import profile_options
 
 
-def _date(value: str | None) -> float | None:
+def _when_option(value: str | None, end_of_day: bool) -> float | None:
     if value is None:
         return None
     try:
-        d = datetime.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"not a date: {value!r} (use YYYY-MM-DD)") from None
-    return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
+        return parse_when(value, end_of_day=end_of_day)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def filter_options(fn):
-    for opt in reversed(
-        [
-            click.option("--source", default=None, help="Only this source (cron, cli, telegram, ...)."),
-            click.option("--since", default=None, help="Last activity on or after this date (YYYY-MM-DD)."),
-            click.option("--until", default=None, help="Started before this date (YYYY-MM-DD)."),
-            click.option("--title", default=None, help="Title contains this text."),
-        ]
-    ):
-        fn = opt(fn)
-    return fn
+    """``--source`` (repeatable), ``--since``, ``--until``, ``--title``; passes ``filters: Filters``."""
+    options = [
+        click.option(
+            "--source", "sources", multiple=True, help="Only this source (repeatable): cron, cli, ..."
+        ),
+        click.option(
+            "--since", default=None, help="Last activity on/after: YYYY-MM-DD, ISO time, or 30d/12h/2w."
+        ),
+        click.option("--until", default=None, help="Started before (a date includes that whole day)."),
+        click.option("--title", default=None, help="Title contains this text (case-insensitive)."),
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(*args, sources, since, until, title, **kwargs):
+        filters = Filters(tuple(sources), _when_option(since, False), _when_option(until, True), title)
+        return fn(*args, filters=filters, **kwargs)
+
+    for opt in reversed(options):
+        wrapper = opt(wrapper)
+    return wrapper
 
 
-def _filters(source, since, until, title) -> Filters:
-    return Filters(source, _date(since), _date(until), title)
-
-
-def _open(profiles) -> tuple:
+def _one(profiles: list[Profile]) -> Profile:
     if len(profiles) != 1:
-        raise KeeperError("archive commands work on one profile at a time (--profile NAME)")
-    p = profiles[0]
-    path = p.keeper_dir / ARCHIVE_NAME
-    if not path.exists():
-        raise KeeperError(f"no archive yet for profile {p.name} ({path})")
-    return p, Archive(path, create=False)
+        raise KeeperError("this archive command works on one profile at a time (--profile NAME)")
+    return profiles[0]
+
+
+def _stores(profiles: list[Profile]) -> Iterator[tuple[Profile, Archive]]:
+    """Each selected profile's archive; with one profile, a missing archive is an error."""
+    for p in profiles:
+        if len(profiles) > 1 and not (p.keeper_dir / ARCHIVE_NAME).exists():
+            continue
+        with open_archive(p) as store:
+            yield p, store
 
 
 @click.group()
@@ -69,28 +91,22 @@ def archive():
 @profile_options
 @filter_options
 @click.option("--json", "as_json", is_flag=True)
-def list_cmd(profiles, source, since, until, title, as_json):
-    """Archived sessions with source, dates, title, messages and size."""
-    _, store = _open(profiles)
-    with store:
-        entries = list_entries(store, _filters(source, since, until, title))
+def list_cmd(profiles, filters, as_json):
+    """Archived sessions with source, dates, title, message count and size."""
+    rows = [(p, e) for p, store in _stores(profiles) for e in list_entries(store, filters)]
     if as_json:
-        click.echo(json.dumps({"sessions": [asdict(e) for e in entries]}, indent=2))
+        out = [{"profile": p.name, **asdict(e)} for p, e in rows]
+        click.echo(json.dumps({"sessions": out}, indent=2, ensure_ascii=False))
         return
-    t = Table(title=f"{len(entries)} archived sessions")
-    for col in ("id", "source", "last activity", "title", "messages", "size", "state"):
-        t.add_column(col, overflow="fold")
-    for e in entries:
-        when = datetime.fromtimestamp(e.last_activity or 0).strftime("%Y-%m-%d")
-        t.add_row(
-            e.session_id,
-            e.source,
-            when,
-            e.title or "",
-            str(e.message_count),
-            human_bytes(e.stored_bytes),
-            e.state,
-        )
+    t = Table(title=f"{len(rows)} archived sessions", title_justify="left")
+    if len(profiles) > 1:
+        t.add_column("profile")
+    for col in ("id", "source", "started", "last activity", "title", "msgs", "size", "state"):
+        t.add_column(col, overflow="fold", justify="right" if col in ("msgs", "size") else "left")
+    for p, e in rows:
+        cells = [e.session_id, e.source, when(e.started_at), when(e.last_activity), e.title or ""]
+        cells += [str(e.message_count), human_bytes(e.raw_bytes), e.state]
+        t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
     Console().print(t)
 
 
@@ -98,99 +114,143 @@ def list_cmd(profiles, source, since, until, title, as_json):
 @profile_options
 @click.argument("session_id")
 @click.option("--json", "as_json", is_flag=True, help="The raw archived payload.")
-def show(profiles, session_id, as_json):
-    """One archived conversation, for reading."""
-    _, store = _open(profiles)
-    with store:
+@click.option("--full", is_flag=True, help="Unfold tool calls, tool results and long messages.")
+@click.option("--all", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
+def show(profiles, session_id, as_json, full, show_all):
+    """One archived conversation, for reading (ID or a unique prefix of it)."""
+    with open_archive(_one(profiles)) as store:
+        sid = resolve_id(store, session_id)
         try:
-            payload = store.get(session_id)
-        except KeyError:
-            raise KeeperError(f"{session_id} is not in the archive") from None
+            payload = store.get(sid)
         except ArchiveDamaged as exc:
             raise KeeperError(f"archive row damaged: {exc}") from None
     if as_json:
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
-    else:
-        for line in render_conversation(payload):
-            click.echo(line)
+        return
+    for line in render_conversation(payload, full=full, inactive=show_all):
+        click.echo(line)
 
 
 @archive.command("search")
 @profile_options
 @click.argument("text")
 @filter_options
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", default=50, show_default=True, help="Sessions to show (newest first).")
 @click.option("--json", "as_json", is_flag=True)
-def search_cmd(profiles, text, source, since, until, title, limit, as_json):
+def search_cmd(profiles, text, filters, limit, as_json):
     """Archived sessions whose messages contain TEXT (case-insensitive), with a snippet."""
-    _, store = _open(profiles)
-    with store:
-        hits = list(search(store, text, _filters(source, since, until, title), limit=limit))
+    results = [(p, search(store, text, filters, limit=limit)) for p, store in _stores(profiles)]
     if as_json:
-        click.echo(json.dumps({"hits": [h.to_dict() for h in hits]}, indent=2, ensure_ascii=False))
+        out = {p.name: r.to_dict() for p, r in results}
+        click.echo(
+            json.dumps(out if len(profiles) > 1 else out[profiles[0].name], indent=2, ensure_ascii=False)
+        )
         return
-    for h in hits:
-        click.echo(f"{h.entry.session_id} [{h.entry.source}] {h.role}: {h.snippet}")
-    click.echo(f"{len(hits)} sessions")
+    for p, r in results:
+        prefix = f"{p.name}: " if len(profiles) > 1 else ""
+        for h in r.hits:
+            more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
+            inactive = " inactive" if h.inactive else ""
+            head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
+            click.echo(f"{head} {h.role}{inactive}{more}")
+            click.echo(f"    {h.snippet}")
+        shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
+        click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
+        if r.damaged:
+            click.echo(f"{prefix}{len(r.damaged)} damaged rows not searched (see `archive verify`)", err=True)
 
 
 @archive.command("restore")
 @profile_options
 @click.argument("session_ids", nargs=-1, required=True)
+@click.option("--dry-run", is_flag=True, help="Show what would come back; change nothing.")
 @click.option("--json", "as_json", is_flag=True)
-def restore_cmd(profiles, session_ids, as_json):
-    """Put archived sessions back into state.db exactly as they were (whole conversations)."""
-    p, store = _open(profiles)
-    store.close()
+def restore_cmd(profiles, session_ids, dry_run, as_json):
+    """Put archived sessions back into state.db exactly as they were (whole conversations).
+
+    Exit 1 when a session was refused (damaged, already in state.db, not archived).
+    """
+    p = _one(profiles)
     with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-        res = restore_sessions(p, list(session_ids), journal=journal)
+        res = restore_sessions(p, list(session_ids), journal=journal, dry_run=dry_run)
     if as_json:
-        click.echo(json.dumps(res.to_dict(), indent=2))
+        click.echo(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
     else:
-        click.echo(
-            f"restored {len(res.restored)} sessions ({res.messages} messages): {', '.join(res.restored)}"
-        )
+        verb = "would restore" if dry_run else "restored"
+        ids = [m["session_id"] for m in res.members] if dry_run else res.restored
+        click.echo(f"{verb} {len(ids)} sessions" + ("" if dry_run else f" ({res.messages} messages)"))
+        asked = set(session_ids)
+        for m in res.members:
+            if m["session_id"] in ids:
+                why = "" if m["session_id"] in asked else f" ({m['why']})"
+                resume = ", finishing an interrupted restore" if m["resume"] else ""
+                n = m["messages"]
+                click.echo(f"  {m['session_id']}{why}: {n} message{'' if n == 1 else 's'}{resume}")
         for sid, title in res.retitled.items():
-            click.echo(f"  {sid}: title was taken, now {title!r}")
-        if res.dropped_columns:
-            click.echo(f"  columns this Hermes does not have were dropped: {', '.join(res.dropped_columns)}")
-    for sid in res.damaged:
-        click.echo(
-            f"hermes-keeper: {sid}: archive row damaged, not restored (see `archive verify`)", err=True
-        )
-    if res.damaged:
+            click.echo(f"  {sid}: title already taken, restored as {title!r}")
+    for w in res.warnings:
+        click.echo(f"hermes-keeper: warning: {w}", err=True)
+    for sid, why in res.refused.items():
+        click.echo(f"hermes-keeper: {sid}: not restored: {why}", err=True)
+    if res.refused:
         sys.exit(1)
 
 
 @archive.command("export")
 @profile_options
+@click.argument("session_ids", nargs=-1)
 @filter_options
 @click.option(
     "--format", "fmt", type=click.Choice(["hermes-jsonl"]), default="hermes-jsonl", show_default=True
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True)
-def export_cmd(profiles, source, since, until, title, fmt, output):
-    """One session per line, as Hermes's export_session writes it (importable by import_sessions)."""
-    _, store = _open(profiles)
-    with store:
-        n = write_export(store, Path(output), _filters(source, since, until, title))
-    click.echo(f"exported {n} sessions to {output}")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), default=None, help="File (0600); default stdout."
+)
+@click.option(
+    "--split", is_flag=True, help="With -o: FILE-001.jsonl, ... each fitting one Hermes import call."
+)
+def export_cmd(profiles, session_ids, filters, fmt, output, split):
+    """One session per line, as Hermes's export_session returns it (importable by import_sessions).
+
+    Import with Hermes's own code: HERMES_HOME=... <hermes python> hermes_import.py FILE
+    (the path is printed after the export), or a --split file on the dashboard's Sessions page.
+    """
+    if split and not output:
+        raise click.UsageError("--split needs -o FILE")
+    if session_ids:
+        filters = Filters(filters.sources, filters.since, filters.until, filters.title, tuple(session_ids))
+    with open_archive(_one(profiles)) as store:
+        res, paths = write_export(store, Path(output) if output else None, filters, split=split)
+    where = ", ".join(map(str, paths)) if paths else "stdout"
+    click.echo(f"exported {res.sessions} sessions ({res.messages} messages) to {where}", err=True)
+    click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
+    for sid, why in res.too_big.items():
+        click.echo(
+            f"hermes-keeper: warning: {sid}: {why}; Hermes's import refuses it (use `archive restore`)",
+            err=True,
+        )
+    for sid in res.damaged:
+        click.echo(
+            f"hermes-keeper: {sid}: archive row damaged, not exported (see `archive verify`)", err=True
+        )
+    if res.damaged:
+        sys.exit(1)
 
 
-@archive.command()
+@archive.command("verify")
 @profile_options
 @click.option("--json", "as_json", is_flag=True)
-def verify(profiles, as_json):
-    """Recompute every payload's sha256; exit 1 if any row is damaged."""
-    _, store = _open(profiles)
-    with store:
-        damaged = [e.session_id for e, raw in store.payloads() if raw is None]
-        total = sum(1 for _ in store.entries())
+def verify_cmd(profiles, as_json):
+    """Decompress every payload and recompute its sha256; exit 1 if anything is damaged."""
+    results = [(p, verify(store)) for p, store in _stores(profiles)]
     if as_json:
-        click.echo(json.dumps({"checked": total, "damaged": damaged}, indent=2))
+        out = {p.name: r.to_dict() for p, r in results}
+        click.echo(json.dumps(out if len(profiles) > 1 else out[profiles[0].name], indent=2))
     else:
-        click.echo(f"checked {total} archived sessions: {len(damaged)} damaged")
-        for sid in damaged:
-            click.echo(f"  damaged: {sid}")
-    if damaged:
+        for p, r in results:
+            db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
+            click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
+            for why in r.damaged.values():
+                click.echo(f"  damaged: {why}")
+    if not all(r.ok for _, r in results):
         sys.exit(1)
