@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from hermes_keeper import demo
 from tests.hermes_env import Hermes
 
 HERMES_VERSION = os.environ.get("HERMES_VERSION", "0.19.0")
@@ -31,3 +35,64 @@ def tree_digest(root: Path) -> dict[str, str]:
         if p.is_file() and not p.is_symlink():
             out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+@pytest.fixture
+def hold_open(hermes):
+    """``hold_open(db_path)`` starts a process that keeps ``db_path`` open, as a running Hermes does.
+
+    By default it opens it through Hermes's own ``SessionDB`` (which also switches it to WAL);
+    ``via_hermes=False`` opens it with plain sqlite3 and leaves its journal mode alone. Killed
+    at teardown.
+    """
+    procs = []
+
+    def start(db_path: Path, via_hermes: bool = True) -> subprocess.Popen:
+        opener = (
+            "import hermes_state; hermes_state.SessionDB(Path(sys.argv[1])).session_count()"
+            if via_hermes
+            else "import sqlite3; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM sessions')"
+        )
+        proc = subprocess.Popen(
+            [
+                str(hermes.python),
+                "-c",
+                "import sys, time; from pathlib import Path; "
+                f"{opener}; print('ok', flush=True); time.sleep(120)",
+                str(db_path),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "HERMES_HOME": str(Path(db_path).parent)},
+        )
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "ok"
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def hermes_home(hermes, tmp_path_factory):
+    """``hermes_home(dest, **generate_kwargs)``: a copy of a home built by real Hermes.
+
+    The sessions come from ``demo.generate(now, **generate_kwargs)`` through the driver's
+    ``build`` op; each distinct spec is built once per test run and copied (Hermes closed it
+    cleanly, so there is no WAL to carry over).
+    """
+    built: dict[tuple, Path] = {}
+    now = time.time()
+
+    def make(dest: Path, **generate_kwargs) -> Path:
+        key = tuple(sorted(generate_kwargs.items()))
+        if key not in built:
+            src = tmp_path_factory.mktemp("hermes-home") / "home"
+            src.mkdir()
+            hermes.run(src, [{"op": "build", "sessions": demo.generate(now, **generate_kwargs).sessions}])
+            built[key] = src
+        return Path(shutil.copytree(built[key], dest))
+
+    return make

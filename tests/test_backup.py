@@ -1,175 +1,213 @@
-"""Backups, restore and compaction, checked with real Hermes."""
+"""Backups: consistent snapshots while real Hermes writes, private files, clean failure, leftovers."""
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import errno
 import json
 import os
 import sqlite3
 import subprocess
 import time
+from datetime import datetime, timezone
 
 import pytest
+import zstandard
 from click.testing import CliRunner
 
+from bench.homes import live_writer
+from hermes_keeper import backup as backup_mod
 from hermes_keeper import demo
+from hermes_keeper.backup import list_backups, take_backup, verify_backup
 from hermes_keeper.cli import main
+from hermes_keeper.discovery import select_profiles
+from hermes_keeper.errors import KeeperError
 from tests.conftest import tree_digest
 
-CONTENT_HASH = "SELECT id, session_id, role, content, timestamp, active FROM messages ORDER BY id"
-
-
-def _state(hermes, home):
-    rows, sessions = hermes.run(
-        home,
-        [
-            {"op": "query", "sql": CONTENT_HASH},
-            {"op": "call", "method": "session_count", "kwargs": {"include_archived": True}},
-        ],
-    )
-    return sessions, len(rows), hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-
 
 @pytest.fixture
-def home(tmp_path, hermes):
-    h = tmp_path / "home"
-    h.mkdir()
-    spec = demo.generate(time.time(), sessions=40)
-    hermes.run(h, [{"op": "build", "sessions": spec.sessions}])
-    return h
+def home(hermes_home, tmp_path):
+    return hermes_home(tmp_path / "home", sessions=300)
 
 
-@pytest.fixture
-def holder(home, hermes):
-    """A real Hermes process with state.db open (as a running CLI or gateway has)."""
-    proc = subprocess.Popen(
-        [
-            str(hermes.python),
-            "-c",
-            "import sys, time, hermes_state; from pathlib import Path;"
-            " hermes_state.SessionDB(Path(sys.argv[1])).session_count();"
-            " print('ok', flush=True); time.sleep(60)",
-            str(home / "state.db"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "HERMES_HOME": str(home)},
-    )
-    assert proc.stdout.readline().strip() == "ok"
-    yield proc
-    proc.kill()
-    proc.wait()
+def expand(record, dest):
+    """The database inside a backup, as a plain file."""
+    with open(record.path, "rb") as src, open(dest, "wb") as dst:
+        zstandard.ZstdDecompressor().copy_stream(src, dst)
+    return sqlite3.connect(dest)
 
 
-def test_backup_restore_round_trip(home, hermes):
-    runner = CliRunner()
-    before = _state(hermes, home)
-    res = runner.invoke(main, ["backup", "--home", str(home), "--json"])
+def test_backup_while_hermes_writes_is_a_consistent_snapshot(home, tmp_path):
+    profile = select_profiles(home)[0]
+    with live_writer(home, rate=100.0, warmup_s=0.5) as w:
+        records = []
+        for _ in range(4):
+            records.append(take_backup(profile))
+            time.sleep(0.2)
+    assert w.stats["failures"] == 0 and w.stats["writes"] > 100
+    final = sqlite3.connect(home / "state.db")
+    live_counts = []
+    for i, rec in enumerate(records):
+        snap = expand(rec, tmp_path / f"snap{i}.db")
+        assert snap.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        for fts in ("messages_fts", "messages_fts_trigram"):  # index and rows from the same instant
+            snap.execute(f"INSERT INTO {fts}({fts}) VALUES('integrity-check')")
+        torn = snap.execute(
+            "SELECT count(*) FROM sessions s"
+            " WHERE message_count != (SELECT count(*) FROM messages m WHERE m.session_id = s.id)"
+        ).fetchone()[0]
+        assert torn == 0  # Hermes bumps message_count in the same transaction as the insert
+        rows = snap.execute("SELECT id, session_id, role, content FROM messages ORDER BY id").fetchall()
+        # A prefix of the final history: every committed message up to the snapshot, nothing half-written.
+        assert (
+            rows
+            == final.execute(
+                "SELECT id, session_id, role, content FROM messages WHERE id <= ? ORDER BY id", (rows[-1][0],)
+            ).fetchall()
+        )
+        live_counts.append(
+            snap.execute("SELECT count(*) FROM messages WHERE session_id LIKE 'standin_%'").fetchone()[0]
+        )
+        snap.close()
+        assert rec.schema_version == 22 and rec.raw_bytes == (tmp_path / f"snap{i}.db").stat().st_size
+    assert live_counts == sorted(live_counts) and live_counts[-1] > live_counts[0]  # Hermes kept writing
+
+
+def test_backup_files_are_private_and_recorded(home):
+    res = CliRunner().invoke(main, ["backup", "--home", str(home), "--json"])
     assert res.exit_code == 0, res.output
-    rec = json.loads(res.output)["profiles"][0]
+    out = json.loads(res.output)["profiles"][0]
     folder = home / "keeper" / "backups"
-    assert (folder / rec["name"]).stat().st_mode & 0o777 == 0o600 and folder.stat().st_mode & 0o777 == 0o700
-    hermes.run(
-        home,
-        [
-            {"op": "call", "method": "create_session", "args": ["after_backup", "cli"]},
-            {"op": "call", "method": "append_message", "args": ["after_backup", "user", "later"]},
-        ],
-    )
-    assert _state(hermes, home) != before
-    res = runner.invoke(main, ["restore", "--latest", "--home", str(home)])
-    assert res.exit_code == 0, res.output
-    assert _state(hermes, home) == before
-    assert list(home.glob("state.db.keeper-before-restore-*"))
+    assert out["name"].startswith("state-") and out["name"].endswith("Z.db.zst")
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()} == {
+        out["name"]: 0o600,
+        "manifest.json": 0o600,
+        ".manifest.lock": 0o600,
+    }
+    [rec] = list_backups(folder)
+    assert rec.sha256 == out["sha256"] and rec.bytes == (folder / rec.name).stat().st_size
+    assert rec.home == str(home) and verify_backup(rec)
+    assert rec.bytes < rec.raw_bytes / 2  # zstd on conversation text
 
 
-def test_corrupted_backup_is_refused_and_nothing_moves(home):
-    runner = CliRunner()
-    name = json.loads(runner.invoke(main, ["backup", "--home", str(home), "--json"]).output)["profiles"][0][
-        "name"
-    ]
-    path = home / "keeper" / "backups" / name
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
-    before = tree_digest(home)
-    res = runner.invoke(main, ["restore", name, "--home", str(home)])
-    assert res.exit_code == 2 and "damaged" in res.output
-    assert tree_digest(home) == before
-    listing = json.loads(runner.invoke(main, ["backups", "--home", str(home), "--json"]).output)
-    assert listing["profiles"][0]["backups"][0]["verified"] is False
+def test_backup_to_another_folder_with_names_that_sort(home, tmp_path):
+    profile = select_profiles(home)[0]
+    dest = tmp_path / "elsewhere" / "my backups"
+    new_year = datetime(2026, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+    first = take_backup(profile, dest, now=new_year)
+    same_second = take_backup(profile, dest, now=new_year)
+    later = take_backup(profile, dest, now=new_year + 1)
+    assert first.name == "state-20261231T235959Z.db.zst" and later.name == "state-20270101T000000Z.db.zst"
+    assert same_second.name == "state-20261231T235959Z-2.db.zst"
+    assert [r.name for r in list_backups(dest)] == [first.name, same_second.name, later.name]
+    assert not (home / "keeper" / "backups").exists()
 
 
-def test_restore_refuses_while_hermes_holds_the_database(home, holder):
-    runner = CliRunner()
-    runner.invoke(main, ["backup", "--home", str(home)])
-    res = runner.invoke(main, ["restore", "--latest", "--home", str(home)])
-    assert res.exit_code == 2 and f"pid {holder.pid}" in res.output
-
-
-def test_backup_on_a_full_disk_fails_cleanly_and_a_run_deletes_nothing(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]).returncode != 0:
-        pytest.fail("this test needs root to mount a small tmpfs")
+@contextlib.contextmanager
+def tiny_disk(path, size):
+    """A real small filesystem (tmpfs) at ``path``, or None where mounting is not allowed."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]).returncode:
+        yield None
+        return
     try:
-        home = tmp_path / "home"
-        demo.build_home(home, demo.generate(time.time(), sessions=120))
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_full_disk_fails_cleanly_and_the_run_deletes_nothing(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    spec = demo.generate(time.time(), sessions=120)
+    demo.build_home(home, spec)
+    with tiny_disk(tmp_path / "tiny", "256k") as disk:
+        if disk is None:  # no mount here: the compressor's write hits ENOSPC instead
+
+            def full(self, data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "tiny"))
+
+            monkeypatch.setattr(backup_mod._HashingSink, "write", full)
+            disk = tmp_path / "tiny"
         (home / "keeper").mkdir(mode=0o700)
-        os.symlink(mnt, home / "keeper" / "backups")
+        os.symlink(disk, home / "keeper" / "backups")
         before = tree_digest(home)
         res = CliRunner().invoke(main, ["run", "--home", str(home)])
         assert res.exit_code == 2 and "backup of default failed" in res.output
         assert "disk is full" in res.output or "No space left" in res.output
+        assert os.listdir(disk) == [".manifest.lock"]  # no temporary copy left behind
         conn = sqlite3.connect(home / "state.db")
-        assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == len(
-            demo.generate(time.time(), 120).sessions
-        )
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == len(spec.sessions)
         conn.close()
-        assert os.listdir(mnt) == []
         after = tree_digest(home)
         for own in ("keeper/journal.jsonl", "keeper.lock"):  # the keeper's own bookkeeping
             after.pop(own, None)
         assert after == before
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
 
 
-def test_compact_converts_once_and_hermes_keeps_the_mode(home, hermes):
+def test_never_fills_the_disk_hermes_writes_to(tmp_path):
+    with tiny_disk(tmp_path / "disk", "16m") as disk:
+        if disk is None:
+            pytest.skip("needs a small filesystem holding the whole home (mount refused)")
+        home = disk / "home"
+        demo.build_home(home, demo.generate(time.time(), sessions=60))
+        before = tree_digest(home)
+        with pytest.raises(KeeperError, match="on the disk Hermes writes to"):
+            take_backup(select_profiles(home)[0])
+        assert tree_digest(home) == before and not (home / "keeper").exists()
+
+
+def test_rollback_journal_database_held_open_is_not_snapshotted(tmp_path, hold_open):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=30))
     conn = sqlite3.connect(home / "state.db")
-    conn.execute("DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE source = 'cron')")
-    conn.commit()
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"  # as on a network disk
     conn.close()
-    runner = CliRunner()
-    before = _state(hermes, home)
-    res = json.loads(runner.invoke(main, ["compact", "--home", str(home), "--json"]).output)["profiles"][0]
-    assert res["auto_vacuum_before"] == "none" and res["auto_vacuum_after"] == "incremental"
-    assert res["vacuumed"] and res["backup"] and res["freed_bytes"] > 0
-    assert _state(hermes, home) == before
-    hermes.call(home, "vacuum")
-    assert sqlite3.connect(home / "state.db").execute("PRAGMA auto_vacuum").fetchone()[0] == 2
-    # From now on space comes back online, in short steps, even while Hermes holds the file.
-    conn = sqlite3.connect(home / "state.db")
-    conn.execute("DELETE FROM messages")
-    conn.commit()
-    conn.close()
-    res = json.loads(runner.invoke(main, ["compact", "--home", str(home), "--json"]).output)["profiles"][0]
-    assert res["pages_freed"] > 0 and res["free_bytes_after"] == 0 and not res["vacuumed"]
+    proc = hold_open(home / "state.db", via_hermes=False)
+    res = CliRunner().invoke(main, ["backup", "--home", str(home)])
+    assert res.exit_code == 2 and f"pid {proc.pid}" in res.output and "block its writes" in res.output
+    assert list_backups(home / "keeper" / "backups") == []
 
 
-def test_compact_never_vacuums_while_held(home, holder):
-    res = json.loads(CliRunner().invoke(main, ["compact", "--home", str(home), "--json"]).output)["profiles"][
-        0
-    ]
-    assert not res["vacuumed"] and res["auto_vacuum_after"] == "none"
-    assert "when no process holds the database" in res["note"] and str(holder.pid) in res["note"]
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda db: db.write_bytes(b"not a database at all\n" * 100),
+        lambda db: db.write_bytes(db.read_bytes()[: db.stat().st_size // 3]),
+    ],
+    ids=["not-sqlite", "truncated"],
+)
+def test_bad_database_is_refused_in_one_line(tmp_path, damage):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=30))
+    damage(home / "state.db")
+    res = CliRunner().invoke(main, ["backup", "--home", str(home)])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+    assert not (home / "keeper" / "backups").exists()
 
 
-def test_leftovers_reported_and_removed_on_request(tmp_path):
+def test_leftovers_reported_with_size_and_removed_only_on_request(tmp_path):
     home = tmp_path / "home"
     demo.build_home(home, demo.generate(time.time(), sessions=10))
     runner = CliRunner()
     out = json.loads(runner.invoke(main, ["backups", "--home", str(home), "--json"]).output)["profiles"][0]
-    assert out["leftovers"][0]["bytes"] == 2_000_000 and (home / out["leftovers"][0]["name"]).exists()
-    runner.invoke(main, ["backups", "--home", str(home), "--remove-leftovers"])
+    [lo] = out["leftovers"]
+    assert lo["bytes"] == 2_000_000 and lo["removed"] is False and (home / lo["name"]).exists()
+    text = runner.invoke(main, ["backups", "--home", str(home)]).output
+    assert lo["name"] in text and "1.9 MB" in text and "--remove-leftovers" in text
+    res = runner.invoke(main, ["backups", "--home", str(home), "--remove-leftovers", "--json"])
+    assert json.loads(res.output)["profiles"][0]["leftovers"][0]["removed"] is True
     assert not list(home.glob("state.db.malformed-backup-*"))
+    journal = [json.loads(x) for x in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
+    assert {"action": "leftover_removed", "name": lo["name"], "bytes": 2_000_000}.items() <= journal[
+        -1
+    ].items()
+
+
+def test_unreadable_manifest_is_refused_before_copying(home):
+    folder = home / "keeper" / "backups"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{not json")
+    res = CliRunner().invoke(main, ["backup", "--home", str(home)])
+    assert res.exit_code == 2 and "unreadable backup manifest" in res.output
+    assert sorted(p.name for p in folder.iterdir()) == [".manifest.lock", "manifest.json"]

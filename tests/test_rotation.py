@@ -6,6 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from hermes_keeper import demo
+from hermes_keeper.backup import apply_rotation, list_backups, take_backup
+from hermes_keeper.discovery import select_profiles
 from hermes_keeper.rotation import Candidate, plan_rotation
 
 
@@ -66,7 +69,26 @@ def test_never_deletes_the_newest_verified():
     ]
     d = {x.id: x for x in plan_rotation(backups, keep_last=1, daily=0, weekly=0, monthly=0)}
     assert d["old-good"].keep and "newest verified backup" in d["old-good"].reasons
-    assert d["new-bad"].keep and d["new-bad"].reasons == ("last 1 (#1)",)
+    assert d["new-bad"].keep and d["new-bad"].reasons == ["last 1 (#1)"]
+
+
+def test_plain_tuples_and_no_backups():
+    assert plan_rotation([]) == []
+    [d] = plan_rotation([("only", ts("2026-06-01T00:00"), False)], keep_last=0, daily=0, weekly=0, monthly=0)
+    assert not d.keep  # nothing verified to protect, no rule keeps it
+
+
+def test_a_backup_from_the_future_is_kept_and_takes_no_slot():
+    now = ts("2026-12-02T12:00")
+    backups = [
+        ("skewed", ts("2027-03-01T00:00"), True),  # the clock was wrong when this was taken
+        ("today", ts("2026-12-02T10:00"), True),
+        ("yesterday", ts("2026-12-01T10:00"), True),
+    ]
+    d = {x.id: x for x in plan_rotation(backups, keep_last=1, daily=0, weekly=0, monthly=0, now=now)}
+    assert d["skewed"].keep and d["skewed"].reasons == ["dated in the future (clock skew): kept"]
+    assert d["today"].reasons == ["last 1 (#1)", "newest verified backup"]
+    assert not d["yesterday"].keep
 
 
 def test_defaults_on_a_year_of_daily_backups():
@@ -75,3 +97,18 @@ def test_defaults_on_a_year_of_daily_backups():
     # last 3 + 7 daily (overlapping) + 4 weekly + 12 monthly, sharing the newest ones.
     assert 15 <= len(kept(decisions)) <= 26
     assert kept(decisions)[0] == "364"
+
+
+def test_apply_rotation_per_home_in_a_shared_folder(tmp_path):
+    dest = tmp_path / "shared"
+    homes = {}
+    for name in ("a", "b"):
+        homes[name] = tmp_path / name
+        demo.build_home(homes[name], demo.generate(ts("2026-11-01T00:00"), sessions=5))
+    a, b = (select_profiles(homes[n])[0] for n in ("a", "b"))
+    only_b = take_backup(b, dest, now=ts("2026-11-01T00:00"))
+    of_a = [take_backup(a, dest, now=ts(f"2026-11-0{day}T00:00")) for day in (2, 3, 4)]
+    removed = apply_rotation(dest, keep_last=1, daily=0, weekly=0, monthly=0)
+    assert removed == sorted(r.name for r in of_a[:2])
+    assert [r.name for r in list_backups(dest)] == [only_b.name, of_a[-1].name]  # b's old one stays
+    assert sorted(p.name for p in dest.glob("*.zst")) == sorted([only_b.name, of_a[-1].name])

@@ -1,77 +1,120 @@
 """Consistent, compressed, verified snapshots of ``state.db`` while Hermes keeps writing.
 
 ``VACUUM INTO`` copies the database inside one read transaction (WAL readers never
-block writers), the copy is fsynced and ``quick_check``ed, then compressed with zstd in
-a stream (bounded memory) into ``state-<UTC>.db.zst``. ``manifest.json`` records size,
-sha256 and the source's schema version for each backup and is rewritten atomically.
-Everything is owner-only. On any failure (disk full, I/O error, bad copy) the temporary
-files are removed and a one-line :class:`KeeperError` says why; nothing else changed.
+block writers), the copy is ``quick_check``ed, then compressed with zstd in a stream
+(bounded memory, frame checksum on) into ``state-<UTC>.db.zst``, which is fsynced,
+renamed into place and its folder fsynced (the uncompressed copy is a temporary file
+and deliberately not synced: that flush is what made Hermes's own commits wait). One
+``manifest.json`` per backup folder records, for each backup, its size, sha256, the
+size it expands to, the source's schema version, profile and home; it is rewritten
+atomically under a lock, so one folder can serve several profiles. Everything is
+owner-only. On any failure (disk full, I/O error, bad copy) the temporary files are
+removed and a one-line :class:`KeeperError` says why; nothing else changed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import zstandard
 
 from .db import connect_ro
 from .discovery import Profile
-from .errors import KeeperError
-from .fsutil import durable_rename, fsync_file, private_dir, private_file
+from .errors import KeeperError, os_error_line
+from .fsutil import durable_rename, private_dir, private_file
+from .holders import find_holders
 from .journal import Journal
-from .rotation import Candidate, Decision, plan_rotation
-from .schema import inspect
+from .rotation import Decision, plan_rotation
+from .schema import SchemaInfo, inspect
 
 MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
 ZSTD_LEVEL = 3
 CHUNK = 1 << 20
+SYNC_EVERY = 8 << 20
+#: Free space a backup must leave on the disk Hermes writes to (a full disk loses Hermes's writes).
+RESERVE_BYTES = 64 << 20
 
 
 @dataclass
 class BackupRecord:
-    name: str
+    name: str  # state-<UTC>.db.zst
     profile: str
+    home: str  # the Hermes home it was taken from (one folder may hold several)
     created_at: float
     bytes: int  # compressed file
     raw_bytes: int  # the database it expands to
     sha256: str  # of the compressed file
     schema_version: int | None
     source_bytes: int  # state.db + -wal at backup time
+    folder: Path | None = field(default=None, compare=False)  # where it lives; not in the manifest
 
-    def path(self, folder: Path) -> Path:
-        return folder / self.name
+    @property
+    def path(self) -> Path:
+        if self.folder is None:
+            raise ValueError(f"backup {self.name} has no folder")
+        return self.folder / self.name
+
+    def to_manifest(self) -> dict:
+        d = asdict(self)
+        del d["folder"]
+        return d
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return self.to_manifest() | {"path": str(self.path) if self.folder else None}
 
 
-def backup_dir(profile: Profile, dest: Path | None = None) -> Path:
+_STORED = [f.name for f in fields(BackupRecord) if f.name != "folder"]
+
+
+def backup_dir(profile: Profile, dest: Path | str | None = None) -> Path:
     return Path(dest) if dest else profile.keeper_dir / "backups"
 
 
-def read_manifest(folder: Path) -> list[BackupRecord]:
+def list_backups(dest_dir: Path) -> list[BackupRecord]:
+    """Every backup the folder's manifest records, oldest first (files may be missing: verify)."""
+    folder = Path(dest_dir)
     try:
         data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        return sorted(
+            (BackupRecord(**{k: r[k] for k in _STORED}, folder=folder) for r in data["backups"]),
+            key=lambda r: r.created_at,  # stable: same-second backups stay in the order they were taken
+        )
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
-        raise KeeperError(f"{folder / MANIFEST}: unreadable backup manifest ({exc})") from None
-    return [BackupRecord(**r) for r in data.get("backups", [])]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KeeperError(f"{folder / MANIFEST}: unreadable backup manifest ({exc!r})") from None
 
 
-def write_manifest(folder: Path, records: list[BackupRecord]) -> None:
+def _write_manifest(folder: Path, records: list[BackupRecord]) -> None:
     tmp = private_file(folder / f".{MANIFEST}.tmp")
-    records = sorted(records, key=lambda r: r.created_at)
-    tmp.write_text(
-        json.dumps({"format": 1, "backups": [r.to_dict() for r in records]}, indent=2), encoding="utf-8"
-    )
-    durable_rename(tmp, folder / MANIFEST)
+    try:
+        body = {"format": MANIFEST_FORMAT, "backups": [r.to_manifest() for r in records]}
+        tmp.write_text(json.dumps(body, indent=2), encoding="utf-8")
+        durable_rename(tmp, folder / MANIFEST)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def _manifest_lock(folder: Path) -> Iterator[None]:
+    """Serialise read-modify-write of one folder's manifest (several homes may share a folder)."""
+    fd = os.open(folder / ".manifest.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def sha256_file(path: Path) -> str:
@@ -82,25 +125,60 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _stamp(now: float, folder: Path) -> str:
+def verify_backup(record: BackupRecord) -> bool:
+    """The file is there, has the recorded size and the recorded sha256."""
+    try:
+        path = record.path
+        return path.stat().st_size == record.bytes and sha256_file(path) == record.sha256
+    except OSError:
+        return False
+
+
+def _stamp(now: float, folder: Path, recorded: set[str]) -> str:
+    """The UTC timestamp for a new backup's name, unique among files and manifest entries."""
     base = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     stamp, n = base, 1
-    while (folder / f"state-{stamp}.db.zst").exists():
+    while (folder / f"state-{stamp}.db.zst").exists() or f"state-{stamp}.db.zst" in recorded:
         n += 1
         stamp = f"{base}-{n}"
     return stamp
 
 
 def _quick_check(path: Path) -> str:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = connect_ro(path)
     try:
         return conn.execute("PRAGMA quick_check").fetchone()[0]
     finally:
         conn.close()
 
 
+def _preflight(profile: Profile, schema: SchemaInfo, folder: Path) -> None:
+    """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
+    holders = find_holders(profile.db_path)
+    if schema.journal_mode != "wal" and holders:
+        raise KeeperError(
+            f"state.db is in {schema.journal_mode} journal mode and open by "
+            f"{'; '.join(h.describe() for h in holders)}: a snapshot would block its writes for the "
+            "whole copy; back up while Hermes is stopped"
+        )
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # the folder may not exist yet
+    if existing.stat().st_dev != profile.db_path.stat().st_dev:
+        return  # another disk: a full disk there fails the backup, never Hermes (handled below)
+    live = (schema.page_count - schema.freelist_count) * schema.page_size
+    need = live + live // 2 + RESERVE_BYTES  # the copy, its compressed form, room left for Hermes
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise KeeperError(
+            f"backup of {profile.name} refused: it needs about {need >> 20} MiB on the disk Hermes "
+            f"writes to and {free >> 20} MiB are free; free space or use --dest on another disk"
+        )
+
+
 def take_backup(
-    profile: Profile, dest_dir: Path | None = None, now: float | None = None, journal: Journal | None = None
+    profile: Profile,
+    dest_dir: Path | str | None = None,
+    now: float | None = None,
+    journal: Journal | None = None,
 ) -> BackupRecord:
     """Snapshot, check, compress and record; raises KeeperError (cleaned up) on any failure."""
     schema = inspect(profile.db_path, check_timestamps=False)
@@ -109,116 +187,178 @@ def take_backup(
     folder = backup_dir(profile, dest_dir)
     snap = comp = None
     try:
+        _preflight(profile, schema, folder)
         private_dir(folder)
-        for stale in folder.glob(".state-*"):  # left by a backup that was killed (we hold the lock)
-            stale.unlink(missing_ok=True)
-        stamp = _stamp(now, folder)
-        name = f"state-{stamp}.db.zst"
-        snap = private_file(folder / f".state-{stamp}.db.tmp")
-        comp = private_file(folder / f".state-{stamp}.db.zst.tmp")
-        source_bytes = sum(
-            p.stat().st_size
-            for p in (profile.db_path, profile.db_path.with_name(profile.db_path.name + "-wal"))
-            if p.exists()
-        )
-        conn = connect_ro(profile.db_path, query_only=False)
-        try:
-            conn.execute("VACUUM INTO ?", (str(snap),))
-        finally:
-            conn.close()
-        fsync_file(snap)
-        check = _quick_check(snap)
-        if check != "ok":
-            raise KeeperError(f"backup copy failed quick_check: {check}")
-        h = hashlib.sha256()
-        with open(snap, "rb") as src, open(comp, "wb") as dst:
-            writer = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(_Hashing(dst, h), closefd=False)
-            for block in iter(lambda: src.read(CHUNK), b""):
-                writer.write(block)
-            writer.flush(zstandard.FLUSH_FRAME)
-            dst.flush()
-            os.fsync(dst.fileno())
-        record = BackupRecord(
-            name,
-            profile.name,
-            now,
-            comp.stat().st_size,
-            snap.stat().st_size,
-            h.hexdigest(),
-            schema.schema_version,
-            source_bytes,
-        )
-        durable_rename(comp, folder / name)
-        comp = None
-        write_manifest(folder, [*read_manifest(folder), record])
+        with _manifest_lock(folder):  # one backup at a time per folder
+            for stale in folder.glob(".state-*"):  # left by a backup that was killed
+                stale.unlink(missing_ok=True)
+            earlier = list_backups(folder)  # an unreadable manifest fails here, before any copying
+            stamp = _stamp(now, folder, {r.name for r in earlier})
+            snap = private_file(folder / f".state-{stamp}.db.tmp")
+            comp = private_file(folder / f".state-{stamp}.db.zst.tmp")
+            source_bytes = sum(
+                p.stat().st_size
+                for p in (profile.db_path, profile.db_path.with_name("state.db-wal"))
+                if p.exists()
+            )
+            conn = connect_ro(profile.db_path, query_only=False)
+            try:
+                # The copy is only an intermediate (the .zst is what is made durable): unsynced, its
+                # 100s of MB never reach the disk in one burst that Hermes's own fsync waits behind.
+                conn.execute("PRAGMA synchronous=OFF")
+                conn.execute("VACUUM INTO ?", (str(snap),))
+            finally:
+                conn.close()
+            check = _quick_check(snap)
+            if check != "ok":
+                raise KeeperError(f"backup of {profile.name} failed: the copy fails quick_check ({check})")
+            sha, size = _compress(snap, comp)
+            record = BackupRecord(
+                name=f"state-{stamp}.db.zst",
+                profile=profile.name,
+                home=str(profile.home),
+                created_at=now,
+                bytes=size,
+                raw_bytes=snap.stat().st_size,
+                sha256=sha,
+                schema_version=schema.schema_version,
+                source_bytes=source_bytes,
+                folder=folder,
+            )
+            durable_rename(comp, record.path)
+            try:
+                _write_manifest(folder, [*earlier, record])
+            except BaseException:
+                record.path.unlink(missing_ok=True)  # no backup the manifest does not know
+                raise
     except OSError as exc:
-        raise KeeperError(f"backup of {profile.name} failed: {exc.strerror or exc} ({folder})") from None
+        raise KeeperError(f"backup of {profile.name} failed: {os_error_line(exc)}") from None
     except sqlite3.Error as exc:
-        raise KeeperError(f"backup of {profile.name} failed: {exc}") from None
+        raise KeeperError(f"backup of {profile.name} failed: {exc} ({folder})") from None
     finally:
         for p in (snap, comp):
             if p is not None:
                 p.unlink(missing_ok=True)
                 p.with_name(p.name + "-journal").unlink(missing_ok=True)  # VACUUM INTO's own
     if journal:
-        journal.write(
-            "backup", name=record.name, bytes=record.bytes, raw_bytes=record.raw_bytes, sha256=record.sha256
-        )
+        journal.write("backup", **{k: v for k, v in record.to_dict().items() if k != "home"})
     return record
 
 
-class _Hashing:
-    """A file wrapper that hashes what is written through it."""
+class _HashingSink:
+    """Where the compressor writes: hashes and counts the bytes on their way to the file.
 
-    def __init__(self, fh, h):
-        self.fh, self.h = fh, h
+    Synced every ``SYNC_EVERY`` bytes, so the disk gets the backup in small pieces and a
+    Hermes commit's fsync never waits behind one large flush.
+    """
+
+    def __init__(self, fh):
+        self.fh, self.sha, self.size, self.unsynced = fh, hashlib.sha256(), 0, 0
 
     def write(self, data) -> int:
-        self.h.update(data)
-        return self.fh.write(data)
+        self.sha.update(data)
+        self.size += len(data)
+        self.unsynced += len(data)
+        n = self.fh.write(data)
+        if self.unsynced >= SYNC_EVERY:
+            self.fh.flush()
+            os.fdatasync(self.fh.fileno())
+            self.unsynced = 0
+        return n
 
     def flush(self) -> None:
         self.fh.flush()
 
 
-def verify_backup(folder: Path, record: BackupRecord) -> bool:
-    path = record.path(folder)
-    return path.exists() and path.stat().st_size == record.bytes and sha256_file(path) == record.sha256
+def _compress(src_path: Path, dst_path: Path) -> tuple[str, int]:
+    """Stream ``src_path`` through zstd into ``dst_path`` (fsynced); sha256 and size of the output."""
+    with open(src_path, "rb") as src, open(dst_path, "wb") as dst:
+        sink = _HashingSink(dst)
+        cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True)
+        with cctx.stream_writer(sink, closefd=False) as writer:
+            for block in iter(lambda: src.read(CHUNK), b""):
+                writer.write(block)
+        dst.flush()
+        os.fsync(dst.fileno())
+    return sink.sha.hexdigest(), sink.size
+
+
+def decompress_to(record: BackupRecord, dst_path: Path) -> None:
+    """Stream the backup's database into ``dst_path`` (fsynced); zstd checks its frame checksum."""
+    with open(record.path, "rb") as src, open(dst_path, "wb") as dst:
+        reader = zstandard.ZstdDecompressor().stream_reader(src)
+        for block in iter(lambda: reader.read(CHUNK), b""):
+            dst.write(block)
+        dst.flush()
+        os.fsync(dst.fileno())
 
 
 def rotation(
-    folder: Path, keep_last: int = 3, daily: int = 7, weekly: int = 4, monthly: int = 12, verify: bool = True
+    folder: Path,
+    home: Path | str | None = None,
+    keep_last: int = 3,
+    daily: int = 7,
+    weekly: int = 4,
+    monthly: int = 12,
+    now: float | None = None,
 ) -> list[tuple[BackupRecord, Decision, bool]]:
-    """Each backup with its rotation decision and verification state, newest first."""
-    records = {r.name: r for r in read_manifest(folder)}
-    verified = {n: (verify_backup(folder, r) if verify else True) for n, r in records.items()}
-    decisions = plan_rotation(
-        [Candidate(n, r.created_at, verified[n]) for n, r in records.items()],
-        keep_last,
-        daily,
-        weekly,
-        monthly,
-    )
-    return [(records[d.id], d, verified[d.id]) for d in decisions]
+    """Each backup (of ``home``, or of every home) with its decision and verification, newest first.
+
+    Rules apply per home: one home's backups never push another's out of a shared folder.
+    """
+    records = [r for r in list_backups(folder) if home is None or r.home == str(home)]
+    verified = {r.name: verify_backup(r) for r in records}
+    by_name = {r.name: r for r in records}
+    rows = []
+    for h in sorted({r.home for r in records}):
+        group = [(r.name, r.created_at, verified[r.name]) for r in records if r.home == h]
+        for d in plan_rotation(group, keep_last, daily, weekly, monthly, now=now):
+            rows.append((by_name[d.id], d, verified[d.id]))
+    return sorted(rows, key=lambda row: row[0].created_at, reverse=True)
 
 
-def apply_rotation(folder: Path, journal: Journal | None = None, **rules) -> list[str]:
-    """Delete the backups rotation does not keep; returns their names."""
-    rows = rotation(folder, **rules)
-    drop = [r for r, d, _ in rows if not d.keep]
-    for r in drop:
-        r.path(folder).unlink(missing_ok=True)
-    if drop:
-        write_manifest(folder, [r for r, d, _ in rows if d.keep])
-        if journal:
-            journal.write("backups_rotated", removed=[r.name for r in drop])
-    return [r.name for r in drop]
+def apply_rotation(
+    folder: Path, home: Path | str | None = None, journal: Journal | None = None, **rules
+) -> list[str]:
+    """Delete the backups rotation does not keep (of ``home``, or of every home); their names."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).exists():
+        return []
+    with _manifest_lock(folder):
+        drop = {r.name: r for r, d, _ in rotation(folder, home, now=time.time(), **rules) if not d.keep}
+        if not drop:
+            return []
+        for r in drop.values():
+            r.path.unlink(missing_ok=True)
+        # Files first: a crash in between leaves a visible entry that fails verification (and is
+        # rotated out next time), never an invisible file.
+        _write_manifest(folder, [r for r in list_backups(folder) if r.name not in drop])
+    if journal:
+        journal.write("backups_rotated", removed=sorted(drop))
+    return sorted(drop)
 
 
-def malformed_copies(profile: Profile) -> list[tuple[Path, int]]:
+@dataclass(frozen=True)
+class Leftover:
+    path: Path
+    bytes: int
+
+
+def find_malformed_copies(profile: Profile) -> list[Leftover]:
     """Hermes's ``state.db.malformed-backup-*`` copies: made on repair, never deleted upstream."""
     return [
-        (p, p.lstat().st_size)
+        Leftover(p, p.lstat().st_size)
         for p in sorted(profile.home.glob("state.db.malformed-backup-*"))
         if p.is_file() and not p.is_symlink()
     ]
+
+
+def remove_malformed_copies(profile: Profile, journal: Journal | None = None) -> list[Leftover]:
+    """Delete those copies (each one journaled with its size); returns what was removed."""
+    removed = []
+    for lo in find_malformed_copies(profile):
+        lo.path.unlink()
+        removed.append(lo)
+        if journal:
+            journal.write("leftover_removed", name=lo.path.name, bytes=lo.bytes)
+    return removed

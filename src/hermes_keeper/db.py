@@ -56,7 +56,8 @@ def write_txn(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     try:
         yield conn
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # an interrupted or SQLITE_FULL statement already rolled it back
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
 

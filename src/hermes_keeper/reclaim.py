@@ -11,11 +11,15 @@ FTS5 indexes get bounded ``merge`` steps, never the unbounded ``optimize``.
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .backup import take_backup
+from .backup import RESERVE_BYTES, take_backup
 from .db import connect_rw
 from .discovery import Profile
 from .errors import KeeperError
@@ -26,7 +30,13 @@ from .writer import Writer
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 FTS_MERGE_PAGES = 64
-FTS_MAX_STEPS = 500
+FTS_MAX_STEPS = 20_000  # a safety stop; each step is bounded by the budget
+#: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the
+#: WAL, and a running Hermes never truncates it (only PASSIVE checkpoints until it closes).
+WAL_LIMIT_BYTES = 4 << 20
+#: Longest an FTS merge step may hold the write lock while Hermes runs (Hermes's busy handler
+#: then still gets the lock well inside its first second).
+FTS_STEP_LIMIT_MS = 120.0
 
 
 @dataclass
@@ -41,10 +51,13 @@ class ReclaimResult:
     free_bytes_after: int
     pages_freed: int = 0
     fts_merge_steps: int = 0
+    fts_left: list[str] = field(default_factory=list)  # indexes whose merge waits for an idle run
+    live: bool = False  # another process held the database: no full FTS merge, no WAL truncation
     vacuumed: bool = False
     backup: str | None = None
     holders: list[str] = field(default_factory=list)
     note: str = ""
+    seconds: float = 0.0
 
     @property
     def freed_bytes(self) -> int:
@@ -59,51 +72,141 @@ def _wal(path: Path) -> int:
     return wal.stat().st_size if wal.exists() else 0
 
 
-def _merge_fts(w: Writer, schema: SchemaInfo) -> int:
-    """Bounded incremental merges until each index reports no more work (or a step cap)."""
-    steps = 0
+@contextmanager
+def _hard_limit(conn: sqlite3.Connection, ms: float | None) -> Iterator[None]:
+    """Abort a statement still running after ``ms`` (SQLite rolls its transaction back)."""
+    if ms is None:
+        yield
+        return
+    deadline = time.perf_counter() + ms / 1000.0
+    conn.set_progress_handler(lambda: time.perf_counter() > deadline, 1000)
+    try:
+        yield
+    finally:
+        conn.set_progress_handler(None, 0)
+
+
+def _merge_fts(w: Writer, schema: SchemaInfo, live: bool) -> tuple[int, list[str]]:
+    """FTS5 ``merge`` steps, N pages each (sized to the budget), until no work is left.
+
+    A delete only adds a tombstone segment; the space comes back when the big segment is
+    merged with it. When idle, ``'merge', -N`` starts that full merge (what 'optimize' does
+    in one go) and ``'merge', N`` continues it in bounded steps. While Hermes runs we never
+    start one: every insert of Hermes continues a merge in progress, one whole term at a
+    time, and a common trigram's doclist made a single gateway write wait ~0.8 s in the
+    bench. Live, only the merges Hermes's own automerge would do run, each step aborted
+    (and rolled back) past ``FTS_STEP_LIMIT_MS``. Returns (steps, indexes with a step aborted).
+    """
+    steps, left = 0, []
+    limit_ms = FTS_STEP_LIMIT_MS if live else None
     for table in FTS_TABLES:
         if not schema.has(table):
             continue
+        batch = w.batch(start=FTS_MERGE_PAGES)
+        sign = 1 if live else -1
         for _ in range(FTS_MAX_STEPS):
 
-            def merge(c, table=table):
+            def merge(c, table=table, pages=sign * batch.size):
                 before = c.total_changes
-                c.execute(f"INSERT INTO {table}({table}, rank) VALUES('merge', ?)", (FTS_MERGE_PAGES,))
+                with _hard_limit(c, limit_ms):
+                    c.execute(f"INSERT INTO {table}({table}, rank) VALUES('merge', ?)", (pages,))
                 return c.total_changes - before
 
             steps += 1
-            if w.step(merge) < 2:  # fts5: fewer than 2 changes means nothing was left to merge
+            try:
+                changes = w.step(merge, batch, units=batch.size)
+            except sqlite3.OperationalError as exc:
+                if "interrupted" not in str(exc):
+                    raise
+                left.append(table)
                 break
-    return steps
+            if changes < 2:  # fts5: fewer than 2 changes means nothing was left to merge
+                break
+            sign = 1
+    return steps, left
+
+
+def _free_pages(conn: sqlite3.Connection, n: int) -> int:
+    """Release up to ``n`` free pages to the OS in the caller's transaction; returns how many.
+
+    Each step of ``incremental_vacuum`` frees one page, and Python's sqlite3 steps a statement
+    without result columns exactly once, whatever the argument or ``fetchall()``: so one
+    execute per page. The counts are exact: we hold the write lock.
+    """
+    before = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    for _ in range(min(n, before)):
+        conn.execute("PRAGMA incremental_vacuum(1)")
+    return before - conn.execute("PRAGMA freelist_count").fetchone()[0]
 
 
 def _incremental(w: Writer) -> int:
     """Free every page on the freelist in budgeted steps; returns pages freed."""
     batch = w.batch(start=256)
-
-    def free_pages() -> int:
-        return w.conn.execute("PRAGMA freelist_count").fetchone()[0]
-
-    start = left = free_pages()
-    while left:
-        n = min(batch.size, left)
-        # Each row of the pragma is one page freed: fetch them all or the work is not done.
-        w.step(lambda c, n=n: c.execute(f"PRAGMA incremental_vacuum({n})").fetchall(), batch, units=n)
-        now = free_pages()
-        if now >= left:
-            break
-        left = now
-    return start - left
+    total = 0
+    while True:
+        n = batch.size
+        freed = w.step(lambda c, n=n: _free_pages(c, n), batch, units=n)
+        total += freed
+        if freed < n:  # the freelist is empty (or nothing more can move)
+            return total
 
 
 def _wait_idle(db_path: Path, wait_s: float | None) -> list:
     holders = find_holders(db_path)
     deadline = time.monotonic() + (wait_s or 0)
     while holders and time.monotonic() < deadline:
-        time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
+        time.sleep(min(1.0, max(0.1, deadline - time.monotonic())))
         holders = find_holders(db_path)
     return holders
+
+
+def _convert(
+    profile: Profile,
+    res: ReclaimResult,
+    allow_full_vacuum: bool,
+    backup: bool,
+    journal: Journal | None,
+) -> None:
+    """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL, only when nobody holds the db."""
+    db = profile.db_path
+    holders = find_holders(db)
+    res.holders = [h.describe() for h in holders]
+    info = inspect(db, check_timestamps=False)
+    reclaimable = f"{info.freelist_count * info.page_size} bytes reclaimable"
+    later = (
+        "the one-time switch to incremental auto_vacuum (a full VACUUM) runs "
+        "when no process holds the database"
+    )
+    if not allow_full_vacuum:
+        res.note = f"{reclaimable}; full VACUUM not allowed, so {later}"
+        return
+    if holders:
+        res.note = f"{reclaimable}; {later} (now held by {'; '.join(res.holders)})"
+        return
+    live = (info.page_count - info.freelist_count) * info.page_size
+    need, free = 2 * live + RESERVE_BYTES, shutil.disk_usage(db.parent).free
+    if free < need:
+        res.note = (
+            f"{reclaimable}; VACUUM needs about {need >> 20} MiB free and {free >> 20} MiB are; skipped"
+        )
+        return
+    if backup:
+        res.backup = take_backup(profile, journal=journal).name
+    conn = connect_rw(db, busy_timeout_s=5)
+    try:
+        if find_holders(db):
+            res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
+            return
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("VACUUM")
+    except sqlite3.Error as exc:
+        raise KeeperError(
+            f"VACUUM of {profile.name} failed ({exc}); SQLite rolled it back, no data changed"
+        ) from None
+    finally:
+        conn.close()
+    res.vacuumed = True
 
 
 def compact(
@@ -116,46 +219,49 @@ def compact(
     backup: bool = True,
     journal: Journal | None = None,
 ) -> ReclaimResult:
+    """FTS merges and incremental vacuum in budgeted steps; the one-time conversion only when idle.
+
+    What runs depends on whether another process holds the database (after waiting up to
+    ``wait_idle_s`` for it to let go): live, only Hermes-style FTS merges, no VACUUM, no WAL
+    truncation; idle, a full FTS merge in steps, the VACUUM if still needed, WAL truncated.
+
+    ``backup=False`` when the caller has just taken one (a maintenance run backs up first).
+    """
+    t0 = time.perf_counter()
     schema = inspect(profile.db_path)
     schema.require_actionable()
     db = profile.db_path
     res = ReclaimResult(
-        profile.name,
-        schema.auto_vacuum,
-        schema.auto_vacuum,
-        schema.page_count * schema.page_size,
-        0,
-        _wal(db),
-        0,
-        0,
+        profile=profile.name,
+        auto_vacuum_before=schema.auto_vacuum,
+        auto_vacuum_after=schema.auto_vacuum,
+        db_bytes_before=schema.page_count * schema.page_size,
+        db_bytes_after=0,
+        wal_bytes_before=_wal(db),
+        wal_bytes_after=0,
+        free_bytes_after=0,
     )
+    # --wait-idle: give Hermes up to that long to stop, so the full work (VACUUM, FTS merge) can run.
+    res.live = bool(_wait_idle(db, wait_idle_s))
     with Writer(db, budget_ms=budget_ms, pause_ms=pause_ms) as w:
-        res.fts_merge_steps = _merge_fts(w, schema)
+        w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+        res.fts_merge_steps, res.fts_left = _merge_fts(w, schema, res.live)
         if schema.auto_vacuum == "incremental":
             res.pages_freed = _incremental(w)
     if schema.auto_vacuum == "none":
-        holders = _wait_idle(db, wait_idle_s)
-        res.holders = [h.describe() for h in holders]
-        after = inspect(db, check_timestamps=False)
-        if holders or not allow_full_vacuum:
-            res.note = (
-                f"{after.freelist_count * after.page_size} bytes reclaimable; the one-time switch to "
-                "incremental auto_vacuum needs a full VACUUM, done when no process holds the database"
-                + (f" (held by {'; '.join(res.holders)})" if holders else "")
+        _convert(profile, res, allow_full_vacuum, backup, journal)
+    if res.live:
+        res.note = "; ".join(
+            filter(
+                None,
+                [
+                    res.note,
+                    "Hermes was running, so the FTS indexes only got the merges Hermes itself would do: "
+                    "the index space of deleted messages comes back after Hermes's own FTS optimize "
+                    "(every 1000 writes) or a compact while Hermes is stopped",
+                ],
             )
-        else:
-            if backup:
-                res.backup = take_backup(profile, journal=journal).name
-            conn = connect_rw(db, busy_timeout_s=5)
-            try:
-                if find_holders(db):
-                    raise KeeperError("Hermes opened the database just now; VACUUM skipped, nothing changed")
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-                conn.execute("VACUUM")
-            finally:
-                conn.close()
-            res.vacuumed = True
+        )
     holders = find_holders(db)
     conn = connect_rw(db)
     try:
@@ -167,6 +273,7 @@ def compact(
     res.db_bytes_after = after.page_count * after.page_size
     res.free_bytes_after = after.freelist_count * after.page_size
     res.wal_bytes_after = _wal(db)
+    res.seconds = round(time.perf_counter() - t0, 3)
     if journal:
         journal.write("compact", **res.to_dict())
     return res

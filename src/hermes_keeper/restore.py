@@ -1,112 +1,186 @@
 """Put a backup back as ``state.db`` in a way that cannot make things worse.
 
-Refuse while any process holds the database (unless forced); verify the sha256;
-decompress next to ``state.db``; ``integrity_check`` and schema-check the result; only
-then move the current ``state.db`` with its ``-wal``/``-shm`` aside as a safety copy and
-rename the restored file into place. A bad backup is refused before anything moves.
+Refuse while any process holds the database (unless forced); verify the sha256 the
+manifest recorded; decompress next to ``state.db``; ``integrity_check`` and
+schema-check the result; only then move the current ``state.db`` with its
+``-wal``/``-shm`` aside as a safety copy (0600) and rename the restored file into
+place. A bad backup is refused before anything moves.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import zstandard
 
-from .backup import CHUNK, BackupRecord, backup_dir, read_manifest, verify_backup
+from .backup import BackupRecord, backup_dir, decompress_to, list_backups, verify_backup
+from .db import connect_ro
 from .discovery import Profile
-from .errors import KeeperError
-from .fsutil import durable_rename, fsync_dir, fsync_file, private_file
+from .errors import KeeperError, os_error_line
+from .fsutil import FILE_MODE, fsync_dir, fsync_file, private_file
 from .holders import find_holders
 from .journal import Journal
 from .schema import inspect
 
 SAFETY_PREFIX = "state.db.keeper-before-restore-"
+RESTORE_TMP = ".state.db.keeper-restore.tmp"
 
 
 @dataclass
 class RestoreResult:
     restored: str
-    safety_copy: str | None
+    safety_copy: str | None  # file name in the home, None when there was no state.db
     sessions: int
     messages: int
+    schema_version: int | None
 
     def to_dict(self) -> dict:
-        return self.__dict__.copy()
+        return asdict(self)
 
 
 def find_backup(
-    profile: Profile, name: str | None, dest_dir: Path | None = None
-) -> tuple[Path, BackupRecord]:
-    """The named backup (file name or path), or the newest when ``name`` is None."""
+    profile: Profile, name: str | Path | None, dest_dir: Path | str | None = None
+) -> BackupRecord:
+    """A backup by file name (in the folder) or path, or the newest of this home when ``name`` is None."""
     folder = backup_dir(profile, dest_dir)
     if name is not None and Path(name).parent != Path("."):
         folder, name = Path(name).parent, Path(name).name
-    records = read_manifest(folder)
-    if not records:
-        raise KeeperError(f"no backups in {folder}")
+    records = list_backups(folder)
     if name is None:
-        return folder, max(records, key=lambda r: r.created_at)
+        mine = [r for r in records if r.home == str(profile.home)]
+        if not mine:
+            raise KeeperError(f"no backups of {profile.home} in {folder}")
+        return mine[-1]
     for r in records:
         if r.name == name:
-            return folder, r
-    raise KeeperError(f"backup {name!r} not found in {folder}/manifest.json")
+            return r
+    raise KeeperError(
+        f"backup {name!r} is not in {folder / 'manifest.json'} (no sha256 to verify it against)"
+    )
+
+
+def _refuse_if_held(profile: Profile) -> None:
+    holders = find_holders(profile.db_path)
+    if holders:
+        who = "; ".join(h.describe() for h in holders)
+        raise KeeperError(
+            f"refusing to restore while the database is open by {who}; stop Hermes or use --force"
+        )
 
 
 def restore_backup(
-    profile: Profile, folder: Path, record: BackupRecord, force: bool = False, journal: Journal | None = None
+    profile: Profile,
+    record_or_path: BackupRecord | Path | str,
+    force: bool = False,
+    journal: Journal | None = None,
 ) -> RestoreResult:
-    holders = find_holders(profile.db_path)
-    if holders and not force:
-        who = "; ".join(h.describe() for h in holders)
+    """Replace ``state.db`` with a verified backup; the current files are kept aside, nothing is deleted."""
+    record = (
+        record_or_path
+        if isinstance(record_or_path, BackupRecord)
+        else find_backup(profile, Path(record_or_path))
+    )
+    if profile.db_path.is_symlink():
         raise KeeperError(
-            f"refusing to restore while the database is open by {who} (stop Hermes or use --force)"
+            f"{profile.db_path} is a symlink (to {os.path.realpath(profile.db_path)}); restore will not "
+            "replace a link, nothing was changed"
         )
-    if not verify_backup(folder, record):
+    if not force:
+        _refuse_if_held(profile)
+    if not verify_backup(record):
         raise KeeperError(
-            f"backup {record.name} is damaged (sha256 mismatch or missing); nothing was changed"
+            f"backup {record.path} is damaged or missing (size/sha256 mismatch); nothing was changed"
         )
-    tmp = private_file(profile.home / ".state.db.keeper-restore.tmp")
+    tmp = profile.home / RESTORE_TMP
     try:
-        with open(record.path(folder), "rb") as src, open(tmp, "wb") as dst:
-            reader = zstandard.ZstdDecompressor().stream_reader(src)
-            for block in iter(lambda: reader.read(CHUNK), b""):
-                dst.write(block)
-        fsync_file(tmp)
-        conn = sqlite3.connect(f"file:{tmp}?mode=ro", uri=True)
+        tmp.unlink(missing_ok=True)  # left by a restore that was killed (we hold the keeper lock)
+        private_file(tmp)
+        decompress_to(record, tmp)
+        conn = connect_ro(tmp)
         try:
             check = conn.execute("PRAGMA integrity_check").fetchone()[0]
         finally:
             conn.close()
         if check != "ok":
             raise KeeperError(
-                f"backup {record.name} decompresses to a damaged database ({check}); nothing was changed"
+                f"backup {record.name} expands to a damaged database ({check}); nothing was changed"
             )
-        info = inspect(tmp)
+        info = inspect(tmp, check_timestamps=False)
         info.require_readable()
-        safety = None
-        if profile.db_path.exists():
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            safety = profile.home / f"{SAFETY_PREFIX}{stamp}"
-            for suffix in ("", "-wal", "-shm"):
-                src_path = profile.db_path.with_name(profile.db_path.name + suffix)
-                if src_path.exists():
-                    src_path.rename(safety.with_name(safety.name + suffix))
-            fsync_dir(profile.home)
-        durable_rename(tmp, profile.db_path)
-    except (OSError, zstandard.ZstdError) as exc:
-        raise KeeperError(f"restore of {record.name} failed: {exc}; nothing was changed") from None
+        if not force:
+            _refuse_if_held(profile)  # Hermes may have started while we decompressed
+        _same_owner_and_mode(tmp, profile.db_path)
+        fsync_file(tmp)
+        safety, moved = _move_aside(profile)
+        try:
+            os.rename(tmp, profile.db_path)
+        except OSError:
+            _undo(moved)
+            raise
+        fsync_dir(profile.home)
+    except OSError as exc:
+        raise KeeperError(
+            f"restore of {record.name} failed: {os_error_line(exc)}; nothing was changed"
+        ) from None
+    except (sqlite3.Error, zstandard.ZstdError) as exc:
+        raise KeeperError(f"backup {record.name} cannot be read ({exc}); nothing was changed") from None
     finally:
         tmp.unlink(missing_ok=True)
-    conn = sqlite3.connect(f"file:{profile.db_path}?mode=ro", uri=True)
+        tmp.with_name(tmp.name + "-journal").unlink(missing_ok=True)
+    conn = connect_ro(profile.db_path)
     try:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:
         conn.close()
-    result = RestoreResult(record.name, safety.name if safety else None, sessions, messages)
+    result = RestoreResult(record.name, safety, sessions, messages, info.schema_version)
     if journal:
-        journal.write("restored", **result.to_dict())
+        journal.write("restored", forced=force, **result.to_dict())
     return result
+
+
+def _same_owner_and_mode(new: Path, old: Path) -> None:
+    """The restored file gets the current file's owner and mode: Hermes may run as another user."""
+    if not old.exists():
+        return
+    st = old.stat()
+    if os.geteuid() == 0:
+        os.chown(new, st.st_uid, st.st_gid)
+    os.chmod(new, st.st_mode & 0o777)
+
+
+def _move_aside(profile: Profile) -> tuple[str | None, list[tuple[Path, Path]]]:
+    """Rename state.db and its -wal/-shm to one new safety name (SQLite pairs them by name), 0600.
+
+    All or nothing: if a rename fails the ones already done are undone, so a ``-wal`` never
+    ends up beside a database it does not belong to. Returns the name and the renames done.
+    """
+    if not profile.db_path.exists():
+        return None, []
+    base = f"{SAFETY_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    safety, n = base, 1
+    while any((profile.home / f"{safety}{s}").exists() for s in ("", "-wal", "-shm")):
+        n += 1
+        safety = f"{base}-{n}"
+    moved: list[tuple[Path, Path]] = []
+    try:
+        for suffix in ("-wal", "-shm", ""):
+            src = profile.home / f"state.db{suffix}"
+            if src.exists():
+                dst = profile.home / f"{safety}{suffix}"
+                os.chmod(src, FILE_MODE)
+                os.rename(src, dst)
+                moved.append((src, dst))
+    except OSError:
+        _undo(moved)
+        raise
+    return safety, moved
+
+
+def _undo(moved: list[tuple[Path, Path]]) -> None:
+    for src, dst in reversed(moved):
+        os.rename(dst, src)

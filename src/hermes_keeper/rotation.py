@@ -3,18 +3,22 @@
 Rules combine with OR: a backup is kept if any rule keeps it, and every reason is
 reported. ``keep_last`` keeps the newest N; ``daily``/``weekly``/``monthly`` keep the
 newest backup of each of the last N UTC days / ISO weeks / months that have one. The
-newest *verified* backup is never deleted, whatever the rules say.
+newest *verified* backup is never deleted, whatever the rules say. Given ``now``, a
+backup dated after it (the clock was wrong when it was taken) is kept and takes no
+rule's slot, so it cannot push good backups out.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
+    """One backup as rotation sees it; a plain ``(id, created_at, verified)`` tuple works too."""
+
     id: str
     created_at: float
     verified: bool = True
@@ -24,7 +28,7 @@ class Candidate:
 class Decision:
     id: str
     keep: bool
-    reasons: tuple[str, ...]
+    reasons: list[str] = field(default_factory=list)
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -33,22 +37,33 @@ def _utc(ts: float) -> dt.datetime:
 
 BUCKETS: dict[str, Callable[[dt.datetime], str]] = {
     "daily": lambda d: d.strftime("%Y-%m-%d"),
-    "weekly": lambda d: f"{d.isocalendar()[0]:04d}-W{d.isocalendar()[1]:02d}",
+    "weekly": lambda d: "{:04d}-W{:02d}".format(*d.isocalendar()[:2]),
     "monthly": lambda d: d.strftime("%Y-%m"),
 }
 
 
 def plan_rotation(
-    backups: Sequence[Candidate], keep_last: int = 3, daily: int = 7, weekly: int = 4, monthly: int = 12
+    backups: Iterable[tuple[str, float, bool]],
+    keep_last: int = 3,
+    daily: int = 7,
+    weekly: int = 4,
+    monthly: int = 12,
+    now: float | None = None,
 ) -> list[Decision]:
     """One decision per backup, newest first."""
-    ordered = sorted(backups, key=lambda b: (b.created_at, b.id), reverse=True)
+    if min(keep_last, daily, weekly, monthly) < 0:
+        raise ValueError("rotation counts must not be negative")
+    ordered = sorted((Candidate(*b) for b in backups), key=lambda b: (b.created_at, b.id), reverse=True)
     reasons: dict[str, list[str]] = {b.id: [] for b in ordered}
-    for i, b in enumerate(ordered[:keep_last]):
+    future = [b for b in ordered if now is not None and b.created_at > now]
+    for b in future:
+        reasons[b.id].append("dated in the future (clock skew): kept")
+    ranked = [b for b in ordered if b not in future]
+    for i, b in enumerate(ranked[:keep_last]):
         reasons[b.id].append(f"last {keep_last} (#{i + 1})")
     for rule, count in (("daily", daily), ("weekly", weekly), ("monthly", monthly)):
         seen: list[str] = []
-        for b in ordered:
+        for b in ranked:
             bucket = BUCKETS[rule](_utc(b.created_at))
             if bucket in seen:
                 continue
@@ -56,7 +71,7 @@ def plan_rotation(
                 break
             seen.append(bucket)
             reasons[b.id].append(f"{rule} {bucket}")
-    newest_verified = next((b for b in ordered if b.verified), None)
+    newest_verified = next((b for b in ranked if b.verified), None)
     if newest_verified is not None:
         reasons[newest_verified.id].append("newest verified backup")
-    return [Decision(b.id, bool(reasons[b.id]), tuple(reasons[b.id])) for b in ordered]
+    return [Decision(b.id, bool(reasons[b.id]), reasons[b.id]) for b in ordered]

@@ -1,7 +1,8 @@
-"""``backup``, ``backups``, ``restore``, ``compact``."""
+"""``backup``, ``backups``, ``restore``, ``compact``: thin wrappers over backup/rotation/restore/reclaim."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -9,7 +10,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..backup import apply_rotation, backup_dir, malformed_copies, rotation, take_backup
+from ..backup import (
+    apply_rotation,
+    backup_dir,
+    find_malformed_copies,
+    remove_malformed_copies,
+    rotation,
+    take_backup,
+)
 from ..errors import KeeperError
 from ..journal import Journal
 from ..lock import keeper_lock
@@ -23,8 +31,35 @@ dest_option = click.option(
     "--dest",
     type=click.Path(file_okay=False),
     default=None,
-    help="Backup folder (default: <home>/keeper/backups).",
+    help="Backup folder (default: <home>/keeper/backups; may be shared by several profiles).",
 )
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def rotation_options(fn):
+    """restic-``forget``-style rules, OR-combined; the newest verified backup is always kept."""
+    for name, default, what in reversed(  # click lists the last-applied option first
+        [
+            ("last", 3, "the newest N backups"),
+            ("daily", 7, "the newest backup of each of the last N UTC days"),
+            ("weekly", 4, "the newest backup of each of the last N ISO weeks"),
+            ("monthly", 12, "the newest backup of each of the last N months"),
+        ]
+    ):
+        fn = click.option(
+            f"--keep-{name}",
+            default=default,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help=f"Keep {what}.",
+        )(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, keep_last, keep_daily, keep_weekly, keep_monthly, **kwargs):
+        rules = dict(keep_last=keep_last, daily=keep_daily, weekly=keep_weekly, monthly=keep_monthly)
+        return fn(*args, rules=rules, **kwargs)
+
+    return wrapper
 
 
 def _emit(as_json: bool, rows: list[dict], line) -> None:
@@ -38,23 +73,28 @@ def _emit(as_json: bool, rows: list[dict], line) -> None:
 @click.command()
 @profile_options
 @dest_option
-@click.option("--no-rotate", is_flag=True, help="Keep every older backup.")
-@click.option("--json", "as_json", is_flag=True)
-def backup(profiles, dest, no_rotate, as_json):
-    """Consistent snapshot (VACUUM INTO) of state.db, zstd-compressed, verified; Hermes keeps running."""
+@rotation_options
+@click.option("--no-rotate", is_flag=True, help="Keep every older backup this time.")
+@json_option
+def backup(profiles, dest, rules, no_rotate, as_json):
+    """Consistent snapshot of state.db (VACUUM INTO), checked, zstd-compressed; Hermes keeps running.
+
+    Older backups of the same home are then rotated (see `backups` for why each is kept).
+    """
     rows = []
     for p in profiles:
         with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
             t0 = time.perf_counter()
             rec = take_backup(p, dest, journal=journal)
-            removed = [] if no_rotate else apply_rotation(backup_dir(p, dest), journal=journal)
-        rows.append(rec.to_dict() | {"seconds": round(time.perf_counter() - t0, 2), "rotated_out": removed})
+            seconds = round(time.perf_counter() - t0, 2)
+            removed = [] if no_rotate else apply_rotation(rec.folder, p.home, journal=journal, **rules)
+        rows.append(rec.to_dict() | {"seconds": seconds, "rotated_out": removed})
     _emit(
         as_json,
         rows,
         lambda r: (
-            f"{r['profile']}: {r['name']} {human_bytes(r['bytes'])} "
-            f"(database {human_bytes(r['raw_bytes'])}, {r['seconds']} s); rotated out {len(r['rotated_out'])}"
+            f"{r['profile']}: {r['path']} {human_bytes(r['bytes'])} (database {human_bytes(r['raw_bytes'])},"
+            f" {r['seconds']} s); rotated out: {', '.join(r['rotated_out']) or 'none'}"
         ),
     )
 
@@ -62,37 +102,41 @@ def backup(profiles, dest, no_rotate, as_json):
 @click.command()
 @profile_options
 @dest_option
-@click.option("--prune", is_flag=True, help="Delete the backups rotation does not keep.")
-@click.option("--remove-leftovers", is_flag=True, help="Delete Hermes's state.db.malformed-backup-* copies.")
-@click.option("--json", "as_json", is_flag=True)
-def backups(profiles, dest, prune, remove_leftovers, as_json):
-    """List backups with size, age, verification and why each is kept; Hermes's leftover copies."""
+@rotation_options
+@click.option("--prune", is_flag=True, help="Delete the backups the rotation rules do not keep.")
+@click.option(
+    "--remove-leftovers",
+    is_flag=True,
+    help="Delete Hermes's never-cleaned state.db.malformed-backup-* copies.",
+)
+@json_option
+def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
+    """List backups with size, age, verification and why each is kept; Hermes's leftover copies.
+
+    Changes nothing unless --prune or --remove-leftovers is given.
+    """
     out = []
     for p in profiles:
         folder = backup_dir(p, dest)
-        rows = rotation(folder)
-        leftovers = malformed_copies(p)
         removed: list[str] = []
+        leftovers = find_malformed_copies(p)
         if prune or remove_leftovers:
             with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
                 if prune:
-                    removed = apply_rotation(folder, journal=journal)
+                    removed = apply_rotation(folder, p.home, journal=journal, **rules)
                 if remove_leftovers:
-                    for path, size in leftovers:
-                        path.unlink()
-                        journal.write("leftover_removed", name=path.name, bytes=size)
+                    leftovers = remove_malformed_copies(p, journal=journal)
+        rows = rotation(folder, p.home, now=time.time(), **rules)
         out.append(
             {
                 "profile": p.name,
                 "folder": str(folder),
                 "backups": [
-                    r.to_dict() | {"verified": ok, "keep": d.keep, "reasons": list(d.reasons)}
-                    for r, d, ok in rows
+                    r.to_dict() | {"verified": ok, "keep": d.keep, "reasons": d.reasons} for r, d, ok in rows
                 ],
                 "removed": removed,
                 "leftovers": [
-                    {"name": path.name, "bytes": size, "removed": remove_leftovers}
-                    for path, size in leftovers
+                    {"name": lo.path.name, "bytes": lo.bytes, "removed": remove_leftovers} for lo in leftovers
                 ],
             }
         )
@@ -102,73 +146,80 @@ def backups(profiles, dest, prune, remove_leftovers, as_json):
     console, now = Console(), time.time()
     for o in out:
         t = Table(title=f"{o['profile']}: backups in {o['folder']}")
-        for col in ("backup", "size", "age", "verified", "kept because"):
+        for col in ("backup", "size", "database", "age", "verified", "kept because"):
             t.add_column(col, overflow="fold")
         for b in o["backups"]:
             t.add_row(
                 b["name"],
                 human_bytes(b["bytes"]),
+                human_bytes(b["raw_bytes"]),
                 f"{(now - b['created_at']) / 86400:.1f}d",
-                "yes" if b["verified"] else "[red]NO[/]",
-                ", ".join(b["reasons"]) or "[yellow]not kept[/]",
+                "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
+                ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
         console.print(t)
         for name in o["removed"]:
             console.print(f"removed {name}")
         for lo in o["leftovers"]:
-            verb = "removed" if lo["removed"] else "found (remove with --remove-leftovers)"
-            console.print(f"Hermes leftover {lo['name']} {human_bytes(lo['bytes'])}: {verb}")
+            verb = "removed" if lo["removed"] else "can be removed with --remove-leftovers"
+            console.print(f"Hermes leftover {lo['name']} ({human_bytes(lo['bytes'])}): {verb}")
 
 
 @click.command()
 @profile_options
 @click.argument("backup_name", required=False)
-@click.option("--latest", is_flag=True, help="The newest backup.")
+@click.option("--latest", is_flag=True, help="The newest backup of this home.")
 @dest_option
-@click.option("--force", is_flag=True, help="Even while a process holds the database.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--force", is_flag=True, help="Even while a process holds the database (it keeps the old file)."
+)
+@json_option
 def restore(profiles, backup_name, latest, dest, force, as_json):
-    """Replace state.db with a verified backup; the current one is kept aside as a safety copy."""
+    """Replace state.db with a verified backup (a file name, a path, or --latest).
+
+    The current state.db, -wal and -shm are kept as state.db.keeper-before-restore-<UTC>.
+    """
     if bool(backup_name) == bool(latest):
-        raise KeeperError("name a backup or pass --latest")
+        raise KeeperError("name a backup (file name or path) or pass --latest")
     if len(profiles) != 1:
         raise KeeperError("restore one profile at a time")
     p = profiles[0]
     with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-        folder, rec = find_backup(p, backup_name, dest)
-        res = restore_backup(p, folder, rec, force=force, journal=journal)
+        res = restore_backup(p, find_backup(p, backup_name, dest), force=force, journal=journal)
     _emit(
         as_json,
         [res.to_dict() | {"profile": p.name}],
         lambda r: (
             f"{r['profile']}: restored {r['restored']} ({r['sessions']} sessions, {r['messages']} messages);"
-            f" previous state.db kept as {r['safety_copy']}"
+            f" previous state.db kept as {r['safety_copy'] or '(there was none)'}"
         ),
     )
 
 
 @click.command()
 @profile_options
-@click.option("--wait-idle", default=None, help="Wait up to this long (e.g. 10m) for Hermes to stop.")
+@click.option("--wait-idle", default=None, help="Wait up to this long (e.g. 600s, 10m) for Hermes to stop.")
 @click.option("--no-vacuum", is_flag=True, help="Never run the one-time full VACUUM.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def compact(profiles, wait_idle, no_vacuum, as_json):
-    """Return free pages to the disk in short steps while Hermes runs."""
+    """Return free pages to the disk in short steps while Hermes runs.
+
+    A database still in auto_vacuum=NONE is switched to INCREMENTAL once, by a full VACUUM after a
+    backup, and only when no process holds it.
+    """
     wait = parse_duration(wait_idle, "--wait-idle") if wait_idle else None
     rows = []
     for p in profiles:
         with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-            rows.append(
-                compact_profile(
-                    p, wait_idle_s=wait, allow_full_vacuum=not no_vacuum, journal=journal
-                ).to_dict()
-            )
+            res = compact_profile(p, wait_idle_s=wait, allow_full_vacuum=not no_vacuum, journal=journal)
+        rows.append(res.to_dict())
     _emit(
         as_json,
         rows,
         lambda r: (
-            f"{r['profile']}: freed {human_bytes(r['freed_bytes'])} "
-            f"({human_bytes(r['db_bytes_before'])} -> {human_bytes(r['db_bytes_after'])}, auto_vacuum "
+            f"{r['profile']}: freed {human_bytes(r['freed_bytes'])} (database "
+            f"{human_bytes(r['db_bytes_before'])} -> {human_bytes(r['db_bytes_after'])}, WAL "
+            f"{human_bytes(r['wal_bytes_before'])} -> {human_bytes(r['wal_bytes_after'])}, auto_vacuum "
             f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']})"
             + (f"; {r['note']}" if r["note"] else "")
         ),

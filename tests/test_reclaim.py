@@ -1,0 +1,151 @@
+"""compact: space back in short steps while Hermes runs; the one-time VACUUM only when nobody holds the db."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from bench.homes import live_writer
+from hermes_keeper import reclaim
+from hermes_keeper.cli import main
+from hermes_keeper.discovery import select_profiles
+from hermes_keeper.reclaim import WAL_LIMIT_BYTES, compact
+from tests.conftest import tree_digest
+
+CONTENT = "SELECT id, session_id, role, content, timestamp, active FROM messages ORDER BY id"
+
+
+@pytest.fixture
+def home(hermes_home, tmp_path):
+    return hermes_home(tmp_path / "home", sessions=150, messages_per_session=50)
+
+
+def sql(home, *statements):
+    conn = sqlite3.connect(home / "state.db", isolation_level=None)
+    try:
+        return [conn.execute(s).fetchall() for s in statements]
+    finally:
+        conn.close()
+
+
+def delete_cron(home):
+    """Free pages the way a prune would: cron sessions' messages (and their FTS rows) go."""
+    sql(home, "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE source = 'cron')")
+
+
+def hermes_view(hermes, home):
+    rows, fts = hermes.run(home, [{"op": "query", "sql": CONTENT}, {"op": "fts_integrity"}])
+    assert fts == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def run_compact(home, *args):
+    res = CliRunner().invoke(main, ["compact", "--home", str(home), "--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)["profiles"][0]
+
+
+def test_one_time_conversion_when_idle_then_hermes_vacuum_keeps_it(home, hermes):
+    delete_cron(home)
+    before = hermes_view(hermes, home)
+    res = run_compact(home)
+    assert res["auto_vacuum_before"] == "none" and res["auto_vacuum_after"] == "incremental"
+    assert res["vacuumed"] and res["backup"] and (home / "keeper" / "backups" / res["backup"]).exists()
+    # Freed bytes are what the file lost: page_count * page_size before and after, WAL included.
+    assert res["freed_bytes"] == res["db_bytes_before"] + res["wal_bytes_before"] - res["db_bytes_after"]
+    assert res["freed_bytes"] > 1_000_000 and res["wal_bytes_after"] == 0
+    assert (home / "state.db").stat().st_size == res["db_bytes_after"]
+    assert hermes_view(hermes, home) == before
+    hermes.call(home, "vacuum")  # Hermes's own VACUUM keeps the mode
+    assert sql(home, "PRAGMA auto_vacuum")[0] == [(2,)]
+
+
+def test_incremental_steps_while_hermes_writes(home, hermes):
+    sql(home, "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM")
+    delete_cron(home)
+    free_before = sql(home, "PRAGMA freelist_count")[0][0][0]
+    profile = select_profiles(home)[0]
+    with live_writer(home, rate=50.0, warmup_s=0.3) as w:
+        res = compact(profile)
+    assert w.stats["failures"] == 0 and w.stats["max_ms"] < 1000 and res.live
+    # The writer frees and reuses pages too, so "all of them" is within a few pages.
+    assert res.pages_freed >= free_before * 0.95 and free_before > 300 and not res.vacuumed
+    assert res.free_bytes_after <= 16 * 4096 and res.backup is None
+    assert res.db_bytes_before - res.db_bytes_after >= res.pages_freed * 4096 * 0.9
+    # Moved pages pass through the WAL; a live Hermes never truncates it, so ours keeps it bounded.
+    assert res.wal_bytes_after <= WAL_LIMIT_BYTES + 1_000_000
+    hermes_view(hermes, home)  # indexes intact after the merges
+
+
+def test_held_database_is_never_vacuumed(home, hold_open):
+    delete_cron(home)
+    proc = hold_open(home / "state.db")
+    res = run_compact(home)
+    assert not res["vacuumed"] and res["auto_vacuum_after"] == "none" and res["backup"] is None
+    assert res["free_bytes_after"] > 1_000_000 and res["wal_bytes_after"] > 0  # the WAL is not truncated
+    assert f"{res['free_bytes_after']} bytes reclaimable" in res["note"]
+    assert "when no process holds the database" in res["note"] and f"pid {proc.pid}" in res["note"]
+    assert res["live"] and "Hermes's own FTS optimize" in res["note"]
+    assert not (home / "keeper" / "backups").exists()
+
+
+def test_index_space_of_deleted_messages_comes_back_once_hermes_stops(home, hermes, hold_open):
+    sql(home, "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM")
+    delete_cron(home)
+    expected = hermes_view(hermes, home)
+    proc = hold_open(home / "state.db")
+    live = run_compact(home)  # FTS5 deletes only add tombstones: little comes back while Hermes runs
+    proc.kill()
+    proc.wait()
+    idle = run_compact(home)  # now one full merge, in bounded steps
+    assert live["live"] and not idle["live"] and idle["fts_merge_steps"] > live["fts_merge_steps"]
+    assert idle["db_bytes_before"] - idle["db_bytes_after"] > live["db_bytes_before"] - live["db_bytes_after"]
+    assert idle["free_bytes_after"] == 0 and idle["wal_bytes_after"] == 0
+    assert hermes_view(hermes, home) == expected  # same messages, indexes intact
+
+
+def test_wait_idle_converts_once_hermes_stops(home, hold_open):
+    delete_cron(home)
+    proc = hold_open(home / "state.db")
+    threading.Timer(1.5, proc.kill).start()  # Hermes stops a moment later
+    t0 = time.monotonic()
+    res = run_compact(home, "--wait-idle", "30s")
+    assert res["vacuumed"] and res["auto_vacuum_after"] == "incremental"
+    assert 1.0 < time.monotonic() - t0 < 20
+
+
+def test_rollback_journal_mode_is_kept(home):
+    sql(home, "PRAGMA journal_mode=DELETE")  # what Hermes uses on network filesystems
+    delete_cron(home)
+    res = run_compact(home)
+    assert res["vacuumed"] and sql(home, "PRAGMA journal_mode")[0] == [("delete",)]
+    assert not (home / "state.db-wal").exists()
+
+
+def test_not_understood_timestamps_are_refused(home):
+    sql(home, "UPDATE messages SET timestamp = timestamp * 1000 WHERE id % 7 = 0")
+    before = tree_digest(home)
+    res = CliRunner().invoke(main, ["compact", "--home", str(home)])
+    assert res.exit_code == 2 and "milliseconds" in res.output
+    after = tree_digest(home)
+    for own in ("keeper/journal.jsonl", "keeper.lock"):
+        after.pop(own, None)
+    assert after == before
+
+
+def test_a_merge_step_that_runs_long_while_hermes_runs_is_rolled_back(home, hermes, hold_open, monkeypatch):
+    monkeypatch.setattr(reclaim, "FTS_STEP_LIMIT_MS", 0.001)  # every step is "too long"
+    delete_cron(home)
+    # A full merge already in progress (a compact that was stopped): the live steps have work to do.
+    sql(home, *(f"INSERT INTO {t}({t}, rank) VALUES('merge', -16)" for t in reclaim.FTS_TABLES))
+    expected = hermes_view(hermes, home)
+    hold_open(home / "state.db")
+    res = compact(select_profiles(home)[0])
+    assert res.live and "messages_fts_trigram" in res.fts_left
+    assert hermes_view(hermes, home) == expected  # nothing half-merged

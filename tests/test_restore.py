@@ -1,0 +1,189 @@
+"""Restore: real Hermes sees exactly the backed-up sessions; a bad backup or a live Hermes moves nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from hermes_keeper import demo
+from hermes_keeper.backup import MANIFEST, list_backups, sha256_file, take_backup
+from hermes_keeper.cli import main
+from hermes_keeper.discovery import select_profiles
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.reclaim import compact
+from hermes_keeper.restore import restore_backup
+from tests.conftest import tree_digest
+from tests.hermes_env import Hermes
+
+CONTENT = "SELECT id, session_id, role, content, timestamp FROM messages ORDER BY id"
+
+
+def hermes_view(hermes, home):
+    """What Hermes itself sees (through its own connection): sessions, messages, a hash of every message."""
+    rows, sessions = hermes.run(
+        home, [{"op": "query", "sql": CONTENT}, {"op": "query", "sql": "SELECT count(*) FROM sessions"}]
+    )
+    return sessions[0][0], len(rows), hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+@pytest.fixture
+def home(hermes_home, tmp_path):
+    return hermes_home(tmp_path / "home", sessions=40)
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_round_trip_real_hermes_sees_the_same_sessions_and_messages(home, hermes):
+    before = hermes_view(hermes, home)
+    assert invoke("backup", "--home", home).exit_code == 0
+    mode = (home / "state.db").stat().st_mode & 0o777
+    hermes.run(
+        home,
+        [
+            {"op": "call", "method": "create_session", "args": ["after_backup", "cli"]},
+            {"op": "call", "method": "append_message", "args": ["after_backup", "user", "later"]},
+        ],
+    )
+    assert hermes_view(hermes, home) != before
+    res = invoke("restore", "--latest", "--home", home, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)["profiles"][0]
+    assert hermes_view(hermes, home) == before
+    assert (out["sessions"], out["messages"]) == before[:2]
+    # The previous database, with its WAL, is kept aside (private) and still holds the later session.
+    safety = home / out["safety_copy"]
+    assert safety.stat().st_mode & 0o777 == 0o600
+    assert (home / "state.db").stat().st_mode & 0o777 == mode
+    shutil.copy(safety, home / "check.db")
+    if (home / f"{out['safety_copy']}-wal").exists():
+        shutil.copy(home / f"{out['safety_copy']}-wal", home / "check.db-wal")
+    conn = sqlite3.connect(home / "check.db")
+    assert conn.execute("SELECT count(*) FROM sessions WHERE id = 'after_backup'").fetchone()[0] == 1
+    conn.close()
+    # Hermes keeps working on the restored file, indexes included.
+    *_, count, fts = hermes.run(
+        home,
+        [
+            {"op": "call", "method": "create_session", "args": ["after_restore", "cli"]},
+            {"op": "call", "method": "append_message", "args": ["after_restore", "user", "again"]},
+            {"op": "query", "sql": "SELECT count(*) FROM messages WHERE session_id = 'after_restore'"},
+            {"op": "fts_integrity"},
+        ],
+    )
+    assert count == [[1]] and fts == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+
+
+def _flip_a_byte(record, rehash: bool):
+    data = bytearray(record.path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    record.path.write_bytes(bytes(data))
+    if rehash:  # damage that happened before the hash was taken: the content checks must catch it
+        manifest = json.loads((record.folder / MANIFEST).read_text())
+        manifest["backups"][-1]["sha256"] = sha256_file(record.path)
+        (record.folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("rehash", [False, True], ids=["sha256-mismatch", "bad-content"])
+def test_a_corrupted_backup_is_refused_and_nothing_moves(home, rehash):
+    assert invoke("backup", "--home", home).exit_code == 0
+    [record] = list_backups(home / "keeper" / "backups")
+    _flip_a_byte(record, rehash)
+    before = tree_digest(home)
+    res = invoke("restore", record.name, "--home", home)
+    assert res.exit_code == 2 and "nothing was changed" in res.output
+    assert ("checksum" if rehash else "sha256 mismatch") in res.output  # zstd's frame checksum, or ours
+    assert tree_digest(home) == before
+    if not rehash:
+        listing = json.loads(invoke("backups", "--home", home, "--json").output)["profiles"][0]
+        assert listing["backups"][0]["verified"] is False
+
+
+def test_refuses_while_hermes_holds_the_database_unless_forced(home, hold_open):
+    assert invoke("backup", "--home", home).exit_code == 0
+    proc = hold_open(home / "state.db")
+    before = tree_digest(home)
+    res = invoke("restore", "--latest", "--home", home)
+    assert res.exit_code == 2 and f"pid {proc.pid}" in res.output and "--force" in res.output
+    assert tree_digest(home) == before
+    res = invoke("restore", "--latest", "--force", "--home", home, "--json")
+    assert res.exit_code == 0 and json.loads(res.output)["profiles"][0]["safety_copy"]
+
+
+def test_latest_is_this_homes_newest_even_in_a_shared_folder(tmp_path):
+    dest = tmp_path / "shared"
+    a_home, b_home = tmp_path / "a", tmp_path / "b"
+    demo.build_home(a_home, demo.generate(time.time(), sessions=10))
+    demo.build_home(b_home, demo.generate(time.time(), sessions=25, seed=3))
+    a, b = select_profiles(a_home)[0], select_profiles(b_home)[0]
+    mine = take_backup(a, dest)
+    take_backup(b, dest, now=time.time() + 5)  # newer, but another home's
+    res = invoke("restore", "--latest", "--dest", dest, "--home", a_home, "--json")
+    assert json.loads(res.output)["profiles"][0]["restored"] == mine.name
+    # Restoring by path works too, and a file the manifest does not know is refused.
+    assert restore_backup(a, mine.path).restored == mine.name
+    loose = tmp_path / "loose" / mine.name
+    loose.parent.mkdir()
+    shutil.copy(mine.path, loose)
+    with pytest.raises(KeeperError, match="no sha256 to verify"):
+        restore_backup(a, loose)
+
+
+def test_restore_when_state_db_is_gone(home):
+    profile = select_profiles(home)[0]
+    record = take_backup(profile)
+    for p in home.glob("state.db*"):
+        p.unlink()
+    res = restore_backup(profile, record)
+    assert res.safety_copy is None and res.sessions == len(demo.generate(time.time(), sessions=40).sessions)
+    assert [r.name for r in list_backups(record.folder)] == [record.name]
+
+
+def test_round_trip_and_compact_on_hermes_0_13(tmp_path):
+    hermes13 = Hermes("0.13.0")  # schema 11: no archived/active/session_key columns
+    home = tmp_path / "home"
+    home.mkdir()
+    now = time.time()
+    specs = [
+        {
+            "id": f"s{i}",
+            "source": "cron" if i % 2 else "cli",
+            "started_at": now - 3600 + i,
+            "messages": [["user", f"message {i} {j}", now - 3600 + i + j] for j in range(5)],
+            "ended_at": now - 60,
+            "end_reason": "user_exit",
+        }
+        for i in range(20)
+    ]
+    hermes13.run(home, [{"op": "build", "sessions": specs}])
+    profile = select_profiles(home)[0]
+    before = hermes_view(hermes13, home)
+    record = take_backup(profile)
+    assert record.schema_version == 11
+    hermes13.call(home, "append_message", "s0", "user", "after the backup")
+    assert restore_backup(profile, record).messages == before[1]
+    assert hermes_view(hermes13, home) == before
+    res = compact(profile)
+    assert res.vacuumed and res.auto_vacuum_after == "incremental"
+    hermes13.call(home, "vacuum")
+    assert hermes_view(hermes13, home) == before
+    assert hermes13.run(home, [{"op": "query", "sql": "PRAGMA auto_vacuum"}])[0] == [[2]]
+
+
+def test_a_symlinked_state_db_is_not_replaced(home, tmp_path):
+    record = take_backup(select_profiles(home)[0])
+    elsewhere = tmp_path / "disk2" / "state.db"
+    elsewhere.parent.mkdir()
+    (home / "state.db").rename(elsewhere)
+    (home / "state.db").symlink_to(elsewhere)
+    before = tree_digest(tmp_path)
+    with pytest.raises(KeeperError, match="is a symlink"):
+        restore_backup(select_profiles(home)[0], record)
+    assert tree_digest(tmp_path) == before and (home / "state.db").is_symlink()
