@@ -6,9 +6,11 @@ Hermes's own ``SessionDB.append_message`` at 20 writes/s, runs:
 
   (a) Hermes's own ``prune_sessions(older_than_days=7)`` + ``vacuum()``
   (b) the floor: one transaction deleting exactly the keeper's selection
-  (c) ``hermes-keeper run`` with 7-day retention for every source (archiving included)
+  (c) ``hermes-keeper run`` with 7-day retention for every source (archiving included),
+      once with ``compact = false`` and once with the compact step a run does by default
 
-and prints writer latency (p50/p99/max), failures, wall time, sessions pruned, bytes freed.
+and prints writer latency (p50/p99/max), failures, wall time, sessions pruned, and bytes
+freed: from the file (only a VACUUM shrinks it) and from the pages in use.
 
     .venv/bin/python bench/live_impact.py [--sessions 2000] [--messages 120000]
 """
@@ -44,8 +46,22 @@ messaging = "7d"
 """
 
 
+COMPACT_KEYS = ("fts_merge_steps", "pages_freed", "note")
+PAGE_PRAGMAS = ("page_count", "freelist_count", "page_size")
+
+
 def db_bytes(home: Path) -> int:
     return sum(p.stat().st_size for p in home.glob("state.db*"))
+
+
+def used_bytes(home: Path) -> int:
+    """Pages in use (file pages minus the freelist): what a delete frees before any VACUUM."""
+    conn = sqlite3.connect(home / "state.db")
+    try:
+        count, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in PAGE_PRAGMAS)
+    finally:
+        conn.close()
+    return (count - free) * size
 
 
 def keeper(home: Path, *args: str) -> subprocess.CompletedProcess:
@@ -76,15 +92,22 @@ def floor_delete(home: Path, ids: list[str]) -> None:
     conn.close()
 
 
-def scenario(name: str, base: Path, work: Path, fn) -> dict:
+def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
     home = copy_home(base, work / name)
-    (home / "keeper.toml").write_text(POLICY)
-    before = db_bytes(home)
+    (home / "keeper.toml").write_text(policy + POLICY)
+    before, used = db_bytes(home), used_bytes(home)
     with live_writer(home) as w:
         t0 = time.perf_counter()
         pruned = fn(home)
         wall = time.perf_counter() - t0
-    return {"name": name, "wall_s": wall, "pruned": pruned, "freed": before - db_bytes(home), **w.stats}
+    return {
+        "name": name,
+        "wall_s": wall,
+        "pruned": pruned,
+        "freed": before - db_bytes(home),
+        "unused": used - used_bytes(home),
+        **w.stats,
+    }
 
 
 def main() -> None:
@@ -130,24 +153,27 @@ def main() -> None:
     rows = [] if args.only_keeper else [scenario("hermes prune+vacuum", base, work, hermes_prune)]
     rows += [
         scenario("single-txn floor", base, work, floor),
-        scenario("hermes-keeper run", base, work, keeper_run),
+        # The run alone, then with the compact step the run does by default.
+        scenario("keeper run, no compact", base, work, keeper_run, "compact = false\n"),
     ]
+    run_out = dict(keeper_out)
+    rows.append(scenario("keeper run + compact", base, work, keeper_run))
     print(
         f"{'scenario':22} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>9} {'fail':>5} {'writes':>7} {'wall s':>7}"
-        f" {'pruned':>7} {'freed MB':>9}"
+        f" {'pruned':>7} {'file -MB':>9} {'pages -MB':>9}"
     )
     for r in rows:
         print(
             f"{r['name']:22} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:9.1f} {r['failures']:5d}"
             f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
+            f" {r['unused'] / 1e6:9.1f}"
         )
-    k, f = rows[-1], rows[-2]
+    print(f"keeper writer (run): {run_out['writer']}")
+    k, f = rows[-2], rows[-3]
+    compact = keeper_out["compact"] or {}
+    print(f"compact: { {x: compact.get(x) for x in COMPACT_KEYS} }")
     print(
-        f"keeper writer: {keeper_out['writer']}; compact: "
-        f"{ {x: keeper_out['compact'][x] for x in ('fts_merge_steps', 'pages_freed', 'note')} }"
-    )
-    print(
-        f"keeper wall / floor wall = {k['wall_s'] / f['wall_s']:.2f}x (target <= 1.25x); "
+        f"keeper run wall / floor wall = {k['wall_s'] / f['wall_s']:.2f}x (target <= 1.25x); "
         f"keeper writer max {k['max_ms']:.0f} ms (target <= 250), p99 {k['p99_ms']:.0f} ms (target <= 100), "
         f"failures {k['failures']} (target 0)"
     )

@@ -54,6 +54,7 @@ def build(hermes, home):
         _s("cli_old", "cli", 100, "oldcli"),
         _s("cli_titled", "cli", 100, "titledcli", title="keep me"),
         _s("zombie_cli", "cli", 3, "zombiecli", ended=False),
+        _s("open_recent", "cli", 0.2, "activecli", ended=False),
         _s(
             "routed_zombie",
             "discord",
@@ -142,14 +143,16 @@ def test_run_prunes_what_the_plan_says_and_hermes_still_works(tmp_path, hermes):
             {"op": "fts_integrity"},
             {"op": "call", "method": "get_session", "args": ["zombie_cli"]},
             {"op": "call", "method": "get_session", "args": ["routed_zombie"]},
+            {"op": "call", "method": "get_session", "args": ["open_recent"]},
+            {"op": "call", "method": "get_session", "args": ["tg_old"]},
         ],
     )
-    *found, fts, zombie, routed = results
+    *found, fts, zombie, routed, recent, telegram = results
     assert [bool(r) for r in found] == [False] * 4 + [True] * 5
     assert fts == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
     assert zombie["end_reason"] == "keeper_zombie"
     assert zombie["ended_at"] == max(m["timestamp"] for m in hermes.call(home, "get_messages", "zombie_cli"))
-    assert routed["ended_at"] is None
+    assert routed["ended_at"] is None and recent["ended_at"] is None and telegram["ended_at"] is None
 
     with Archive.for_home(home / "keeper") as store:
         entries = {e.session_id: e for e in store.entries()}
@@ -231,3 +234,23 @@ def test_odd_ids_and_symlinks_never_reach_outside_the_home(tmp_path, hermes):
     res = CliRunner().invoke(main, ["archive", "restore", odd, "--home", str(home)])
     assert res.exit_code == 0, res.output
     assert hermes.call(home, "get_session", odd)["id"] == odd
+
+
+def test_all_profiles_one_failing_does_not_stop_the_others(tmp_path):
+    from hermes_keeper import demo
+
+    demo.build_home(tmp_path, demo.generate(NOW, sessions=30))
+    (tmp_path / "profiles" / "broken").mkdir(parents=True)
+    (tmp_path / "profiles" / "broken" / "state.db").write_bytes(b"not a database at all" * 100)
+    res = CliRunner().invoke(main, ["run", "--home", str(tmp_path), "--all-profiles", "--json"])
+    assert res.exit_code == 1
+    default, broken = json.loads(res.stdout)["profiles"]
+    assert default["profile"] == "default" and default["pruned"] > 0
+    assert broken["profile"] == "broken" and "error" in broken
+    assert (tmp_path / "profiles" / "broken" / "state.db").read_bytes() == b"not a database at all" * 100
+
+    (tmp_path / "state.db").write_bytes(b"broken too")
+    for name in ("state.db-wal", "state.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    res = CliRunner().invoke(main, ["run", "--home", str(tmp_path), "--all-profiles"])
+    assert res.exit_code == 2, "nothing could run: a refusal"

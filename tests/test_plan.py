@@ -89,7 +89,31 @@ CASES = [
         [row("p", "cli", 100), row("d", "subagent", 100, parent_id="p", delegate_from="p")],
         {"p", "d"},
     ),
-    ("branch is its own conversation", [row("p", "cli", 100), row("b", "cli", 10, parent_id="p")], {"p"}),
+    (
+        "branch is its own conversation",
+        [row("p", "cli", 100), row("b", "cli", 10, parent_id="p", branched_from="p")],
+        {"p"},
+    ),
+    (
+        "legacy branch (parent ended 'branched') is its own conversation",
+        [row("p", "cli", 100, end_reason="branched"), row("b", "cli", 10, parent_id="p")],
+        {"p"},
+    ),
+    (
+        "untagged subagent child (pre-v16) keeps its parent",
+        [row("p", "cli", 100), row("d", "subagent", 1, parent_id="p")],
+        set(),
+    ),
+    (
+        "untagged subagent child pruned with its parent",
+        [row("p", "cli", 100), row("d", "subagent", 100, parent_id="p")],
+        {"p", "d"},
+    ),
+    (
+        "old branch pruned while its parent is kept",
+        [row("p", "cli", 10), row("b", "cli", 100, parent_id="p", branched_from="p")],
+        {"b"},
+    ),
 ]
 
 

@@ -134,8 +134,21 @@ class Plan:
         return out
 
 
+def is_branch(child: SessionRow, parent: SessionRow) -> bool:
+    """Hermes's ``_BRANCH_CHILD_SQL``: the ``_branched_from`` marker, or the legacy heuristic."""
+    ended = parent.ended_at
+    return child.branched_from is not None or (
+        parent.end_reason == "branched" and ended is not None and child.started_at >= ended
+    )
+
+
 def units(survey: Survey) -> dict[str, list[str]]:
-    """Conversation units: root id -> member ids (compression chains and delegate children)."""
+    """Conversation units: root id -> member ids.
+
+    A child joins its parent's unit unless it is a branch: compression continuations and
+    subagent runs (marked ``_delegate_from``, or untagged as before Hermes's v16 migration)
+    are the very children Hermes itself hides and cascade-deletes with the parent.
+    """
     parent: dict[str, str] = {sid: sid for sid in survey.sessions}
 
     def find(x: str) -> str:
@@ -152,7 +165,7 @@ def units(survey: Survey) -> dict[str, list[str]]:
     sessions = survey.sessions
     for s in sessions.values():
         p = sessions.get(s.parent_id) if s.parent_id else None
-        if p is not None and (p.end_reason == "compression" or s.delegate_from == p.id):
+        if p is not None and (p.end_reason == "compression" or not is_branch(s, p)):
             union(s.id, p.id)
         if s.delegate_from and s.delegate_from in sessions:
             union(s.id, s.delegate_from)

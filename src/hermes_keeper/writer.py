@@ -57,6 +57,7 @@ class WriterStats:
     total_txn_ms: float = 0.0
     over_budget: int = 0
     checkpoints: int = 0
+    last_txn_ms: float = 0.0
 
 
 class Writer:
@@ -75,6 +76,7 @@ class Writer:
         self.pause_ms = pause_ms
         self.checkpoint_every = checkpoint_every
         self.stats = WriterStats()
+        self._held_ms = 0.0  # lock time since the last pause
         self.wal = self.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
     def batch(self, start: int = 50) -> AdaptiveBatch:
@@ -92,6 +94,7 @@ class Writer:
         s.transactions += 1
         s.total_txn_ms += elapsed
         s.max_txn_ms = max(s.max_txn_ms, elapsed)
+        s.last_txn_ms = elapsed
         if elapsed > self.budget_ms:
             s.over_budget += 1
         if batch is not None:
@@ -99,10 +102,14 @@ class Writer:
         if self.wal and s.transactions % self.checkpoint_every == 0:
             checkpoint_passive(self.conn)
             s.checkpoints += 1
-        if self.pause_ms:
-            # Duty cycle: rest at least as long as we held the lock (capped at pause_ms), so a
-            # waiting Hermes writer always finds a window, without idling after tiny steps.
-            time.sleep(min(self.pause_ms, max(1.0, elapsed)) / 1000.0)
+        self._held_ms += elapsed
+        if self.pause_ms and self._held_ms >= self.budget_ms:
+            # Rest once the lock has been held about a budget since the last rest. A waiting
+            # Hermes writer (SQLite's busy handler) polls at most 25 ms apart during its first
+            # 128 ms, so a window of ~pause_ms after each budget's worth of holding lets it in
+            # within a cycle or two; a run of tiny steps pays one pause, not one each.
+            time.sleep(self.pause_ms / 1000.0)
+            self._held_ms = 0.0
         return result
 
     def close(self) -> None:

@@ -113,7 +113,8 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
     if as_json:
         click.echo(json.dumps({"profiles": out}, indent=2))
     if failures:
-        sys.exit(1)
+        # 1: some profiles failed, the others ran; 2: a refusal everywhere, nothing ran.
+        sys.exit(2 if failures == len(profiles) else 1)
 
 
 _run_options = [
