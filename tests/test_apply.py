@@ -254,3 +254,24 @@ def test_all_profiles_one_failing_does_not_stop_the_others(tmp_path):
         (tmp_path / name).unlink(missing_ok=True)
     res = CliRunner().invoke(main, ["run", "--home", str(tmp_path), "--all-profiles"])
     assert res.exit_code == 2, "nothing could run: a refusal"
+
+
+def test_runs_rotate_their_backups(tmp_path):
+    import sqlite3
+
+    from hermes_keeper import demo
+
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=10))
+    for i in range(5):
+        conn = sqlite3.connect(home / "state.db")
+        conn.execute(
+            "INSERT INTO sessions (id, source, started_at, ended_at) VALUES (?, 'cron', ?, ?)",
+            (f"old_cron_{i}", NOW - 30 * DAY, NOW - 30 * DAY),
+        )
+        conn.commit()
+        conn.close()
+        res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
+        assert json.loads(res.output)["profiles"][0]["backup"], res.output
+    names = sorted(p.name for p in (home / "keeper" / "backups").glob("state-*.db.zst"))
+    assert len(names) == 3  # keep-last 3; the day's newest is among them

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import archive as arch
-from .backup import take_backup
+from .backup import apply_rotation, backup_dir, take_backup
 from .db import connect_ro, read_txn
 from .discovery import Profile
 from .fsutil import is_inside
@@ -436,6 +436,7 @@ def apply_plan(
     res = RunResult(profile.name, db_bytes_before=_db_bytes(schema))
     if policy.backup and plan.prune:
         res.backup = take_backup(profile, journal=journal).name
+        apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
     with Writer(profile.db_path, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms) as w:
         res.resumed = resume_pending(profile, w, journal) if policy.archive else 0
         res.zombies_closed = close_zombies(plan, w, journal)
