@@ -9,6 +9,7 @@ operation and ``w.stats`` then holds p50/p99/max latency and failures.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -57,7 +58,9 @@ def bench_home(sessions: int = 2000, messages: int = 120_000, version: str = "0.
 
 
 def copy_home(src: Path, dst: Path) -> Path:
+    """An identical copy, flushed to disk so the kernel's writeback does not land mid-measurement."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ready", "keeper", "keeper.lock"))
+    os.sync()
     return dst
 
 
