@@ -97,10 +97,6 @@ class RunResult:
         }
 
 
-def _db_bytes(schema: SchemaInfo) -> int:
-    return schema.page_count * schema.page_size
-
-
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -433,7 +429,7 @@ def apply_plan(
     """
     schema = inspect(profile.db_path)
     schema.require_actionable()
-    res = RunResult(profile.name, db_bytes_before=_db_bytes(schema))
+    res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
     if policy.backup and plan.prune:
         res.backup = take_backup(profile, journal=journal).name
         apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
@@ -463,8 +459,7 @@ def apply_plan(
             profile, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms, backup=False, journal=journal
         ).to_dict()
     after = inspect(profile.db_path, check_timestamps=False)
-    res.db_bytes_after = _db_bytes(after) - after.freelist_count * after.page_size
-    res.db_bytes_before -= schema.freelist_count * schema.page_size
+    res.db_bytes_after = after.used_bytes
     conn = connect_ro(profile.db_path)
     try:
         res.remaining_sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]

@@ -164,7 +164,7 @@ def _preflight(profile: Profile, schema: SchemaInfo, folder: Path) -> None:
     existing = next(p for p in (folder, *folder.parents) if p.exists())  # the folder may not exist yet
     if existing.stat().st_dev != profile.db_path.stat().st_dev:
         return  # another disk: a full disk there fails the backup, never Hermes (handled below)
-    live = (schema.page_count - schema.freelist_count) * schema.page_size
+    live = schema.used_bytes
     need = live + live // 2 + RESERVE_BYTES  # the copy, its compressed form, room left for Hermes
     free = shutil.disk_usage(existing).free
     if free < need:

@@ -198,7 +198,7 @@ def _depth_order(members: list[str], survey: Survey) -> list[str]:
 
 
 def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None = None) -> Plan:
-    db_bytes = survey.schema.page_count * survey.schema.page_size if db_bytes is None else db_bytes
+    db_bytes = survey.schema.db_bytes if db_bytes is None else db_bytes
     plan = Plan(profile=survey.profile.name, now=now, db_bytes=db_bytes)
     ratio = _bytes_per_content_byte(survey, db_bytes)
     sessions = survey.sessions

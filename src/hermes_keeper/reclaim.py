@@ -172,7 +172,7 @@ def _convert(
     holders = find_holders(db)
     res.holders = [h.describe() for h in holders]
     info = inspect(db, check_timestamps=False)
-    reclaimable = f"{info.freelist_count * info.page_size} bytes reclaimable"
+    reclaimable = f"{info.free_bytes} bytes reclaimable"
     later = (
         "the one-time switch to incremental auto_vacuum (a full VACUUM) runs "
         "when no process holds the database"
@@ -183,8 +183,7 @@ def _convert(
     if holders:
         res.note = f"{reclaimable}; {later} (now held by {'; '.join(res.holders)})"
         return
-    live = (info.page_count - info.freelist_count) * info.page_size
-    need, free = 2 * live + RESERVE_BYTES, shutil.disk_usage(db.parent).free
+    need, free = 2 * info.used_bytes + RESERVE_BYTES, shutil.disk_usage(db.parent).free
     if free < need:
         res.note = (
             f"{reclaimable}; VACUUM needs about {need >> 20} MiB free and {free >> 20} MiB are; skipped"
@@ -235,7 +234,7 @@ def compact(
         profile=profile.name,
         auto_vacuum_before=schema.auto_vacuum,
         auto_vacuum_after=schema.auto_vacuum,
-        db_bytes_before=schema.page_count * schema.page_size,
+        db_bytes_before=schema.db_bytes,
         db_bytes_after=0,
         wal_bytes_before=_wal(db),
         wal_bytes_after=0,
@@ -270,8 +269,8 @@ def compact(
         conn.close()
     after = inspect(db, check_timestamps=False)
     res.auto_vacuum_after = after.auto_vacuum
-    res.db_bytes_after = after.page_count * after.page_size
-    res.free_bytes_after = after.freelist_count * after.page_size
+    res.db_bytes_after = after.db_bytes
+    res.free_bytes_after = after.free_bytes
     res.wal_bytes_after = _wal(db)
     res.seconds = round(time.perf_counter() - t0, 3)
     if journal:

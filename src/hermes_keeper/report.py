@@ -120,16 +120,15 @@ def db_usage(objects: dict[str, int] | None, schema: SchemaInfo) -> dict:
     groups: Counter = Counter()
     for name, size in (objects or {}).items():
         groups[table_group(name)] += size
-    free = schema.freelist_count * schema.page_size
-    groups["free"] = free
+    groups["free"] = schema.free_bytes
     return {
         "page_size": schema.page_size,
         "page_count": schema.page_count,
-        "bytes": schema.page_count * schema.page_size,
+        "bytes": schema.db_bytes,
         "per_object": objects is not None,
         "groups": {k: int(groups.get(k, 0)) for k in GROUPS},
         "objects": dict(sorted((objects or {}).items(), key=lambda kv: -kv[1])),
-        "reclaimable_bytes": free,
+        "reclaimable_bytes": schema.free_bytes,
     }
 
 

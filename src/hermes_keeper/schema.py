@@ -49,6 +49,20 @@ class SchemaInfo:
     freelist_count: int = 0
     timestamp_problems: list[str] = field(default_factory=list)
 
+    @property
+    def db_bytes(self) -> int:
+        """The database file's pages, in bytes."""
+        return self.page_count * self.page_size
+
+    @property
+    def free_bytes(self) -> int:
+        """Pages on the freelist: what a vacuum would give back."""
+        return self.freelist_count * self.page_size
+
+    @property
+    def used_bytes(self) -> int:
+        return self.db_bytes - self.free_bytes
+
     def has(self, table: str, column: str | None = None) -> bool:
         cols = self.tables.get(table)
         if cols is None:
