@@ -237,9 +237,13 @@ def prune_sessions(
     message_counts: dict[str, int] | None = None,
     progress: Progress | None = None,
     writer: Writer | None = None,
+    schema: SchemaInfo | None = None,
 ) -> PruneResult:
-    """Archive (unless ``archive=False``), verify, then delete these sessions from state.db."""
-    schema = inspect(profile.db_path)
+    """Archive (unless ``archive=False``), verify, then delete these sessions from state.db.
+
+    ``schema``: the caller's fresh :func:`inspect` of this database, to skip reading it again.
+    """
+    schema = schema or inspect(profile.db_path)
     schema.require_actionable()
     result = PruneResult()
     own_writer = writer is None
@@ -327,12 +331,11 @@ def _reinsert_messages(pruner: _Pruner, payload: dict) -> None:
         done += len(chunk)
 
 
-def resume_pending(profile: Profile, writer: Writer, journal: Journal | None) -> int:
+def resume_pending(profile: Profile, schema: SchemaInfo, writer: Writer, journal: Journal | None) -> int:
     """Finish prunes a crash interrupted: archived (verified) rows whose session is still in state.db."""
     path = profile.keeper_dir / arch.ARCHIVE_NAME
     if not path.exists():
         return 0
-    schema = inspect(profile.db_path)
     store = arch.Archive(path)
     try:
         pending = [e.session_id for e in store.entries("WHERE state = ?", (arch.ARCHIVED,))]
@@ -434,7 +437,7 @@ def apply_plan(
         res.backup = take_backup(profile, journal=journal).name
         apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
     with Writer(profile.db_path, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms) as w:
-        res.resumed = resume_pending(profile, w, journal) if policy.archive else 0
+        res.resumed = resume_pending(profile, schema, w, journal) if policy.archive else 0
         res.zombies_closed = close_zombies(plan, w, journal)
         counts = {sid: plan.decisions[sid].messages for sid in plan.prune}
         res.prune = prune_sessions(
@@ -445,6 +448,7 @@ def apply_plan(
             message_counts=counts,
             progress=progress,
             writer=w,
+            schema=schema,
         )
         s = w.stats
         res.writer = {
