@@ -294,15 +294,11 @@ def decompress_to(record: BackupRecord, dst_path: Path) -> None:
 
 
 def rotation(
-    folder: Path,
-    home: Path | str | None = None,
-    keep_last: int = 3,
-    daily: int = 7,
-    weekly: int = 4,
-    monthly: int = 12,
-    now: float | None = None,
+    folder: Path, home: Path | str | None = None, now: float | None = None, **rules: int
 ) -> list[tuple[BackupRecord, Decision, bool]]:
     """Each backup (of ``home``, or of every home) with its decision and verification, newest first.
+
+    ``rules`` are :func:`plan_rotation`'s (keep_last, daily, weekly, monthly) and its defaults.
 
     Rules apply per home: one home's backups never push another's out of a shared folder.
     """
@@ -312,7 +308,7 @@ def rotation(
     rows = []
     for h in sorted({r.home for r in records}):
         group = [(r.name, r.created_at, verified[r.name]) for r in records if r.home == h]
-        for d in plan_rotation(group, keep_last, daily, weekly, monthly, now=now):
+        for d in plan_rotation(group, now=now, **rules):
             rows.append((by_name[d.id], d, verified[d.id]))
     return sorted(rows, key=lambda row: row[0].created_at, reverse=True)
 
