@@ -1,0 +1,229 @@
+"""Hermes's FTS5 indexes while the keeper writes: merges on our schedule, never inside Hermes's writes.
+
+Every transaction that deletes or inserts messages leaves a new segment in each FTS5
+index, and FTS5's *automerge* merges segments inside whichever write comes next: ours, or
+a gateway's append. On a Hermes home that merge is unbounded: its page quota is 64 x the
+number of levels, and Hermes's periodic 'optimize' adds a level each time (158 on the
+bench home). So for the length of a run :class:`MergeHold` switches automerge off (and
+lifts crisismerge, FTS5's other self-triggered merge, out of reach), merges in budgeted
+steps itself, and then puts Hermes's settings back exactly as they were.
+
+The settings in force are saved to ``keeper/fts-hold.json`` before they are changed, so a
+run killed in between is put right by the next keeper command that writes (an empty
+``with MergeHold(...)`` block merges and restores). Until then Hermes keeps working: its
+indexes are only merged less often.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from .fsutil import durable_rename, fsync_dir, private_dir
+from .journal import Journal
+from .schema import SchemaInfo
+from .writer import AdaptiveBatch, Writer
+
+#: Hermes's two FTS5 indexes (the trigram one since ~0.15).
+FTS_TABLES = ("messages_fts", "messages_fts_trigram")
+#: The settings a hold changes, with FTS5's defaults (used when the config table has no row).
+HELD = {"automerge": 4, "crisismerge": 16}
+#: While held: automerge off; a level needs this many segments before FTS5 merges it by itself.
+HOLD_VALUES = {"automerge": 0, "crisismerge": 512}
+#: The hold merges once an index has gained this many segments (well below HOLD_VALUES).
+MERGE_EVERY_SEGMENTS = 64
+HOLD_NAME = "fts-hold.json"
+MERGE_START_PAGES = 64
+#: A safety stop for one round of merges; each step is bounded by the budget.
+MERGE_MAX_STEPS = 100_000
+#: Rowid of an FTS5 index's structure record in ``<table>_data`` (fixed by the file format).
+STRUCTURE_ROWID = 10
+_STRUCTURE_V2 = b"\xff\x00\x00\x01"
+
+
+def fts5_tables(schema: SchemaInfo) -> list[str]:
+    """Hermes's FTS5 indexes present in this database (an FTS5 table has ``_data`` and ``_config``)."""
+    return [t for t in FTS_TABLES if schema.has(t) and schema.has(f"{t}_data") and schema.has(f"{t}_config")]
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    """SQLite's big-endian varint at ``buf[i]``: (value, next offset)."""
+    value = 0
+    for n in range(9):
+        byte = buf[i + n]
+        if n == 8:
+            return (value << 8) | byte, i + 9
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, i + n + 1
+    raise AssertionError("unreachable")
+
+
+def segment_count(conn: sqlite3.Connection, table: str) -> int | None:
+    """How many segments the index has now, from its structure record (None if unreadable).
+
+    The record is a 4-byte cookie, an optional 4-byte v2 marker, then varints nLevel and
+    nSegment: the part of FTS5's format that has not changed since 3.9.
+    """
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = ?", (STRUCTURE_ROWID,)).fetchone()
+    if row is None or not isinstance(row[0], bytes) or len(row[0]) < 6:
+        return None
+    buf = row[0]
+    i = 8 if buf[4:8] == _STRUCTURE_V2 else 4
+    try:
+        _levels, i = _varint(buf, i)
+        return _varint(buf, i)[0]
+    except IndexError:
+        return None
+
+
+def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
+    """One ``'merge', pages`` command; returns the rows it changed (fewer than 2: no work was left).
+
+    Positive ``pages`` only merges a level holding at least ``usermerge`` segments (or
+    continues a merge in progress); negative starts the full merge 'optimize' would do.
+    """
+    before = c.total_changes
+    c.execute(f"INSERT INTO {table}({table}, rank) VALUES('merge', ?)", (pages,))
+    return c.total_changes - before
+
+
+def merge_round(w: Writer, table: str, batch: AdaptiveBatch) -> int:
+    """Budgeted ``merge`` steps until no level of ``table`` has merge work left; returns the steps."""
+    for steps in range(1, MERGE_MAX_STEPS + 1):
+        changed = w.step(lambda c, pages=batch.size: merge_step(c, table, pages))
+        if changed < 2:
+            return steps
+        batch.record(batch.size, w.stats.last_txn_ms)
+    return MERGE_MAX_STEPS
+
+
+def _settings(conn: sqlite3.Connection, table: str) -> dict[str, int | None]:
+    """The held keys as stored in ``<table>_config`` (None: no row, FTS5's default applies)."""
+    marks = ",".join("?" * len(HELD))
+    rows = dict(conn.execute(f"SELECT k, v FROM {table}_config WHERE k IN ({marks})", list(HELD)))
+    return {k: rows.get(k) for k in HELD}
+
+
+def _apply(c: sqlite3.Connection, table: str, values: dict[str, int | None]) -> None:
+    """Set each key through FTS5, which tells every connection; a key that had no row loses it again.
+
+    (Where SQLite's defensive mode forbids touching the shadow table, the key keeps FTS5's
+    default value as an explicit row: the same behaviour.)
+    """
+    for key, value in values.items():
+        c.execute(
+            f"INSERT INTO {table}({table}, rank) VALUES(?, ?)", (key, HELD[key] if value is None else value)
+        )
+        if value is None:
+            with contextlib.suppress(sqlite3.OperationalError):
+                c.execute(f"DELETE FROM {table}_config WHERE k = ?", (key,))
+
+
+class MergeHold:
+    """FTS5 automerge off from :meth:`engage` to the end of the ``with`` block.
+
+    :meth:`tick` after each write merges an index in budgeted steps once it has gained
+    enough segments. On exit (also after an error) the rest is merged and Hermes's own
+    settings go back, then the saved copy is removed. Entering finds the copy a killed
+    keeper left behind: those are Hermes's settings, and the block ends by restoring them.
+    """
+
+    def __init__(self, w: Writer, schema: SchemaInfo, keeper_dir: Path, journal: Journal | None = None):
+        self.w = w
+        self.tables = fts5_tables(schema)
+        self.path = Path(keeper_dir) / HOLD_NAME
+        self.journal = journal
+        self.saved: dict[str, dict[str, int | None]] = {}  # set while engaged
+        self.batches = {t: w.batch(start=MERGE_START_PAGES, fill=0.8) for t in self.tables}
+        self.base: dict[str, int | None] = {}
+        self.merge_steps = 0
+        self._ticks = 0
+
+    def __enter__(self) -> MergeHold:
+        if self.path.exists():
+            self.saved = json.loads(self.path.read_text())
+            self.base = {t: segment_count(self.w.conn, t) for t in self.tables}
+            if self.journal:
+                self.journal.write("fts_hold_found", settings=self.saved)
+        return self
+
+    def engage(self) -> None:
+        """Save Hermes's settings (durably), then switch automerge off; once per block."""
+        if self.saved or not self.tables:
+            return
+        saved = {t: _settings(self.w.conn, t) for t in self.tables}
+        private_dir(self.path.parent)
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(saved).encode())
+        finally:
+            os.close(fd)
+        durable_rename(tmp, self.path)
+        self.saved = saved
+        self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
+        self.base = {t: segment_count(self.w.conn, t) for t in self.tables}
+        if self.journal:
+            self.journal.write("fts_hold", settings=saved)
+
+    def tick(self) -> None:
+        """Merge an index once it has gained :data:`MERGE_EVERY_SEGMENTS` segments since the last merge.
+
+        (A structure record we cannot read: merge every ``MERGE_EVERY_SEGMENTS // 2`` writes,
+        since each write adds one or two segments.)
+        """
+        if not self.saved:
+            return
+        self._ticks += 1
+        for t in self.tables:
+            now, base = segment_count(self.w.conn, t), self.base.get(t)
+            if now is None or base is None:
+                due = self._ticks % (MERGE_EVERY_SEGMENTS // 2) == 0
+            else:
+                due = now - base >= MERGE_EVERY_SEGMENTS
+            if due:
+                self._merge(t)
+
+    def _merge(self, table: str) -> None:
+        self.merge_steps += merge_round(self.w, table, self.batches[table])
+        self.base[table] = segment_count(self.w.conn, table)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.saved:
+            return
+        try:
+            self._release()
+        except (sqlite3.Error, OSError):
+            if exc is None:
+                raise
+            # Already failing (a full disk, say): keep that error; the saved copy stays for the next run.
+
+    def _release(self) -> None:
+        t0 = time.perf_counter()
+        held = [t for t in self.saved if t in self.tables]
+        for t in held:
+            self._merge(t)
+        self.w.step(lambda c: [_apply(c, t, self.saved[t]) for t in held])
+        self.path.unlink()
+        fsync_dir(self.path.parent)
+        if self.journal:
+            self.journal.write(
+                "fts_restored",
+                settings=self.saved,
+                merge_steps=self.merge_steps,
+                final_merge_s=round(time.perf_counter() - t0, 3),
+            )
+        self.saved = {}
+
+
+def release_leftover_hold(
+    w: Writer, schema: SchemaInfo, keeper_dir: Path, journal: Journal | None = None
+) -> bool:
+    """Finish a hold a killed keeper left behind (merge, restore Hermes's settings); True if there was one."""
+    with MergeHold(w, schema, keeper_dir, journal) as hold:
+        return bool(hold.saved)
