@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import zstandard
 
 from .fsutil import private_dir, private_file
@@ -99,12 +99,15 @@ def sql_placeholder(value) -> str:
     return "CAST(? AS TEXT)" if isinstance(value, RawText) else "?"
 
 
+_BINARY = frozenset({bytes, RawText, memoryview})
+
+
 def _rows(conn: sqlite3.Connection, sql: str, params: tuple) -> list[dict]:
     cur = conn.execute(sql, params)
     names = [d[0] for d in cur.description]
     out = []
     for row in cur:
-        if any(isinstance(v, (bytes, memoryview)) for v in row):  # rare: BLOB or undecodable TEXT
+        if not _BINARY.isdisjoint(map(type, row)):  # rare: BLOB or undecodable TEXT
             row = [encode_value(v) for v in row]
         out.append(dict(zip(names, row, strict=True)))
     return out
@@ -113,37 +116,48 @@ def _rows(conn: sqlite3.Connection, sql: str, params: tuple) -> list[dict]:
 def read_payload(conn: sqlite3.Connection, schema: SchemaInfo, session_id: str) -> dict | None:
     """Everything state.db holds for one session, as a JSON-able dict (None if gone).
 
-    Call inside a read transaction when several sessions must be one snapshot.
+    Call inside a read transaction when several sessions must be one snapshot. Text is
+    decoded by SQLite's own UTF-8 path; a session holding text that is not UTF-8 is read
+    again with :func:`_text_factory`, which keeps such values as :class:`RawText`.
     """
+    try:
+        return _read_payload(conn, schema, session_id)
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):
+            raise
     old_factory = conn.text_factory
     conn.text_factory = _text_factory
     try:
-        session = _rows(conn, "SELECT * FROM sessions WHERE id = ?", (session_id,))
-        if not session:
-            return None
-        payload = {
-            "format": FORMAT,
-            "schema_version": schema.schema_version,
-            "session": session[0],
-            "messages": _rows(conn, "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)),
-            "model_usage": [],
-            "state_meta": [],
-        }
-        if schema.has("session_model_usage"):
-            payload["model_usage"] = _rows(
-                conn, "SELECT * FROM session_model_usage WHERE session_id = ?", (session_id,)
-            )
-        if schema.has("state_meta"):
-            payload["state_meta"] = _rows(
-                conn, "SELECT * FROM state_meta WHERE key = ?", (f"goal:{session_id}",)
-            )
-        return payload
+        return _read_payload(conn, schema, session_id)
     finally:
         conn.text_factory = old_factory
 
 
+def _read_payload(conn: sqlite3.Connection, schema: SchemaInfo, session_id: str) -> dict | None:
+    session = _rows(conn, "SELECT * FROM sessions WHERE id = ?", (session_id,))
+    if not session:
+        return None
+    payload = {
+        "format": FORMAT,
+        "schema_version": schema.schema_version,
+        "session": session[0],
+        "messages": _rows(conn, "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)),
+        "model_usage": [],
+        "state_meta": [],
+    }
+    if schema.has("session_model_usage"):
+        payload["model_usage"] = _rows(
+            conn, "SELECT * FROM session_model_usage WHERE session_id = ?", (session_id,)
+        )
+    if schema.has("state_meta"):
+        payload["state_meta"] = _rows(conn, "SELECT * FROM state_meta WHERE key = ?", (f"goal:{session_id}",))
+    return payload
+
+
 def canonical_bytes(payload: dict) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON with sorted keys (orjson: the same bytes as ``json.dumps`` would give
+    with ``ensure_ascii=False, sort_keys=True`` and compact separators, several times faster)."""
+    return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
 
 
 @dataclass(frozen=True)
@@ -206,55 +220,59 @@ class Archive:
         """Store payloads in one transaction (replacing older rows of the same ids); returns ids.
 
         Every row ends up ``archived``; see :meth:`_holds_all_of` for the one row not replaced.
+        Serialising and compressing happen before the transaction, so the archive's write lock
+        (which the prune's state changes also need) is held only for the inserts.
         """
-        ids = []
         now = time.time()
+        rows = [(p, self._row(p, reason, now)) for p in payloads]
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            for p in payloads:
-                s = p["session"]
+            for p, row in rows:
                 if self._holds_all_of(p):
-                    self.set_state([s["id"]], ARCHIVED)
-                    ids.append(s["id"])
+                    self.set_state([row[0]], ARCHIVED)
                     continue
-                raw = canonical_bytes(p)
-                blob = self._zc.compress(raw)
-                last = max(
-                    [t for t in [s.get("started_at"), s.get("ended_at")] if isinstance(t, (int, float))]
-                    + [m["timestamp"] for m in p["messages"] if isinstance(m.get("timestamp"), (int, float))],
-                    default=None,
-                )
                 self.conn.execute(
                     "INSERT OR REPLACE INTO archived_sessions (session_id, source, title, parent_session_id,"
                     " started_at, ended_at, last_activity, message_count, raw_bytes, stored_bytes, sha256,"
                     " schema_version, format, reason, state, archived_at, payload)"
                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        s["id"],
-                        s.get("source") or "unknown",
-                        _plain(s.get("title")),
-                        _plain(s.get("parent_session_id")),
-                        s.get("started_at"),
-                        s.get("ended_at"),
-                        last,
-                        len(p["messages"]),
-                        len(raw),
-                        len(blob),
-                        hashlib.sha256(raw).hexdigest(),
-                        p.get("schema_version"),
-                        p.get("format", FORMAT),
-                        reason,
-                        ARCHIVED,
-                        now,
-                        blob,
-                    ),
+                    row,
                 )
-                ids.append(s["id"])
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
-        return ids
+        return [row[0] for _, row in rows]
+
+    def _row(self, p: dict, reason: str | None, now: float) -> tuple:
+        """The ``archived_sessions`` row of one payload: columns to list by, sha256, zstd payload."""
+        s = p["session"]
+        raw = canonical_bytes(p)
+        blob = self._zc.compress(raw)
+        last = max(
+            [t for t in [s.get("started_at"), s.get("ended_at")] if isinstance(t, (int, float))]
+            + [m["timestamp"] for m in p["messages"] if isinstance(m.get("timestamp"), (int, float))],
+            default=None,
+        )
+        return (
+            s["id"],
+            s.get("source") or "unknown",
+            _plain(s.get("title")),
+            _plain(s.get("parent_session_id")),
+            s.get("started_at"),
+            s.get("ended_at"),
+            last,
+            len(p["messages"]),
+            len(raw),
+            len(blob),
+            hashlib.sha256(raw).hexdigest(),
+            p.get("schema_version"),
+            p.get("format", FORMAT),
+            reason,
+            ARCHIVED,
+            now,
+            blob,
+        )
 
     def _holds_all_of(self, p: dict) -> bool:
         """A ``pruned`` row that already has every message of ``p`` is kept as it is.
@@ -269,26 +287,30 @@ class Archive:
         if row is None:
             return False
         try:
-            old = json.loads(self._checked(sid, row[0], row[1]))
+            old = orjson.loads(self._checked(sid, row[0], row[1]))
         except ArchiveDamaged:
             return False
         return {m["id"] for m in p["messages"]} <= {m["id"] for m in old["messages"]}
 
     def get(self, session_id: str) -> dict:
         """The verified payload of one session; :class:`ArchiveDamaged` if it does not check out."""
+        return orjson.loads(self._verified_bytes(session_id))
+
+    def verify(self, session_id: str) -> bool:
+        """The stored payload decompresses to exactly the bytes whose sha256 was recorded."""
+        try:
+            self._verified_bytes(session_id)
+        except ArchiveDamaged:
+            return False
+        return True
+
+    def _verified_bytes(self, session_id: str) -> bytes:
         row = self.conn.execute(
             "SELECT sha256, payload FROM archived_sessions WHERE session_id = ?", (session_id,)
         ).fetchone()
         if row is None:
             raise KeyError(session_id)
-        return json.loads(self._checked(session_id, row[0], row[1]))
-
-    def verify(self, session_id: str) -> bool:
-        try:
-            self.get(session_id)
-        except ArchiveDamaged:
-            return False
-        return True
+        return self._checked(session_id, row[0], row[1])
 
     def _checked(self, session_id: str, sha: str, blob: bytes) -> bytes:
         try:

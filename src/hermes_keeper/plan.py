@@ -85,7 +85,8 @@ class Plan:
     profile: str
     now: float
     zombies: list[ZombieClose] = field(default_factory=list)
-    #: sessions to prune, unit by unit (children before parents within a unit)
+    #: sessions to prune, unit by unit in the order their messages were written (so each delete
+    #: transaction's rows sit together in the b-trees and FTS segments), children before parents
     prune: list[str] = field(default_factory=list)
     decisions: dict[str, Decision] = field(default_factory=dict)
     files: list[FileAction] = field(default_factory=list)
@@ -181,6 +182,12 @@ def _bytes_per_content_byte(survey: Survey, db_bytes: int) -> float:
     return db_bytes / content if content else 0.0
 
 
+def _first_row(members: list[str], survey: Survey) -> int:
+    """The unit's oldest message id (0 for a unit without messages)."""
+    ids = [survey.sessions[m].first_message_id for m in members]
+    return min((i for i in ids if i is not None), default=0)
+
+
 def _depth_order(members: list[str], survey: Survey) -> list[str]:
     """Children before parents, so no row ever points at a deleted parent mid-prune."""
     ids = set(members)
@@ -262,7 +269,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
                 )
                 freed += plan.decisions[m].est_bytes
             chosen.append((last, root, members))
-    for _, _, members in sorted(chosen):
+    for _, members in sorted((_first_row(members, survey), members) for _, _, members in chosen):
         plan.prune.extend(_depth_order(members, survey))
     plan.est_freed_bytes = freed
 

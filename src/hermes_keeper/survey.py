@@ -46,6 +46,7 @@ class SessionRow:
     inactive_messages: int = 0
     content_bytes: int = 0
     first_message_at: float | None = None
+    first_message_id: int | None = None  # where its rows sit in the messages b-tree
     last_message_at: float | None = None
     last_activity_at: float | None = None  # the column, where Hermes has it
     input_tokens: int = 0
@@ -224,7 +225,7 @@ def _message_stats(conn: sqlite3.Connection, schema: SchemaInfo) -> dict[str, tu
     inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
     size = message_size_sql(schema)
     sql = f"""
-        SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp)
+        SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp), min(id)
         FROM messages GROUP BY session_id
     """
     return {r[0]: r[1:] for r in conn.execute(sql)}
@@ -310,7 +311,7 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
     survey.routed_ids = routed
     for r in rows:
         delegate, branch = _model_config_links(r.get("model_config"))
-        count, inactive, size, first, last = stats.get(r["id"], (0, 0, 0, None, None))
+        count, inactive, size, first, last, first_id = stats.get(r["id"], (0, 0, 0, None, None, None))
         survey.message_total += count
         sid = r["id"]
         survey.sessions[sid] = SessionRow(
@@ -330,6 +331,7 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             inactive_messages=inactive or 0,
             content_bytes=size or 0,
             first_message_at=_seconds(first),
+            first_message_id=first_id,
             last_message_at=_seconds(last),
             last_activity_at=_seconds(r["last_activity_at"]),
             input_tokens=r["input_tokens"] or 0,
