@@ -1,11 +1,13 @@
 """The ``hermes-keeper`` command: thin click wrappers over the library.
 
-Each command group lives in its own module here and is registered below. Errors the
-user can act on (:class:`KeeperError`) print one line and exit 2.
+Each command group lives in its own module here and is registered below by name, and
+imported only when used: ``run`` from cron should not pay for the report's renderer.
+Errors the user can act on (:class:`KeeperError`) print one line and exit 2.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -13,8 +15,31 @@ import click
 from .. import __version__
 from ..errors import KeeperError, os_error_line
 
+#: command name -> "module:attribute" under this package.
+COMMANDS = {
+    "report": "report:report",
+    "demo": "report:demo",
+    "run": "maintain:run",
+    "plan": "maintain:plan",
+    "config": "maintain:config",
+    "backup": "backup:backup",
+    "backups": "backup:backups",
+    "restore": "backup:restore",
+    "compact": "backup:compact",
+    "archive": "archive:archive",
+}
+
 
 class KeeperGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -30,24 +55,3 @@ class KeeperGroup(click.Group):
 @click.version_option(__version__, prog_name="hermes-keeper")
 def main() -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""
-
-
-from .report import demo, report  # noqa: E402
-
-main.add_command(report)
-main.add_command(demo)
-
-from .maintain import config, plan, run  # noqa: E402
-
-main.add_command(run)
-main.add_command(plan)
-main.add_command(config)
-
-from .backup import backup, backups, compact, restore  # noqa: E402
-
-for _command in (backup, backups, restore, compact):
-    main.add_command(_command)
-
-from .archive import archive  # noqa: E402
-
-main.add_command(archive)

@@ -100,6 +100,7 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
                         policy=policy,
                         journal=journal,
                         progress=lambda _kind, n, task=task: bar.advance(task, n),
+                        schema=schema,
                     )
             out.append(result.to_dict())
             if not as_json:

@@ -1,0 +1,526 @@
+"""Archive, verify, then delete: the prune pipeline that a running Hermes does not notice.
+
+Two threads. The archiver reads each batch of sessions in one read snapshot, writes it to
+``archive.db`` (zstd, sha256, ``synchronous=FULL``), commits and reads it back, all on the
+other core and ahead of the deletes. The deleter, the only thread that writes state.db,
+takes verified batches in order and deletes their messages through :class:`Writer`:
+
+- one ``DELETE ... WHERE id IN (...)`` statement per transaction. FTS5 writes out its
+  pending changes at every statement that opens a savepoint, so a statement per session
+  (or per message) means a segment per statement; one statement, one segment per index;
+- each transaction sized in *cost units* (the bytes the FTS triggers tokenize, plus a
+  fixed share per row) to the time budget, crossing session and batch boundaries;
+- a batch's sessions marked ``archived = 1`` in the transaction that deletes its first
+  messages, finished (dependent rows, the session row) in the one that deletes their last;
+- only ids in the verified payload are deleted: a session that gained a message
+  meanwhile is put back as it was;
+- FTS5 automerge held off for the run (:class:`fts.MergeHold`), merges in budgeted steps.
+
+A crash at any moment leaves every session either whole in state.db, or with a verified
+archive row in state ``archived``; :func:`resume_pending` finishes those first.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sqlite3
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from . import archive as arch
+from .db import connect_ro, read_txn
+from .discovery import Profile
+from .fts import MergeHold
+from .journal import Journal
+from .schema import SchemaInfo, inspect
+from .survey import message_size_sql
+from .writer import Writer, background_thread
+
+#: Sessions archived per archive transaction (bounded by message volume too).
+ARCHIVE_BATCH_SESSIONS = 50
+ARCHIVE_BATCH_MESSAGES = 5000
+#: Verified batches the archiver may run ahead of the deletes.
+ARCHIVE_AHEAD = 3
+#: Cost units of one deleted row beside its text (measured: the b-tree and shadow-table
+#: deletes of a row cost about what tokenizing 64 bytes of it does).
+ROW_COST = 64
+DELETE_START_UNITS = 20_000
+#: While the archiver thread runs, hand the interpreter lock over this often (seconds), so
+#: the deleter never holds the write lock waiting for Python's default 5 ms switch.
+SWITCH_INTERVAL_S = 0.0005
+
+Progress = Callable[[str, int], None]
+
+
+@dataclass
+class PruneResult:
+    pruned: list[str] = field(default_factory=list)
+    archived: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # id -> why it was left in place
+    messages_deleted: int = 0
+
+
+def message_costs(conn: sqlite3.Connection, schema: SchemaInfo, session_ids: list[str]) -> dict[int, int]:
+    """Cost units of deleting each message of these sessions: its text bytes (what Hermes's FTS
+    triggers tokenize, near enough) plus :data:`ROW_COST`. Computed by SQLite, not in Python."""
+    sql, arg = _in(session_ids)
+    size = message_size_sql(schema)
+    return dict(conn.execute(f"SELECT id, {ROW_COST} + {size} FROM messages WHERE session_id {sql}", arg))
+
+
+def _in(ids: list) -> tuple[str, tuple[str]]:
+    """``IN (...)`` over any number of ids with one bound parameter."""
+    return "IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
+
+
+@dataclass
+class _Pending:
+    """One session of a verified batch on its way out of state.db."""
+
+    payload: dict
+    ids: list[int]
+    costs: list[int]
+    batch: int = -1  # set by the deleter when it takes the batch
+    done: int = 0  # messages of it deleted so far
+
+    @property
+    def sid(self) -> str:
+        return self.payload["session"]["id"]
+
+    @classmethod
+    def of(cls, payload: dict, costs: dict[int, int]) -> _Pending:
+        ids = [m["id"] for m in payload["messages"]]
+        return cls(payload, ids, [costs.get(i, ROW_COST) for i in ids])
+
+
+class _Deleter:
+    """The only writer of state.db in a prune: budgeted transactions over a stream of verified batches."""
+
+    def __init__(
+        self,
+        w: Writer,
+        schema: SchemaInfo,
+        store: arch.Archive | None,
+        result: PruneResult,
+        journal: Journal | None,
+        hold: MergeHold,
+        progress: Progress | None,
+        on_pruned: Callable[[list[str]], None] | None = None,
+    ):
+        self.w, self.schema, self.store, self.result = w, schema, store, result
+        self.journal, self.hold, self.progress, self.on_pruned = journal, hold, progress, on_pruned
+        self.units = w.batch(start=DELETE_START_UNITS, fill=0.8)
+        self.units.maximum = 1 << 30
+        self.queue: deque[_Pending] = deque()
+        self.to_mark: list[str] = []
+        self.batches: dict[int, list[_Pending]] = {}  # batch number -> its sessions
+        self.outcome: dict[str, bool] = {}  # sid -> gone (False: it woke up and was put back)
+
+    def run(self, feed: Iterator[list[_Pending]]) -> None:
+        """Delete every batch ``feed`` yields (blocking only when there is nothing else to do)."""
+        feed = iter(feed)
+        exhausted = False
+        n = 0
+        while True:
+            while not exhausted and (not self.queue or self._queued_cost() < self.units.size):
+                items = next(feed, None) if not self.queue else _poll(feed)
+                if items is _NOT_READY:
+                    break
+                if items is None:
+                    exhausted = True
+                    break
+                self._take(n, items)
+                n += 1
+            if not self.queue and not self.to_mark:
+                return
+            self._step()
+
+    def _take(self, n: int, items: list[_Pending]) -> None:
+        if not items:  # every session of the batch was gone already
+            return
+        for i in items:
+            i.batch = n
+        self.batches[n] = items
+        self.queue.extend(items)
+        if self.schema.has("sessions", "archived"):
+            self.to_mark += [i.sid for i in items]
+
+    def _queued_cost(self) -> int:
+        return sum(sum(p.costs[p.done :]) + ROW_COST for p in self.queue)
+
+    def _step(self) -> None:
+        """One transaction: mark new batches, delete up to the budget, finish completed sessions."""
+        self.hold.engage()
+        room = self.units.size
+        ids: list[int] = []
+        finish: list[_Pending] = []
+        while self.queue and room > 0:
+            p = self.queue[0]
+            while p.done < len(p.ids) and room > 0:
+                ids.append(p.ids[p.done])
+                room -= p.costs[p.done]
+                p.done += 1
+            if p.done == len(p.ids):
+                finish.append(self.queue.popleft())
+                room -= ROW_COST
+        mark, self.to_mark = self.to_mark, []
+        woke = self.w.step(
+            lambda c: self._work(c, mark, ids, [p.sid for p in finish]),
+            self.units,
+            units=self.units.size - room,
+        )
+        self.hold.tick()
+        for p in finish:
+            self.outcome[p.sid] = p.sid not in woke
+        for n in sorted({p.batch for p in finish}):
+            if all(i.sid in self.outcome for i in self.batches[n]):
+                self._settle(self.batches.pop(n))
+
+    def _work(self, c: sqlite3.Connection, mark: list[str], ids: list[int], finish: list[str]) -> set[str]:
+        if mark:
+            sql, arg = _in(mark)
+            c.execute(f"UPDATE sessions SET archived = 1 WHERE id {sql}", arg)
+        if ids:
+            sql, arg = _in(ids)
+            c.execute(f"DELETE FROM messages WHERE id {sql}", arg)
+        if not finish:
+            return set()
+        sql, arg = _in(finish)
+        woke = {
+            r[0] for r in c.execute(f"SELECT DISTINCT session_id FROM messages WHERE session_id {sql}", arg)
+        }
+        done = [sid for sid in finish if sid not in woke]
+        if done:
+            _finish_sessions(c, self.schema, done)
+        return woke
+
+    def _settle(self, items: list[_Pending]) -> None:
+        """Record a finished batch: pruned, or put back as it was where a session woke up."""
+        gone = [p.payload for p in items if self.outcome[p.sid]]
+        if self.store is not None:
+            self.store.set_state([p["session"]["id"] for p in gone], arch.PRUNED)
+        self.result.pruned += [p["session"]["id"] for p in gone]
+        self.result.messages_deleted += sum(len(p["messages"]) for p in gone)
+        if self.journal and gone:
+            self.journal.write(
+                "pruned",
+                durable=False,  # the archive rows say the same; synced when the prune ends
+                sessions=[p["session"]["id"] for p in gone],
+                messages=sum(len(p["messages"]) for p in gone),
+            )
+        if self.on_pruned and gone:
+            self.on_pruned([p["session"]["id"] for p in gone])
+        for p in items:
+            if not self.outcome[p.sid]:
+                self._put_back(p.payload)
+        if self.progress:
+            self.progress("prune", len(items))
+
+    def _put_back(self, payload: dict) -> None:
+        """New messages arrived after archiving: the conversation is alive. Put it back as it was."""
+        sid = payload["session"]["id"]
+        if payload["messages"]:
+            _reinsert_messages(self.w, self.schema, payload)
+        unmark(self.w, self.schema, sid, int(payload["session"].get("archived") or 0))
+        if self.store is not None:
+            self.store.set_state([sid], arch.RESTORED)
+        self.result.skipped[sid] = "new activity during prune"
+        if self.journal:
+            self.journal.write("skipped", session=sid, reason="new activity during prune")
+
+
+_NOT_READY = object()
+
+
+def _poll(feed):
+    """The next batch if the archiver has one ready, else ``_NOT_READY`` (never waits)."""
+    poll = getattr(feed, "poll", None)
+    return poll() if poll else next(feed, None)
+
+
+def _finish_sessions(c: sqlite3.Connection, schema: SchemaInfo, sids: list[str]) -> None:
+    """Delete what else names these (now message-less) sessions, then the sessions themselves."""
+    sql, arg = _in(sids)
+    if schema.has("session_model_usage"):
+        c.execute(f"DELETE FROM session_model_usage WHERE session_id {sql}", arg)
+    if schema.has("state_meta"):
+        keys = json.dumps([f"goal:{sid}" for sid in sids])
+        c.execute("DELETE FROM state_meta WHERE key IN (SELECT value FROM json_each(?))", (keys,))
+    if schema.has("compression_locks"):
+        c.execute(
+            f"DELETE FROM compression_locks WHERE session_id {sql} AND expires_at <= ?", (*arg, time.time())
+        )
+    c.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id {sql}", arg)
+    c.execute(f"DELETE FROM sessions WHERE id {sql}", arg)
+
+
+def unmark(w: Writer, schema: SchemaInfo, sid: str, was_archived: int) -> None:
+    if schema.has("sessions", "archived"):
+        w.step(lambda c: c.execute("UPDATE sessions SET archived = ? WHERE id = ?", (was_archived, sid)))
+
+
+def _reinsert_messages(w: Writer, schema: SchemaInfo, payload: dict) -> None:
+    """Put back the archived messages of a session that turned out to be alive."""
+    cols = [c for c in payload["messages"][0] if schema.has("messages", c)]
+    rows = [[arch.decode_value(m.get(c)) for c in cols] for m in payload["messages"]]
+    batch = w.batch(start=200)
+    done = 0
+    while done < len(rows):
+        chunk = rows[done : done + batch.size]
+
+        def ins(c, chunk=chunk):
+            for r in chunk:
+                ph = ",".join(arch.sql_placeholder(v) for v in r)
+                c.execute(f"INSERT OR IGNORE INTO messages ({','.join(cols)}) VALUES ({ph})", r)
+
+        w.step(ins, batch, units=len(chunk))
+        done += len(chunk)
+
+
+def _batches(ids: list[str], sizes: dict[str, int]) -> list[list[str]]:
+    out, cur, msgs = [], [], 0
+    for sid in ids:
+        if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + sizes.get(sid, 0) > ARCHIVE_BATCH_MESSAGES):
+            out.append(cur)
+            cur, msgs = [], 0
+        cur.append(sid)
+        msgs += sizes.get(sid, 0)
+    if cur:
+        out.append(cur)
+    return out
+
+
+class _Archiver(threading.Thread):
+    """Reads, archives and verifies batches ahead of the deletes; hands them over in order.
+
+    Iterating it yields each verified batch (a list of payloads), waiting for it when
+    needed; :meth:`poll` returns one only if it is ready. An error in the thread is raised
+    in the consumer at the batch where it happened: every batch before it is safe to delete.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        schema: SchemaInfo,
+        batches: list[list[str]],
+        archive: bool,
+        journal: Journal | None,
+        result: PruneResult,
+    ):
+        super().__init__(name="keeper-archiver", daemon=True)
+        self.profile, self.schema, self.batches = profile, schema, batches
+        self.archive, self.journal, self.result = archive, journal, result
+        self.out: queue.Queue = queue.Queue(maxsize=ARCHIVE_AHEAD)
+        self.stop = threading.Event()
+        self._done = False
+
+    def run(self) -> None:
+        background_thread()
+        try:
+            store = arch.Archive.for_home(self.profile.keeper_dir) if self.archive else None
+            conn = connect_ro(self.profile.db_path)
+            try:
+                for ids in self.batches:
+                    if self.stop.is_set():
+                        return
+                    with read_txn(conn):
+                        payloads = [p for p in (arch.read_payload(conn, self.schema, s) for s in ids) if p]
+                        costs = message_costs(conn, self.schema, ids)
+                    if store is not None:
+                        _archive_verified(store, payloads, self.result, self.journal)
+                    self._put([_Pending.of(p, costs) for p in payloads])
+            finally:
+                conn.close()
+                if store is not None:
+                    store.close()
+            self._put(None)
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put(exc)
+
+    def _put(self, item) -> None:
+        while not self.stop.is_set():
+            try:
+                self.out.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _take(self, block: bool):
+        item = self.out.get(block=block)
+        if item is None:
+            self._done = True
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+    def __iter__(self) -> Iterator[list[_Pending]]:
+        return self
+
+    def __next__(self) -> list[_Pending]:
+        if self._done:
+            raise StopIteration
+        item = self._take(block=True)
+        if item is None:
+            raise StopIteration
+        return item
+
+    def poll(self):
+        if self._done:
+            return None
+        try:
+            return self._take(block=False)
+        except queue.Empty:
+            return _NOT_READY
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join()
+
+
+def _state_store(profile: Profile) -> arch.Archive:
+    """The deleter's connection to the archive, which only moves rows between states.
+
+    Not fsynced per commit: a state lost to a power cut is found again by the next run
+    (:func:`resume_pending` re-checks every ``archived`` row against state.db), while the
+    archiver's own connection keeps ``synchronous=FULL`` for the payloads themselves.
+    """
+    store = arch.Archive.for_home(profile.keeper_dir)
+    store.conn.execute("PRAGMA synchronous=NORMAL")
+    return store
+
+
+def _archive_verified(
+    store: arch.Archive, payloads: list[dict], result: PruneResult, journal: Journal | None
+):
+    """Archive a batch and read every row back; nothing of it may be deleted unless all verify."""
+    store.put(payloads, reason="retention")
+    bad = [p["session"]["id"] for p in payloads if not store.verify(p["session"]["id"])]
+    if bad:  # never delete what we could not read back
+        raise arch.ArchiveDamaged(f"archive read-back failed for {len(bad)} sessions")
+    result.archived.extend(p["session"]["id"] for p in payloads)
+    if journal:
+        journal.write(
+            "archived",
+            sessions=[p["session"]["id"] for p in payloads],
+            messages=sum(len(p["messages"]) for p in payloads),
+        )
+
+
+def _delete_all(
+    profile: Profile,
+    w: Writer,
+    schema: SchemaInfo,
+    store: arch.Archive | None,
+    feed: Iterable[list[_Pending]],
+    result: PruneResult,
+    journal: Journal | None,
+    progress: Progress | None,
+    hold: MergeHold | None,
+    on_pruned: Callable[[list[str]], None] | None = None,
+) -> None:
+    """Run the deleter over ``feed`` with automerge held (``hold``, else one of its own)."""
+    try:
+        if hold is not None:
+            _Deleter(w, schema, store, result, journal, hold, progress, on_pruned).run(iter(feed))
+            return
+        with MergeHold(w, schema, profile.keeper_dir, journal) as own:
+            _Deleter(w, schema, store, result, journal, own, progress, on_pruned).run(iter(feed))
+    finally:
+        if journal:
+            journal.sync()
+
+
+def prune_sessions(
+    profile: Profile,
+    session_ids: list[str],
+    *,
+    archive: bool = True,
+    journal: Journal | None = None,
+    budget_ms: float = 50.0,
+    pause_ms: float = 25.0,
+    message_counts: dict[str, int] | None = None,
+    progress: Progress | None = None,
+    writer: Writer | None = None,
+    schema: SchemaInfo | None = None,
+    hold: MergeHold | None = None,
+    on_pruned: Callable[[list[str]], None] | None = None,
+) -> PruneResult:
+    """Archive (unless ``archive=False``), verify, then delete these sessions from state.db.
+
+    ``schema``: the caller's fresh :func:`inspect` of this database, to skip reading it again;
+    ``writer`` and ``hold``: the run's, when it has more to write than this prune;
+    ``on_pruned``: called with the ids of each batch as soon as they are gone.
+    """
+    schema = schema or inspect(profile.db_path)
+    schema.require_actionable()
+    result = PruneResult()
+    if not session_ids:
+        return result
+    own_writer = writer is None
+    w = writer or Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, synchronous="NORMAL")
+    # Opened (and created) here, before the archiver opens its own connection to the same file.
+    store = _state_store(profile) if archive else None
+    archiver = _Archiver(
+        profile, schema, _batches(list(session_ids), message_counts or {}), archive, journal, result
+    )
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    archiver.start()
+    try:
+        _delete_all(profile, w, schema, store, archiver, result, journal, progress, hold, on_pruned)
+    finally:
+        archiver.close()
+        sys.setswitchinterval(switch)
+        if store is not None:
+            store.close()
+        if own_writer:
+            w.close()
+    return result
+
+
+def resume_pending(
+    profile: Profile,
+    schema: SchemaInfo,
+    writer: Writer,
+    journal: Journal | None,
+    hold: MergeHold | None = None,
+) -> int:
+    """Finish prunes a crash interrupted: archived (verified) rows whose session is still in state.db."""
+    path = profile.keeper_dir / arch.ARCHIVE_NAME
+    if not path.exists():
+        return 0
+    with _state_store(profile) as store:
+        pending = [e.session_id for e in store.entries("WHERE state = ?", (arch.ARCHIVED,))]
+        if not pending:
+            return 0
+        conn = connect_ro(profile.db_path)
+        try:
+            sql, arg = _in(pending)
+            present = {r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id {sql}", arg)}
+            costs = message_costs(conn, schema, list(present))
+        finally:
+            conn.close()
+        payloads = []
+        for sid in pending:
+            if sid not in present:
+                store.set_state([sid], arch.PRUNED)
+                continue
+            try:
+                payloads.append(store.get(sid))
+            except arch.ArchiveDamaged:
+                # The archive copy is bad: the session must stay in state.db, visible again.
+                unmark(writer, schema, sid, 0)
+                store.set_state([sid], arch.RESTORED)
+        result = PruneResult()
+        if payloads:
+            feed = [[_Pending.of(p, costs) for p in payloads]]
+            _delete_all(profile, writer, schema, store, feed, result, journal, None, hold)
+    if journal and pending:
+        journal.write("resumed", sessions=len(result.pruned), skipped=len(result.skipped))
+    return len(result.pruned)
