@@ -15,6 +15,7 @@ from bench.homes import live_writer
 from hermes_keeper import reclaim
 from hermes_keeper.cli import main
 from hermes_keeper.discovery import select_profiles
+from hermes_keeper.fts import FTS_TABLES
 from hermes_keeper.reclaim import WAL_LIMIT_BYTES, compact
 from tests.conftest import tree_digest
 
@@ -143,7 +144,7 @@ def test_a_merge_step_that_runs_long_while_hermes_runs_is_rolled_back(home, herm
     monkeypatch.setattr(reclaim, "FTS_STEP_LIMIT_MS", 0.001)  # every step is "too long"
     delete_cron(home)
     # A full merge already in progress (a compact that was stopped): the live steps have work to do.
-    sql(home, *(f"INSERT INTO {t}({t}, rank) VALUES('merge', -16)" for t in reclaim.FTS_TABLES))
+    sql(home, *(f"INSERT INTO {t}({t}, rank) VALUES('merge', -16)" for t in FTS_TABLES))
     expected = hermes_view(hermes, home)
     hold_open(home / "state.db")
     res = compact(select_profiles(home)[0])

@@ -127,10 +127,11 @@ def _apply(c: sqlite3.Connection, table: str, values: dict[str, int | None]) -> 
 class MergeHold:
     """FTS5 automerge off from :meth:`engage` to the end of the ``with`` block.
 
-    :meth:`tick` after each write merges an index in budgeted steps once it has gained
-    enough segments. On exit (also after an error) the rest is merged and Hermes's own
-    settings go back, then the saved copy is removed. Entering finds the copy a killed
-    keeper left behind: those are Hermes's settings, and the block ends by restoring them.
+    Once engaged, :meth:`tick` runs after every step of the writer and merges an index in
+    budgeted steps once it has gained enough segments. On exit (also after an error) the
+    rest is merged and Hermes's own settings go back, then the saved copy is removed.
+    Entering finds the copy a killed keeper left behind: those are Hermes's settings, and
+    the block ends by restoring them.
     """
 
     def __init__(self, w: Writer, schema: SchemaInfo, keeper_dir: Path, journal: Journal | None = None):
@@ -143,11 +144,13 @@ class MergeHold:
         self.base: dict[str, int | None] = {}
         self.merge_steps = 0
         self._ticks = 0
+        self._merging = False
 
     def __enter__(self) -> MergeHold:
         if self.path.exists():
             self.saved = json.loads(self.path.read_text())
             self.base = {t: segment_count(self.w.conn, t) for t in self.tables}
+            self.w.after_step.append(self.tick)
             if self.journal:
                 self.journal.write("fts_hold_found", settings=self.saved)
         return self
@@ -168,6 +171,7 @@ class MergeHold:
         self.saved = saved
         self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
         self.base = {t: segment_count(self.w.conn, t) for t in self.tables}
+        self.w.after_step.append(self.tick)
         if self.journal:
             self.journal.write("fts_hold", settings=saved)
 
@@ -177,7 +181,7 @@ class MergeHold:
         (A structure record we cannot read: merge every ``MERGE_EVERY_SEGMENTS // 2`` writes,
         since each write adds one or two segments.)
         """
-        if not self.saved:
+        if not self.saved or self._merging:
             return
         self._ticks += 1
         for t in self.tables:
@@ -190,10 +194,16 @@ class MergeHold:
                 self._merge(t)
 
     def _merge(self, table: str) -> None:
-        self.merge_steps += merge_round(self.w, table, self.batches[table])
+        self._merging = True  # its own steps run the writer's hooks too
+        try:
+            self.merge_steps += merge_round(self.w, table, self.batches[table])
+        finally:
+            self._merging = False
         self.base[table] = segment_count(self.w.conn, table)
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self.tick in self.w.after_step:
+            self.w.after_step.remove(self.tick)
         if not self.saved:
             return
         try:

@@ -174,7 +174,6 @@ class _Deleter:
             self.units,
             units=self.units.size - room,
         )
-        self.hold.tick()
         for p in finish:
             self.outcome[p.sid] = p.sid not in woke
         for n in sorted({p.batch for p in finish}):

@@ -23,12 +23,12 @@ from .backup import RESERVE_BYTES, take_backup
 from .db import connect_rw
 from .discovery import Profile
 from .errors import KeeperError
+from .fts import fts5_tables, merge_step, release_leftover_hold
 from .holders import find_holders
 from .journal import Journal
 from .schema import SchemaInfo, inspect
 from .writer import Writer
 
-FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 FTS_MERGE_PAGES = 64
 FTS_MAX_STEPS = 20_000  # a safety stop; each step is bounded by the budget
 #: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the
@@ -99,18 +99,14 @@ def _merge_fts(w: Writer, schema: SchemaInfo, live: bool) -> tuple[int, list[str
     """
     steps, left = 0, []
     limit_ms = FTS_STEP_LIMIT_MS if live else None
-    for table in FTS_TABLES:
-        if not schema.has(table):
-            continue
+    for table in fts5_tables(schema):
         batch = w.batch(start=FTS_MERGE_PAGES)
         sign = 1 if live else -1
         for _ in range(FTS_MAX_STEPS):
 
             def merge(c, table=table, pages=sign * batch.size):
-                before = c.total_changes
                 with _hard_limit(c, limit_ms):
-                    c.execute(f"INSERT INTO {table}({table}, rank) VALUES('merge', ?)", (pages,))
-                return c.total_changes - before
+                    return merge_step(c, table, pages)
 
             steps += 1
             try:
@@ -244,6 +240,7 @@ def compact(
     res.live = bool(_wait_idle(db, wait_idle_s))
     with Writer(db, budget_ms=budget_ms, pause_ms=pause_ms) as w:
         w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+        release_leftover_hold(w, schema, profile.keeper_dir, journal)  # a killed run's, if any
         res.fts_merge_steps, res.fts_left = _merge_fts(w, schema, res.live)
         if schema.auto_vacuum == "incremental":
             res.pages_freed = _incremental(w)

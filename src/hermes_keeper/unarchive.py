@@ -23,6 +23,7 @@ from . import archive as arch
 from .db import connect_ro, read_txn
 from .discovery import Profile
 from .errors import KeeperError
+from .fts import MergeHold
 from .journal import Journal
 from .schema import SchemaInfo, inspect
 from .writer import Writer
@@ -484,5 +485,9 @@ def restore_sessions(
             return RestoreResult(
                 refused=plan.refused, warnings=plan.warnings, members=members, dry_run=dry_run
             )
-        with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms) as w:
+        with (
+            Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms) as w,
+            MergeHold(w, schema, profile.keeper_dir, journal) as hold,
+        ):
+            hold.engage()  # every restored message is an FTS insert: merges on our schedule
             return apply_restore(w, schema, store, plan, journal)

@@ -145,6 +145,8 @@ class Writer:
         self.wal = self.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         if synchronous:
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
+        #: Called after every step (e.g. :meth:`fts.MergeHold.tick`, which merges when due).
+        self.after_step: list[Callable[[], None]] = []
         self._checkpointer = _Checkpointer(self.db_path, self.stats) if self.wal else None
         if self._checkpointer:
             self._checkpointer.start()
@@ -173,6 +175,8 @@ class Writer:
         # Rest before the lock would be held a budget in a row (the next step is likely as long).
         if self.pause_ms and self._held_ms + elapsed > self.budget_ms:
             self._pause()
+        for hook in self.after_step:
+            hook()
         return result
 
     def _pause(self) -> None:
