@@ -55,6 +55,7 @@ DELETE_START_UNITS = 20_000
 SWITCH_INTERVAL_S = 0.0005
 
 Progress = Callable[[str, int], None]
+WOKE = "new activity during prune"
 
 
 @dataclass
@@ -85,6 +86,7 @@ class _Pending:
     payload: dict
     ids: list[int]
     costs: list[int]
+    unit: str = ""  # the conversation it belongs to (see :func:`conversations`)
     batch: int = -1  # set by the deleter when it takes the batch
     done: int = 0  # messages of it deleted so far
 
@@ -93,9 +95,10 @@ class _Pending:
         return self.payload["session"]["id"]
 
     @classmethod
-    def of(cls, payload: dict, costs: dict[int, int]) -> _Pending:
+    def of(cls, payload: dict, costs: dict[int, int], units: dict[str, str]) -> _Pending:
         ids = [m["id"] for m in payload["messages"]]
-        return cls(payload, ids, [costs.get(i, ROW_COST) for i in ids])
+        sid = payload["session"]["id"]
+        return cls(payload, ids, [costs.get(i, ROW_COST) for i in ids], units.get(sid, sid))
 
 
 class _Deleter:
@@ -119,7 +122,10 @@ class _Deleter:
         self.queue: deque[_Pending] = deque()
         self.to_mark: list[str] = []
         self.batches: dict[int, list[_Pending]] = {}  # batch number -> its sessions
-        self.outcome: dict[str, bool] = {}  # sid -> gone (False: it woke up and was put back)
+        self.members: dict[str, list[_Pending]] = {}  # unit -> its sessions still to finish
+        self.waiting: dict[str, int] = {}  # unit -> members whose messages are not all deleted yet
+        self.outcome: dict[str, bool] = {}  # sid -> gone (False: its unit woke up and was put back)
+        self.why: dict[str, str] = {}  # sid -> why it was put back
 
     def run(self, feed: Iterator[list[_Pending]]) -> None:
         """Delete every batch ``feed`` yields (blocking only when there is nothing else to do)."""
@@ -145,6 +151,8 @@ class _Deleter:
             return
         for i in items:
             i.batch = n
+            self.members.setdefault(i.unit, []).append(i)
+            self.waiting[i.unit] = self.waiting.get(i.unit, 0) + 1
         self.batches[n] = items
         self.queue.extend(items)
         if self.schema.has("sessions", "archived"):
@@ -154,11 +162,16 @@ class _Deleter:
         return sum(sum(p.costs[p.done :]) + ROW_COST for p in self.queue)
 
     def _step(self) -> None:
-        """One transaction: mark new batches, delete up to the budget, finish completed sessions."""
+        """One transaction: mark new batches, delete up to the budget, finish completed units.
+
+        A conversation (:func:`conversations`) is finished as a whole, in the transaction that
+        deletes the last message of its last member: its session rows stay (hidden) until then,
+        so one that woke up can be put back whole, links included.
+        """
         self.hold.engage()
         room = self.units.size
         ids: list[int] = []
-        finish: list[_Pending] = []
+        finish: list[list[_Pending]] = []
         while self.queue and room > 0:
             p = self.queue[0]
             while p.done < len(p.ids) and room > 0:
@@ -166,21 +179,32 @@ class _Deleter:
                 room -= p.costs[p.done]
                 p.done += 1
             if p.done == len(p.ids):
-                finish.append(self.queue.popleft())
+                self.queue.popleft()
                 room -= ROW_COST
+                self.waiting[p.unit] -= 1
+                if not self.waiting[p.unit]:
+                    del self.waiting[p.unit]
+                    finish.append(self.members.pop(p.unit))
         mark, self.to_mark = self.to_mark, []
         woke = self.w.step(
-            lambda c: self._work(c, mark, ids, [p.sid for p in finish]),
+            lambda c: self._work(c, mark, ids, [[p.sid for p in u] for u in finish]),
             self.units,
             units=self.units.size - room,
         )
-        for p in finish:
-            self.outcome[p.sid] = p.sid not in woke
-        for n in sorted({p.batch for p in finish}):
+        for unit in finish:
+            alive = [p.sid for p in unit if p.sid in woke]
+            for p in unit:
+                self.outcome[p.sid] = not alive
+                if alive:
+                    self.why[p.sid] = WOKE if p.sid in woke else f"conversation member {alive[0]} had {WOKE}"
+        for n in sorted({p.batch for u in finish for p in u}):
             if all(i.sid in self.outcome for i in self.batches[n]):
                 self._settle(self.batches.pop(n))
 
-    def _work(self, c: sqlite3.Connection, mark: list[str], ids: list[int], finish: list[str]) -> set[str]:
+    def _work(
+        self, c: sqlite3.Connection, mark: list[str], ids: list[int], finish: list[list[str]]
+    ) -> set[str]:
+        """Returns the sessions that woke up (a message the archive does not have)."""
         if mark:
             sql, arg = _in(mark)
             c.execute(f"UPDATE sessions SET archived = 1 WHERE id {sql}", arg)
@@ -189,11 +213,11 @@ class _Deleter:
             c.execute(f"DELETE FROM messages WHERE id {sql}", arg)
         if not finish:
             return set()
-        sql, arg = _in(finish)
+        sql, arg = _in([sid for unit in finish for sid in unit])
         woke = {
             r[0] for r in c.execute(f"SELECT DISTINCT session_id FROM messages WHERE session_id {sql}", arg)
         }
-        done = [sid for sid in finish if sid not in woke]
+        done = [sid for unit in finish if not woke.intersection(unit) for sid in unit]
         if done:
             _finish_sessions(c, self.schema, done)
         return woke
@@ -216,11 +240,11 @@ class _Deleter:
             self.on_pruned([p["session"]["id"] for p in gone])
         for p in items:
             if not self.outcome[p.sid]:
-                self._put_back(p.payload)
+                self._put_back(p.payload, self.why[p.sid])  # the whole conversation goes back
         if self.progress:
             self.progress("prune", len(items))
 
-    def _put_back(self, payload: dict) -> None:
+    def _put_back(self, payload: dict, why: str) -> None:
         """New messages arrived after archiving: the conversation is alive. Put it back as it was."""
         sid = payload["session"]["id"]
         if payload["messages"]:
@@ -228,9 +252,9 @@ class _Deleter:
         unmark(self.w, self.schema, sid, int(payload["session"].get("archived") or 0))
         if self.store is not None:
             self.store.set_state([sid], arch.RESTORED)
-        self.result.skipped[sid] = "new activity during prune"
+        self.result.skipped[sid] = why
         if self.journal:
-            self.journal.write("skipped", session=sid, reason="new activity during prune")
+            self.journal.write("skipped", session=sid, reason=why)
 
 
 _NOT_READY = object()
@@ -281,14 +305,35 @@ def _reinsert_messages(w: Writer, schema: SchemaInfo, payload: dict) -> None:
         done += len(chunk)
 
 
-def _batches(ids: list[str], sizes: dict[str, int]) -> list[list[str]]:
-    out, cur, msgs = [], [], 0
+def conversations(conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
+    """Session -> conversation among ``ids``: sessions linked by ``parent_session_id`` (compression
+    continuations, delegate children, branches) go together; one that wakes up keeps them all."""
+    sql, arg = _in(ids)
+    parent = dict(conn.execute(f"SELECT id, parent_session_id FROM sessions WHERE id {sql}", arg))
+
+    def root(sid: str) -> str:
+        seen = set()
+        while parent.get(sid) in parent and sid not in seen:
+            seen.add(sid)
+            sid = parent[sid]
+        return sid
+
+    return {sid: root(sid) for sid in parent}
+
+
+def _batches(ids: list[str], sizes: dict[str, int], units: dict[str, str]) -> list[list[str]]:
+    """Archive batches in plan order, a conversation never split between two."""
+    groups: dict[str, list[str]] = {}
     for sid in ids:
-        if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + sizes.get(sid, 0) > ARCHIVE_BATCH_MESSAGES):
+        groups.setdefault(units.get(sid, sid), []).append(sid)
+    out, cur, msgs = [], [], 0
+    for group in groups.values():
+        n = sum(sizes.get(sid, 0) for sid in group)
+        if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + n > ARCHIVE_BATCH_MESSAGES):
             out.append(cur)
             cur, msgs = [], 0
-        cur.append(sid)
-        msgs += sizes.get(sid, 0)
+        cur += group
+        msgs += n
     if cur:
         out.append(cur)
     return out
@@ -307,12 +352,13 @@ class _Archiver(threading.Thread):
         profile: Profile,
         schema: SchemaInfo,
         batches: list[list[str]],
+        units: dict[str, str],
         archive: bool,
         journal: Journal | None,
         result: PruneResult,
     ):
         super().__init__(name="keeper-archiver", daemon=True)
-        self.profile, self.schema, self.batches = profile, schema, batches
+        self.profile, self.schema, self.batches, self.units = profile, schema, batches, units
         self.archive, self.journal, self.result = archive, journal, result
         self.out: queue.Queue = queue.Queue(maxsize=ARCHIVE_AHEAD)
         self.stop = threading.Event()
@@ -332,7 +378,7 @@ class _Archiver(threading.Thread):
                         costs = message_costs(conn, self.schema, ids)
                     if store is not None:
                         _archive_verified(store, payloads, self.result, self.journal)
-                    self._put([_Pending.of(p, costs) for p in payloads])
+                    self._put([_Pending.of(p, costs, self.units) for p in payloads])
             finally:
                 conn.close()
                 if store is not None:
@@ -465,9 +511,13 @@ def prune_sessions(
     w = writer or Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, synchronous="NORMAL")
     # Opened (and created) here, before the archiver opens its own connection to the same file.
     store = _state_store(profile) if archive else None
-    archiver = _Archiver(
-        profile, schema, _batches(list(session_ids), message_counts or {}), archive, journal, result
-    )
+    conn = connect_ro(profile.db_path)
+    try:
+        units = conversations(conn, list(session_ids))
+    finally:
+        conn.close()
+    batches = _batches(list(session_ids), message_counts or {}, units)
+    archiver = _Archiver(profile, schema, batches, units, archive, journal, result)
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     archiver.start()
@@ -503,6 +553,7 @@ def resume_pending(
             sql, arg = _in(pending)
             present = {r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id {sql}", arg)}
             costs = message_costs(conn, schema, list(present))
+            units = conversations(conn, list(present))
         finally:
             conn.close()
         payloads = []
@@ -518,7 +569,7 @@ def resume_pending(
                 store.set_state([sid], arch.RESTORED)
         result = PruneResult()
         if payloads:
-            feed = [[_Pending.of(p, costs) for p in payloads]]
+            feed = [[_Pending.of(p, costs, units) for p in payloads]]
             _delete_all(profile, writer, schema, store, feed, result, journal, None, hold)
     if journal and pending:
         journal.write("resumed", sessions=len(result.pruned), skipped=len(result.skipped))
