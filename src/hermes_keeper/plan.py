@@ -19,8 +19,10 @@ ZOMBIE_END_REASON = "keeper_zombie"
 
 
 def in_use(s: SessionRow, now: float) -> list[str]:
-    """Signs that Hermes (gateway, compressor, handoff, delegation) still relies on ``s``."""
+    """Signs that Hermes (gateway, compressor, handoff, delegation) still relies on ``s``, or that
+    the row is not one the keeper can address exactly."""
     checks = (
+        (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
         (s.routed, "routed by the gateway"),
         (s.gateway_recoverable, "gateway-recoverable"),
         (s.lease_expires_at is not None and s.lease_expires_at > now, "live compression lease"),

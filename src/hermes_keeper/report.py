@@ -20,7 +20,7 @@ from .errors import KeeperError, os_error_line
 from .fsutil import is_inside
 from .holders import find_holders, gateway_pid
 from .schema import SchemaInfo, inspect
-from .survey import SessionRow, Survey, message_size_sql, survey_profile
+from .survey import SessionRow, Survey, message_size_sql, shown, survey_profile
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -156,7 +156,7 @@ def files_usage(home: Path, survey: Survey) -> dict:
 
 def _session_summary(s: SessionRow) -> dict:
     return {
-        "id": s.id,
+        "id": shown(s.id),
         "source": s.source,
         "messages": s.messages,
         "bytes": s.content_bytes,

@@ -64,6 +64,11 @@ class SessionRow:
         return self.ended_at is None
 
     @property
+    def odd_id(self) -> bool:
+        """The id holds bytes that are not UTF-8 (see :func:`lossless_text`): never touched."""
+        return shown(self.id) != self.id
+
+    @property
     def last_activity(self) -> float:
         """Latest sign of life: a message, the activity column, the end, else the start."""
         stamps = [self.started_at, self.last_message_at, self.last_activity_at, self.ended_at]
@@ -138,6 +143,22 @@ def _seconds(value) -> float | None:
     except ValueError:
         return None
     return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def lossless_text(data: bytes) -> str:
+    """Decode TEXT that may not be UTF-8 (another writer, a damaged row) without losing a byte.
+
+    Bytes that are not UTF-8 become lone surrogates (``surrogateescape``): such a session id
+    still matches itself, and :attr:`SessionRow.odd_id` keeps the session out of every change.
+    """
+    return data.decode("utf-8", "surrogateescape")
+
+
+def shown(text: str | None) -> str | None:
+    """``text`` safe to print: bytes that were not UTF-8 shown as U+FFFD."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _model_config_links(raw: str | None) -> tuple[str | None, str | None]:
@@ -286,6 +307,7 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
     taken_at = time.time() if now is None else now
     survey = Survey(profile, schema, taken_at)
     conn = connect_ro(profile.db_path)
+    conn.text_factory = lossless_text
     try:
         with read_txn(conn):
             rows = _select_sessions(conn, schema)
@@ -316,12 +338,12 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
         sid = r["id"]
         survey.sessions[sid] = SessionRow(
             id=sid,
-            source=r["source"] or "unknown",
+            source=shown(r["source"]) or "unknown",
             started_at=_seconds(r["started_at"]) or 0.0,
             ended_at=_seconds(r["ended_at"]),
-            end_reason=r["end_reason"],
+            end_reason=shown(r["end_reason"]),
             parent_id=r["parent_session_id"],
-            title=r["title"],
+            title=shown(r["title"]),
             archived=bool(r["archived"]),
             pinned=bool(r["pinned"]),
             session_key=r["session_key"],

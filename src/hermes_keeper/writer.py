@@ -29,10 +29,18 @@ DEFAULT_PAUSE_MS = 25.0
 #: How often the checkpoint thread copies committed WAL frames into the database.
 CHECKPOINT_INTERVAL_S = 0.1
 #: While pausing, how often we look whether a waiting writer has been in (``data_version``).
-PAUSE_POLL_S = 0.001
+PAUSE_POLL_S = 0.0005
 #: SQLite's default busy handler (what ``sqlite3.connect(timeout=...)`` and so Hermes use): after
 #: waiting ``sum(BUSY_DELAYS_MS[:i])`` ms a writer sleeps ``BUSY_DELAYS_MS[i]`` ms before trying again.
 BUSY_DELAYS_MS = (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100)
+
+
+def rest_ms(held_ms: float, budget_ms: float, pause_ms: float) -> float:
+    """How long to rest after holding the lock ``held_ms``: one busy-handler gap of that wait
+    (so any writer that queued meanwhile tries again inside the rest), at most ``pause_ms``
+    unless the hold overran the budget."""
+    gap = busy_gap_ms(held_ms) + 1.0
+    return gap if held_ms > budget_ms else min(pause_ms, gap)
 
 
 #: ``nice`` of helper threads (archiving ahead, checkpoints) against the lock-holding thread.
@@ -186,19 +194,15 @@ class Writer:
         :func:`busy_gap_ms` of its wait so far, and that wait is at most our hold: a rest one
         such gap long (at most ``pause_ms`` after a hold inside the budget) lets it in. Nothing
         shows that a writer is waiting, but one that got in shows afterwards: ``data_version``
-        changes when another connection commits. Then the rest has done its job and ends a
-        millisecond later (room for a second writer queued behind it). A run of tiny steps
-        pays one rest, not one each.
+        changes when another connection commits, and then the rest has done its job. A run of
+        tiny steps pays one rest, not one each.
         """
-        gap = busy_gap_ms(self._held_ms) + 1.0
-        rest_ms = gap if self._held_ms > self.budget_ms else min(self.pause_ms, gap)
         t0 = time.perf_counter()
-        deadline = t0 + rest_ms / 1000.0
+        deadline = t0 + rest_ms(self._held_ms, self.budget_ms, self.pause_ms) / 1000.0
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         while time.perf_counter() < deadline:
             time.sleep(PAUSE_POLL_S)
             if self.conn.execute("PRAGMA data_version").fetchone()[0] != version:
-                time.sleep(PAUSE_POLL_S)
                 break
         self.stats.pause_ms += (time.perf_counter() - t0) * 1000.0
         self._held_ms = 0.0

@@ -19,7 +19,7 @@ from ..plan import Plan, make_plan
 from ..policy import effective_policy
 from ..render import human_bytes
 from ..schema import inspect
-from ..survey import survey_profile
+from ..survey import shown, survey_profile
 from .options import profile_options
 
 
@@ -54,10 +54,10 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         for col in ("session", "source", "action", "reason"):
             t.add_column(col)
         for z in plan.zombies:
-            t.add_row(z.session_id, z.source, "close", f"open, idle {z.idle_s / 86400:.1f}d")
+            t.add_row(shown(z.session_id), z.source, "close", f"open, idle {z.idle_s / 86400:.1f}d")
         for sid in sorted(plan.decisions):
             x = plan.decisions[sid]
-            t.add_row(sid, x.source, x.action, x.reason)
+            t.add_row(shown(sid), x.source, x.action, x.reason)
         console.print(t)
         for f in plan.files:
             console.print(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}")

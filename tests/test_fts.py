@@ -1,0 +1,378 @@
+"""FTS5 while the keeper writes: segment counts, the automerge hold, and its repair after a kill."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from hermes_keeper import demo
+from hermes_keeper.cli import main
+from hermes_keeper.fts import (
+    FTS_TABLES,
+    HOLD_NAME,
+    MERGE_EVERY_SEGMENTS,
+    MergeHold,
+    fts5_tables,
+    release_leftover_hold,
+    segment_count,
+)
+from hermes_keeper.journal import read_journal
+from hermes_keeper.schema import inspect
+from hermes_keeper.writer import Writer
+
+NOW = time.time()
+
+
+# --- an independent reader of FTS5's structure record (rowid 10 of <table>_data) ---------------
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    """SQLite varint: big-endian 7-bit groups, high bit = more follows; a 9th byte gives all 8 bits."""
+    value = 0
+    for n in range(8):
+        byte = buf[i + n]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, i + n + 1
+    return (value << 8) | buf[i + 8], i + 9
+
+
+def parse_structure(buf: bytes) -> list[tuple[int, list[int]]]:
+    """Levels of an FTS5 index as (nMerge, [segment ids]); the whole record must be consumed.
+
+    4-byte cookie, (a 4-byte marker in SQLite >= 3.43's v2 records, which add five varints per
+    segment), varints nLevel, nSegment, nWriteCounter, then per level nMerge, nSeg and per
+    segment iSegid, pgnoFirst, pgnoLast.
+    """
+    i, v2 = 4, buf[4:8] == b"\xff\x00\x00\x01"
+    if v2:
+        i = 8
+    n_level, i = _varint(buf, i)
+    n_segment, i = _varint(buf, i)
+    _write_counter, i = _varint(buf, i)
+    levels = []
+    for _ in range(n_level):
+        n_merge, i = _varint(buf, i)
+        n_seg, i = _varint(buf, i)
+        segids = []
+        for _ in range(n_seg):
+            segid, i = _varint(buf, i)
+            first, i = _varint(buf, i)
+            last, i = _varint(buf, i)
+            assert segid > 0 and 0 < first <= last
+            for _ in range(5 if v2 else 0):
+                _, i = _varint(buf, i)
+            segids.append(segid)
+        assert n_merge <= n_seg
+        levels.append((n_merge, segids))
+    assert i == len(buf), "structure record not consumed exactly"
+    assert sum(len(s) for _, s in levels) == n_segment
+    return levels
+
+
+def structure(conn: sqlite3.Connection, table: str) -> list[tuple[int, list[int]]]:
+    return parse_structure(conn.execute(f"SELECT block FROM {table}_data WHERE id = 10").fetchone()[0])
+
+
+def config_rows(conn: sqlite3.Connection, table: str) -> list[tuple]:
+    """Every row of ``<table>_config`` with its storage class and bytes (byte-identical comparisons)."""
+    return conn.execute(f"SELECT k, typeof(v), hex(v) FROM {table}_config ORDER BY k").fetchall()
+
+
+def configs(db) -> dict[str, list[tuple]]:
+    conn = sqlite3.connect(db)
+    try:
+        return {t: config_rows(conn, t) for t in FTS_TABLES}
+    finally:
+        conn.close()
+
+
+def held_values(db) -> dict[str, dict]:
+    """The keys a hold changes, as another connection (Hermes) reads them now."""
+    conn = sqlite3.connect(db)
+    try:
+        return {
+            t: dict(conn.execute(f"SELECT k, v FROM {t}_config WHERE k IN ('automerge', 'crisismerge')"))
+            for t in FTS_TABLES
+        }
+    finally:
+        conn.close()
+
+
+def set_fts(db, table: str, key: str, value: int) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(f"INSERT INTO {table}({table}, rank) VALUES(?, ?)", (key, value))
+    conn.close()
+
+
+def _demo(tmp_path, sessions: int = 40):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=sessions))
+    return home
+
+
+# --- segment_count ------------------------------------------------------------------------------
+
+
+def test_segment_count_matches_the_structure_record_and_grows_one_per_transaction(tmp_path):
+    home = _demo(tmp_path)
+    db = home / "state.db"
+    assert fts5_tables(inspect(db)) == list(FTS_TABLES)
+    for t in FTS_TABLES:
+        set_fts(db, t, "automerge", 0)
+        # The demo's bulk insert already left ~13 segments in level 0: lift crisismerge (16)
+        # out of reach too, or FTS5 would merge them in the middle of the probe.
+        set_fts(db, t, "crisismerge", 200)
+    conn = sqlite3.connect(db, isolation_level=None)
+    before = {t: segment_count(conn, t) for t in FTS_TABLES}
+    level0 = {t: len(structure(conn, t)[0][1]) for t in FTS_TABLES}
+    for t in FTS_TABLES:
+        assert before[t] == sum(len(s) for _, s in structure(conn, t)) > 1
+
+    sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    n = 7
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+            (sid, f"segment probe number {i}", NOW),
+        )
+        conn.execute("COMMIT")
+
+    for t in FTS_TABLES:
+        levels = structure(conn, t)
+        assert segment_count(conn, t) == before[t] + n == sum(len(s) for _, s in levels)
+        assert len(levels[0][1]) == level0[t] + n  # each transaction flushed one new level-0 segment
+    conn.close()
+
+
+GARBAGE = [
+    ("short blob", b"\x01\x02\x03", None),
+    ("varint runs off the end", b"\x00\x00\x00\x01\xff\xff", None),
+    ("text, not a blob", "0000000104", None),
+    ("no structure row", None, None),
+    ("v1 record", b"\x00\x00\x00\x07\x01\x03\x05\x00\x03", 3),
+    ("v2 marker skipped", b"\x00\x00\x00\x07\xff\x00\x00\x01\x01\x03\x05", 3),
+    ("two-byte varint", b"\x00\x00\x00\x07\x02\x82\x2c\x00", 300),
+]
+
+
+@pytest.mark.parametrize("desc, block, expected", GARBAGE, ids=[g[0] for g in GARBAGE])
+def test_segment_count_of_odd_structure_records(tmp_path, desc, block, expected):
+    conn = sqlite3.connect(tmp_path / "x.db")
+    conn.execute("CREATE TABLE x_data (id INTEGER PRIMARY KEY, block BLOB)")
+    conn.execute("INSERT INTO x_data VALUES (1, x'00')")
+    if block is not None:
+        conn.execute("INSERT INTO x_data VALUES (10, ?)", (block,))
+    assert segment_count(conn, "x") == expected
+    conn.close()
+
+
+def test_segment_count_and_the_parser_agree_on_multi_byte_varints(tmp_path):
+    # 130 levels of one segment each: nLevel, nSegment and nWriteCounter take two-byte varints.
+    levels = b"".join(b"\x00\x01" + bytes([1 + k % 100, 1, 1]) for k in range(130))
+    record = b"\x00\x00\x00\x02" + b"\x81\x02" + b"\x81\x02" + b"\x85\x00" + levels
+    parsed = parse_structure(record)
+    assert len(parsed) == 130 and all(len(segs) == 1 for _, segs in parsed)
+    conn = sqlite3.connect(tmp_path / "x.db")
+    conn.execute("CREATE TABLE x_data (id INTEGER PRIMARY KEY, block BLOB)")
+    conn.execute("INSERT INTO x_data VALUES (10, ?)", (record,))
+    assert segment_count(conn, "x") == 130
+    conn.close()
+
+
+# --- MergeHold: engaged, then released ----------------------------------------------------------
+
+PRESETS = [
+    ("hermes defaults (no rows)", {}),
+    ("user set automerge=7", {"automerge": 7}),
+    ("user set automerge=7 and crisismerge=9", {"automerge": 7, "crisismerge": 9}),
+]
+
+
+@pytest.mark.parametrize("desc, preset", PRESETS, ids=[p[0] for p in PRESETS])
+def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
+    home = _demo(tmp_path)
+    db, keeper = home / "state.db", home / "keeper"
+    for t in FTS_TABLES:
+        for k, v in preset.items():
+            set_fts(db, t, k, v)
+    before = configs(db)
+    assert [r[0] for r in before["messages_fts"]] == sorted(["version", *preset])
+    hold_file = keeper / HOLD_NAME
+
+    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper) as hold:
+        assert not hold_file.exists()
+        hold.engage()
+        assert hold_file.stat().st_mode & 0o777 == 0o600
+        saved = {"automerge": preset.get("automerge"), "crisismerge": preset.get("crisismerge")}
+        assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
+        # What every other connection (Hermes) now sees: automerge off, crisismerge out of reach.
+        assert held_values(db) == {t: {"automerge": 0, "crisismerge": 512} for t in FTS_TABLES}
+        hold.engage()  # once per block: a second call changes nothing
+        assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
+
+    assert not hold_file.exists()
+    assert configs(db) == before
+    assert held_values(db) == {t: preset for t in FTS_TABLES}
+
+
+def test_hold_merges_on_its_own_schedule_while_engaged(tmp_path):
+    """Automerge is off while held, so the hold merges itself: segments never pile up past its mark."""
+    home = _demo(tmp_path)
+    db = home / "state.db"
+    conn = sqlite3.connect(db)
+    sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    start = {t: segment_count(conn, t) for t in FTS_TABLES}
+    conn.close()
+    most = dict(start)
+    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), home / "keeper") as hold:
+        hold.engage()
+
+        def watch():
+            for t in FTS_TABLES:
+                most[t] = max(most[t], segment_count(w.conn, t))
+
+        w.after_step.append(watch)  # runs after the hold's own tick
+        for i in range(MERGE_EVERY_SEGMENTS + 20):
+            w.step(
+                lambda c, i=i: c.execute(
+                    "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+                    (sid, f"held write {i}", NOW),
+                )
+            )
+        assert hold.merge_steps > 0
+    for t in FTS_TABLES:
+        assert most[t] <= start[t] + MERGE_EVERY_SEGMENTS, (t, start[t], most[t])
+    conn = sqlite3.connect(db)
+    for t in FTS_TABLES:
+        assert all(len(segs) < 4 for _, segs in structure(conn, t))  # released: the rest merged too
+    conn.close()
+
+
+def test_hold_that_was_never_engaged_writes_nothing(tmp_path):
+    home = _demo(tmp_path)
+    db = home / "state.db"
+    before = configs(db)
+    with Writer(db, pause_ms=0) as w:
+        with MergeHold(w, inspect(db), home / "keeper"):
+            pass
+        assert w.stats.transactions == 0
+    assert configs(db) == before
+    assert not (home / "keeper" / HOLD_NAME).exists()
+
+
+def test_release_leftover_hold_returns_false_when_nothing_is_left_over(tmp_path):
+    home = _demo(tmp_path)
+    db = home / "state.db"
+    set_fts(db, "messages_fts", "automerge", 7)
+    before = configs(db)
+    with Writer(db, pause_ms=0) as w:
+        assert release_leftover_hold(w, inspect(db), home / "keeper") is False
+        assert w.stats.transactions == 0
+    assert configs(db) == before
+    assert not (home / "keeper" / HOLD_NAME).exists()
+
+
+# --- a hold killed before it was released -------------------------------------------------------
+
+
+def _kill_while_held(db, keeper) -> None:
+    """Engage a hold and 'die': no ``__exit__``, so Hermes's settings are not put back."""
+    w = Writer(db, pause_ms=0)
+    hold = MergeHold(w, inspect(db), keeper)
+    hold.__enter__()
+    hold.engage()
+    w.close()
+
+
+def _release_with_library(home) -> None:
+    db = home / "state.db"
+    with Writer(db, pause_ms=0) as w:
+        assert release_leftover_hold(w, inspect(db), home / "keeper") is True
+
+
+def _cli(*args):
+    def go(home):
+        res = CliRunner().invoke(main, [*args, "--home", str(home)])
+        assert res.exit_code == 0, res.output
+
+    return go
+
+
+REPAIRS = [
+    ("release_leftover_hold", _release_with_library),
+    ("hermes-keeper compact", _cli("compact")),
+    ("hermes-keeper run", _cli("run")),
+]
+
+
+@pytest.mark.parametrize("desc, repair", REPAIRS, ids=[r[0] for r in REPAIRS])
+def test_killed_hold_is_repaired_with_the_original_settings(tmp_path, desc, repair):
+    home = _demo(tmp_path)
+    db, keeper = home / "state.db", home / "keeper"
+    set_fts(db, "messages_fts", "automerge", 7)  # the user's own value on one index, defaults on the other
+    before = configs(db)
+
+    _kill_while_held(db, keeper)
+    hold_file = keeper / HOLD_NAME
+    assert hold_file.exists()
+    assert held_values(db) == {t: {"automerge": 0, "crisismerge": 512} for t in FTS_TABLES}
+
+    repair(home)
+
+    assert not hold_file.exists()
+    assert configs(db) == before  # the original 7 and the absent rows, not the held 0 / 512
+    assert held_values(db) == {"messages_fts": {"automerge": 7}, "messages_fts_trigram": {}}
+    if desc.startswith("hermes-keeper"):
+        actions = [r["action"] for r in read_journal(keeper)]
+        assert "fts_hold_found" in actions and "fts_restored" in actions
+        restored = [r for r in read_journal(keeper) if r["action"] == "fts_restored"][-1]
+        assert restored["settings"]["messages_fts"] == {"automerge": 7, "crisismerge": None}
+
+
+def test_run_after_a_kill_does_not_save_the_held_values_as_hermes_settings(tmp_path):
+    """Two kills in a row: the second hold must still carry the settings from before the first."""
+    home = _demo(tmp_path)
+    db, keeper = home / "state.db", home / "keeper"
+    set_fts(db, "messages_fts_trigram", "automerge", 7)
+    before = configs(db)
+    _kill_while_held(db, keeper)
+    _kill_while_held(db, keeper)  # a second keeper killed while the first one's hold is still in force
+    assert json.loads((keeper / HOLD_NAME).read_text())["messages_fts_trigram"]["automerge"] == 7
+    _release_with_library(home)
+    assert configs(db) == before
+
+
+# --- a real run on a home made by real Hermes ---------------------------------------------------
+
+
+def test_run_on_hermes_home_restores_config_and_leaves_merged_levels(tmp_path, hermes, hermes_home):
+    home = hermes_home(tmp_path / "home", sessions=40)
+    # compact = false: the levels below are the hold's own merging, not compact's full merge.
+    (home / "keeper.toml").write_text("compact = false\n")
+    db = home / "state.db"
+    before = configs(db)
+    conn = sqlite3.connect(db)
+    assert any(len(segs) >= 4 for _, segs in structure(conn, "messages_fts")), "nothing to merge: weak test"
+    conn.close()
+
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)["profiles"][0]
+    assert out["pruned"] > 0 and out["writer"]["fts_merge_steps"] > 0
+
+    assert configs(db) == before
+    assert not (home / "keeper" / HOLD_NAME).exists()
+    conn = sqlite3.connect(db, isolation_level=None)
+    for t in FTS_TABLES:
+        levels = structure(conn, t)
+        assert all(len(segs) < 4 for _, segs in levels), (t, levels)
+        assert all(n_merge == 0 for n_merge, _ in levels), (t, levels)  # no merge left half-done
+        conn.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")  # raises if the index is bad
+    conn.close()
+    assert hermes.run(home, [{"op": "fts_integrity"}])[0] == {t: "ok" for t in FTS_TABLES}

@@ -1,0 +1,301 @@
+"""The budgeted writer: busy-handler gaps, batch sizing, polite pauses, checkpoints, hooks."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from hermes_keeper import demo
+from hermes_keeper.writer import AdaptiveBatch, Writer, busy_gap_ms, rest_ms
+
+NOW = time.time()
+CHECKPOINT_THREAD = "keeper-checkpoint"
+
+
+def _demo_db(tmp_path, sessions: int = 10):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=sessions))
+    return home / "state.db"
+
+
+def _insert(c: sqlite3.Connection, text: str = "writer test") -> None:
+    sid = c.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    c.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+        (sid, text, NOW),
+    )
+
+
+def _hold(ms: float):
+    """A step that keeps the write lock about ``ms`` milliseconds."""
+
+    def fn(c: sqlite3.Connection) -> None:
+        _insert(c)
+        time.sleep(ms / 1000.0)
+
+    return fn
+
+
+def _checkpoint_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == CHECKPOINT_THREAD)
+
+
+# --- busy_gap_ms: SQLite's default busy handler ---------------------------------------------------
+
+# Delays 1,2,5,10,15,20,25,25,25,50,50,100 ms start after 0,1,3,8,18,33,53,78,103,128,178,228 ms
+# of waiting; a writer that has waited t ms sleeps the delay whose start is the last one <= t.
+BUSY = [
+    (0, 1),
+    (0.5, 1),
+    (1, 2),
+    (2.9, 2),
+    (3, 5),
+    (7.99, 5),
+    (8, 10),
+    (17, 10),
+    (18, 15),
+    (32, 15),
+    (33, 20),
+    (40, 20),
+    (52.9, 20),
+    (53, 25),
+    (78, 25),
+    (103, 25),
+    (127, 25),
+    (128, 50),
+    (177, 50),
+    (178, 50),
+    (227.9, 50),
+    (228, 100),
+    (1000, 100),
+    (5000, 100),
+]
+
+
+@pytest.mark.parametrize("waited, gap", BUSY)
+def test_busy_gap_follows_sqlites_default_busy_handler(waited, gap):
+    assert busy_gap_ms(waited) == gap
+
+
+# --- AdaptiveBatch --------------------------------------------------------------------------------
+
+# budget 64 ms x fill 0.5 = 32 ms aimed at; times chosen so every division is exact in binary.
+BATCH = [
+    # (description, AdaptiveBatch kwargs, units, elapsed ms, new size)
+    ("fast step grows at most 2x", {}, 128, 1.0, 256),
+    ("instant step grows at most 2x", {}, 128, 0.0, 256),
+    ("a step at exactly the aim keeps its size", {}, 128, 32.0, 128),
+    ("a step under the aim grows to the aim", {}, 128, 24.0, 170),  # 32 / (24/128) = 170.67
+    ("a step over the aim but inside the budget shrinks to the aim", {}, 128, 48.0, 85),
+    ("over budget: at least halve", {}, 128, 65.0, 63),  # the aim alone would be 63
+    ("barely over budget: still halved", {"fill": 1.0}, 128, 64.5, 64),  # the aim would be 127
+    ("far over budget: shrink to the aim", {}, 128, 512.0, 8),
+    ("never below minimum", {"minimum": 10}, 128, 10_000.0, 10),
+    ("never above maximum", {"maximum": 200}, 128, 1.0, 200),
+    ("nothing recorded for zero units", {}, 0, 1.0, 128),
+    ("partial step measured per unit", {}, 64, 32.0, 64),  # 0.5 ms/unit -> 64 units fill 32 ms
+]
+
+
+@pytest.mark.parametrize("desc, kw, units, elapsed, size", BATCH, ids=[b[0] for b in BATCH])
+def test_adaptive_batch(desc, kw, units, elapsed, size):
+    b = AdaptiveBatch(**({"budget_ms": 64.0, "size": 128, "fill": 0.5} | kw))
+    b.record(units, elapsed)
+    assert b.size == size
+
+
+def test_adaptive_batch_converges_on_the_aim_at_a_steady_speed():
+    b = AdaptiveBatch(budget_ms=50.0, size=1, fill=0.6)
+    sizes = []
+    for _ in range(20):
+        b.record(b.size, b.size * 0.01)  # 0.01 ms per unit
+        sizes.append(b.size)
+    assert sizes[:4] == [2, 4, 8, 16]  # doubling, never faster
+    assert sizes[-1] == 3000 == int(50.0 * 0.6 / 0.01)
+
+
+# --- the pause ------------------------------------------------------------------------------------
+
+
+class _Signalling(Writer):
+    """A Writer that says when its pause begins (the pause itself is the real one)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pausing = threading.Event()
+
+    def _pause(self) -> None:
+        self.pausing.set()
+        super()._pause()
+
+
+def _commit_after(db, event: threading.Event, delay_s: float, done: list) -> threading.Thread:
+    def run():
+        assert event.wait(5)
+        time.sleep(delay_s)
+        c = sqlite3.connect(db, timeout=5, isolation_level=None)
+        c.execute("BEGIN IMMEDIATE")
+        _insert(c, "another writer")
+        c.execute("COMMIT")
+        c.close()
+        done.append(time.perf_counter())
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_pause_ends_soon_after_another_connection_commits(tmp_path):
+    db = _demo_db(tmp_path)
+    # A 240 ms hold is over the 1 ms budget: the rest is one full busy-handler gap after such a
+    # wait (100 ms) + 1 ms. Another writer commits 20 ms into it: the rest ends right after.
+    with _Signalling(db, budget_ms=1, pause_ms=200) as w:
+        done: list[float] = []
+        other = _commit_after(db, w.pausing, 0.02, done)
+        t0 = time.perf_counter()
+        w.step(_hold(240))
+        t1 = time.perf_counter()
+        other.join()
+        held = w.stats.last_txn_ms
+        full_rest = busy_gap_ms(held) + 1
+        assert held >= 228 and full_rest == 101
+        assert done, "the other writer never committed"
+        assert 15 <= w.stats.pause_ms < 90, w.stats.pause_ms  # cut short, not 101 ms
+        assert (t1 - t0) * 1000 < held + 90
+        assert t1 - done[0] < 0.08  # the step returned right after the other commit
+
+    # Control: the same step with nobody else writing rests the whole gap.
+    with Writer(db, budget_ms=1, pause_ms=200) as w:
+        w.step(_hold(240))
+        rest = busy_gap_ms(w.stats.last_txn_ms) + 1
+        assert rest - 0.5 <= w.stats.pause_ms < rest + 50
+
+
+REST = [
+    # (held ms, budget ms, pause_ms, rest ms): one busy gap of the hold + 1, at most pause_ms
+    # while the hold stayed inside the budget, the whole gap when it overran.
+    (60, 100, 30, 26),
+    (11, 20, 30, 11),
+    (60, 100, 5, 5),
+    (40, 50, 25, 21),
+    (0.5, 50, 25, 2),
+    (140, 50, 25, 51),
+    (300, 50, 25, 101),
+]
+
+
+@pytest.mark.parametrize("held, budget, pause, expected", REST)
+def test_rest_after_a_hold(held, budget, pause, expected):
+    assert rest_ms(held, budget, pause) == expected
+
+
+def test_short_steps_share_one_rest(tmp_path):
+    db = _demo_db(tmp_path)
+    with Writer(db, budget_ms=1000, pause_ms=30) as w:
+        for _ in range(5):
+            w.step(_insert)
+        assert w.stats.transactions == 5
+        assert w.stats.pause_ms == 0  # far inside the budget: no rest at all
+
+
+def test_no_pause_with_pause_ms_zero(tmp_path):
+    db = _demo_db(tmp_path)
+    with Writer(db, budget_ms=1, pause_ms=0) as w:
+        w.step(_hold(20))
+        assert w.stats.over_budget == 1 and w.stats.pause_ms == 0
+
+
+# --- connection settings, checkpoints, hooks -------------------------------------------------------
+
+
+def test_synchronous_setting(tmp_path):
+    db = _demo_db(tmp_path)
+    plain = sqlite3.connect(db)
+    default = plain.execute("PRAGMA synchronous").fetchone()[0]
+    plain.close()
+    assert default == 2  # FULL: SQLite's compiled-in default here
+    with Writer(db) as w:
+        assert w.conn.execute("PRAGMA synchronous").fetchone()[0] == default
+    with Writer(db, synchronous="NORMAL") as w:
+        assert w.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+        w.step(_insert)
+        assert w.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # not reset by a step
+
+
+def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path):
+    db = _demo_db(tmp_path)
+    threads = _checkpoint_threads()
+    w = Writer(db, pause_ms=0)
+    try:
+        assert w.wal and _checkpoint_threads() == threads + 1
+        for i in range(20):
+            w.step(lambda c, i=i: _insert(c, f"checkpoint me {i}"))
+        deadline = time.monotonic() + 3
+        while w.stats.checkpoints == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert w.stats.checkpoints > 0
+        # The checkpoints did their job: every committed frame is in the database file.
+        c = sqlite3.connect(db)
+        busy, log, done = c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        c.close()
+        assert busy == 0 and log == done
+    finally:
+        w.close()
+    assert _checkpoint_threads() == threads
+
+
+def test_delete_journal_database_gets_no_checkpoint_thread(tmp_path):
+    db = _demo_db(tmp_path)
+    c = sqlite3.connect(db)
+    assert c.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    c.close()
+    threads = _checkpoint_threads()
+    with Writer(db, pause_ms=0) as w:
+        assert not w.wal
+        assert _checkpoint_threads() == threads
+        for _ in range(5):
+            w.step(_insert)
+        time.sleep(0.3)  # several checkpoint intervals: none may have run
+        assert w.stats.checkpoints == 0
+    assert not (db.parent / "state.db-wal").exists()
+
+
+def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path):
+    db = _demo_db(tmp_path)
+    calls = []
+    with Writer(db, budget_ms=1, pause_ms=2) as w:
+        reader = sqlite3.connect(db)
+        start = reader.execute("SELECT count(*) FROM messages").fetchone()[0]
+
+        def hook():
+            # The step's transaction is committed and visible to others when the hook runs.
+            assert not w.conn.in_transaction
+            calls.append(reader.execute("SELECT count(*) FROM messages").fetchone()[0])
+
+        w.after_step.append(hook)
+        for ms in (0, 3, 0, 5, 0):  # some steps pause, some do not
+            w.step(_hold(ms))
+        assert calls == [start + 1, start + 2, start + 3, start + 4, start + 5]
+        assert w.stats.transactions == 5
+
+        def boom(c):
+            _insert(c)
+            raise RuntimeError("step fails")
+
+        with pytest.raises(RuntimeError):
+            w.step(boom)
+        assert len(calls) == 5 and w.stats.transactions == 5  # a failed step is no step
+        assert reader.execute("SELECT count(*) FROM messages").fetchone()[0] == start + 5  # rolled back
+        reader.close()
+
+
+def test_step_returns_the_functions_result_and_feeds_the_batch(tmp_path):
+    db = _demo_db(tmp_path)
+    with Writer(db, budget_ms=50, pause_ms=0) as w:
+        b = w.batch(start=10)
+        assert w.step(lambda c: c.execute("SELECT 42").fetchone()[0], b, units=10) == 42
+        assert b.size == 20  # a fast step: doubled
+        assert w.stats.transactions == 1 and w.stats.max_txn_ms == w.stats.last_txn_ms
