@@ -15,8 +15,10 @@ from hermes_keeper.fts import (
     FTS_TABLES,
     HOLD_NAME,
     MERGE_EVERY_SEGMENTS,
+    MERGE_GUARD_SEGMENTS,
     MergeHold,
     fts5_tables,
+    levels,
     release_leftover_hold,
     segment_count,
 )
@@ -155,9 +157,15 @@ GARBAGE = [
     ("varint runs off the end", b"\x00\x00\x00\x01\xff\xff", None),
     ("text, not a blob", "0000000104", None),
     ("no structure row", None, None),
-    ("v1 record", b"\x00\x00\x00\x07\x01\x03\x05\x00\x03", 3),
-    ("v2 marker skipped", b"\x00\x00\x00\x07\xff\x00\x00\x01\x01\x03\x05", 3),
-    ("two-byte varint", b"\x00\x00\x00\x07\x02\x82\x2c\x00", 300),
+    # cookie, nLevel 1, nSegment 3, writes 5, level 0: nMerge 0, nSeg 3, (segid, first, last) x 3
+    ("v1 record", b"\x00\x00\x00\x07\x01\x03\x05\x00\x03" + b"\x01\x01\x01\x02\x01\x02\x03\x01\x01", 3),
+    # the same in v2: a marker, five more varints per segment
+    (
+        "v2 record",
+        b"\x00\x00\x00\x07\xff\x00\x00\x01\x01\x03\x05\x00\x03" + b"\x01\x01\x01\x00\x00\x00\x00\x00" * 3,
+        3,
+    ),
+    ("cut short after the header", b"\x00\x00\x00\x07\x01\x03\x05\x00\x03\x01", None),
 ]
 
 
@@ -221,37 +229,69 @@ def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
     assert held_values(db) == {t: preset for t in FTS_TABLES}
 
 
-def test_hold_merges_on_its_own_schedule_while_engaged(tmp_path):
-    """Automerge is off while held, so the hold merges itself: segments never pile up past its mark."""
+def _held_writes(tmp_path, rows_per_write: int, writes: int, words: int):
+    """Writes through an engaged hold; returns (hold steps, most growth of segments of >= 2 pages,
+    most growth of all segments) per index, and checks the released index has < 4 segments a level."""
     home = _demo(tmp_path)
     db = home / "state.db"
     conn = sqlite3.connect(db)
     sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
-    start = {t: segment_count(conn, t) for t in FTS_TABLES}
     conn.close()
-    most = dict(start)
+    most_big = dict.fromkeys(FTS_TABLES, 0)
+    most_all = dict.fromkeys(FTS_TABLES, 0)
     with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), home / "keeper") as hold:
         hold.engage()
+        start = {t: levels(w.conn, t) for t in FTS_TABLES}
+        start_big = {t: sum(p >= 2 for sizes in lv for p in sizes) for t, lv in start.items()}
+        start_all = {t: sum(map(len, lv)) for t, lv in start.items()}
 
-        def watch():
+        def watch():  # growth since the hold began, above what the hold leaves after a merge
             for t in FTS_TABLES:
-                most[t] = max(most[t], segment_count(w.conn, t))
+                lv = levels(w.conn, t)
+                big = sum(p >= 2 for sizes in lv for p in sizes) - start_big[t]
+                most_big[t] = max(most_big[t], big)
+                most_all[t] = max(most_all[t], sum(map(len, lv)) - start_all[t])
 
         w.after_step.append(watch)  # runs after the hold's own tick
-        for i in range(MERGE_EVERY_SEGMENTS + 20):
-            w.step(
-                lambda c, i=i: c.execute(
-                    "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
-                    (sid, f"held write {i}", NOW),
-                )
+
+        def write(c, i):  # one statement: FTS5 flushes one segment per statement
+            rows = [
+                (sid, " ".join(f"w{i}x{k}y{j}" for j in range(words)), NOW) for k in range(rows_per_write)
+            ]
+            c.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp) VALUES "
+                + ",".join(["(?, 'user', ?, ?)"] * len(rows)),
+                [v for r in rows for v in r],
             )
-        assert hold.merge_steps > 0
-    for t in FTS_TABLES:
-        assert most[t] <= start[t] + MERGE_EVERY_SEGMENTS, (t, start[t], most[t])
+
+        for i in range(writes):
+            w.step(lambda c, i=i: write(c, i))
+        steps = hold.merge_steps
     conn = sqlite3.connect(db)
     for t in FTS_TABLES:
         assert all(len(segs) < 4 for _, segs in structure(conn, t))  # released: the rest merged too
     conn.close()
+    return steps, most_big, most_all
+
+
+def test_hold_merges_once_level_0_holds_enough_big_segments(tmp_path):
+    """Automerge is off while held: the hold merges when 64 multi-page segments piled up (a merge's
+    output is one more big segment, hence the + 1)."""
+    steps, most_big, _ = _held_writes(tmp_path, rows_per_write=40, writes=MERGE_EVERY_SEGMENTS + 10, words=60)
+    assert steps > 0
+    for t in FTS_TABLES:
+        assert MERGE_EVERY_SEGMENTS // 2 < most_big[t] <= MERGE_EVERY_SEGMENTS + 1, (t, most_big[t])
+
+
+def test_hold_merges_many_small_segments_too(tmp_path):
+    """A gateway's one-page segments do not count as big, but cannot pile up without bound."""
+    steps, most_big, most_all = _held_writes(
+        tmp_path, rows_per_write=1, writes=MERGE_GUARD_SEGMENTS + 20, words=3
+    )
+    assert steps > 0
+    for t in FTS_TABLES:
+        assert most_big[t] < MERGE_EVERY_SEGMENTS
+        assert MERGE_GUARD_SEGMENTS // 2 < most_all[t] <= MERGE_GUARD_SEGMENTS + 1, (t, most_all[t])
 
 
 def test_hold_that_was_never_engaged_writes_nothing(tmp_path):

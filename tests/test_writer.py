@@ -90,8 +90,8 @@ BATCH = [
     ("a step at exactly the aim keeps its size", {}, 128, 32.0, 128),
     ("a step under the aim grows to the aim", {}, 128, 24.0, 170),  # 32 / (24/128) = 170.67
     ("a step over the aim but inside the budget shrinks to the aim", {}, 128, 48.0, 85),
-    ("over budget: at least halve", {}, 128, 65.0, 63),  # the aim alone would be 63
-    ("barely over budget: still halved", {"fill": 1.0}, 128, 64.5, 64),  # the aim would be 127
+    ("over budget: sized for that speed", {}, 128, 65.0, 63),
+    ("barely over budget: no forced halving", {"fill": 1.0}, 128, 64.5, 127),
     ("far over budget: shrink to the aim", {}, 128, 512.0, 8),
     ("never below minimum", {"minimum": 10}, 128, 10_000.0, 10),
     ("never above maximum", {"maximum": 200}, 128, 1.0, 200),
@@ -105,6 +105,27 @@ def test_adaptive_batch(desc, kw, units, elapsed, size):
     b = AdaptiveBatch(**({"budget_ms": 64.0, "size": 128, "fill": 0.5} | kw))
     b.record(units, elapsed)
     assert b.size == size
+
+
+SEQUENCES = [
+    # (description, [(units, elapsed ms)], sizes after each step); budget 64, fill 0.5 (aim 32 ms)
+    ("a slower step inside the budget moves half way", [(128, 32.0), (128, 64.0)], [128, 85]),
+    # 0.25 then 0.5 ms/unit: average 0.375 -> 32 / 0.375 = 85.3
+    ("a step over the budget counts in full", [(128, 32.0), (128, 128.0)], [128, 32]),
+    # 1 ms/unit over budget beats the average 0.625 -> 32 units
+    ("one fast step after a slow one is averaged", [(64, 32.0), (128, 16.0)], [64, 102]),
+    # 0.5 then 0.125 ms/unit: average 0.3125 -> 102, where the fast step alone would say 256
+]
+
+
+@pytest.mark.parametrize("desc, steps, sizes", SEQUENCES, ids=[q[0] for q in SEQUENCES])
+def test_adaptive_batch_sequences(desc, steps, sizes):
+    b = AdaptiveBatch(budget_ms=64.0, size=128, fill=0.5)
+    seen = []
+    for units, elapsed in steps:
+        b.record(units, elapsed)
+        seen.append(b.size)
+    assert seen == sizes
 
 
 def test_adaptive_batch_converges_on_the_aim_at_a_steady_speed():

@@ -34,8 +34,13 @@ FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 HELD = {"automerge": 4, "crisismerge": 16}
 #: While held: automerge off; a level needs this many segments before FTS5 merges it by itself.
 HOLD_VALUES = {"automerge": 0, "crisismerge": 512}
-#: The hold merges once an index has gained this many segments (well below HOLD_VALUES).
+#: The hold merges an index once it gained this many segments of two pages or more: our delete
+#: transactions' (a gateway write's own segment is one page, and merges away cheaply). Each
+#: merge of a level pays per step for every input segment, so neither many small rounds nor one
+#: huge one (measured on the bench home: 64 cost half of what 32 or 128 did).
 MERGE_EVERY_SEGMENTS = 64
+#: ... or once it gained this many segments of any size (well below HOLD_VALUES' crisismerge).
+MERGE_GUARD_SEGMENTS = 256
 HOLD_NAME = "fts-hold.json"
 MERGE_START_PAGES = 64
 #: A safety stop for one round of merges; each step is bounded by the budget.
@@ -63,22 +68,52 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
     raise AssertionError("unreachable")
 
 
-def segment_count(conn: sqlite3.Connection, table: str) -> int | None:
-    """How many segments the index has now, from its structure record (None if unreadable).
+def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
+    """The index's levels, each a list of its segments' sizes in pages (None if unreadable).
 
-    The record is a 4-byte cookie, an optional 4-byte v2 marker, then varints nLevel and
-    nSegment: the part of FTS5's format that has not changed since 3.9.
+    From the structure record: a 4-byte cookie (and a 4-byte marker in the v2 records of
+    SQLite >= 3.43, which add five varints per segment), varints nLevel, nSegment and the
+    write counter, then per level nMerge, nSeg and per segment iSegid, pgnoFirst, pgnoLast.
     """
     row = conn.execute(f"SELECT block FROM {table}_data WHERE id = ?", (STRUCTURE_ROWID,)).fetchone()
     if row is None or not isinstance(row[0], bytes) or len(row[0]) < 6:
         return None
     buf = row[0]
-    i = 8 if buf[4:8] == _STRUCTURE_V2 else 4
+    v2 = buf[4:8] == _STRUCTURE_V2
+    i = 8 if v2 else 4
     try:
-        _levels, i = _varint(buf, i)
-        return _varint(buf, i)[0]
+        n_levels, i = _varint(buf, i)
+        _segments, i = _varint(buf, i)
+        _writes, i = _varint(buf, i)
+        out = []
+        for _ in range(n_levels):
+            _merging, i = _varint(buf, i)
+            n_segs, i = _varint(buf, i)
+            sizes = []
+            for _ in range(n_segs):
+                _segid, i = _varint(buf, i)
+                first, i = _varint(buf, i)
+                last, i = _varint(buf, i)
+                for _ in range(5 if v2 else 0):
+                    _, i = _varint(buf, i)
+                sizes.append(last - first + 1)
+            out.append(sizes)
     except IndexError:
         return None
+    return out
+
+
+def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
+    """(segments of two pages or more, all segments) of an index's levels."""
+    if lv is None:
+        return None
+    return sum(p >= 2 for sizes in lv for p in sizes), sum(map(len, lv))
+
+
+def segment_count(conn: sqlite3.Connection, table: str) -> int | None:
+    """How many segments the index has now (None if its structure record is unreadable)."""
+    lv = levels(conn, table)
+    return None if lv is None else sum(len(sizes) for sizes in lv)
 
 
 def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
@@ -141,7 +176,7 @@ class MergeHold:
         self.journal = journal
         self.saved: dict[str, dict[str, int | None]] = {}  # set while engaged
         self.batches = {t: w.batch(start=MERGE_START_PAGES, fill=0.8) for t in self.tables}
-        self.base: dict[str, int | None] = {}
+        self.base: dict[str, tuple[int, int] | None] = {}  # (big, all) segments after the last merge
         self.merge_steps = 0
         self._ticks = 0
         self._merging = False
@@ -149,7 +184,7 @@ class MergeHold:
     def __enter__(self) -> MergeHold:
         if self.path.exists():
             self.saved = json.loads(self.path.read_text())
-            self.base = {t: segment_count(self.w.conn, t) for t in self.tables}
+            self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
             self.w.after_step.append(self.tick)
             if self.journal:
                 self.journal.write("fts_hold_found", settings=self.saved)
@@ -170,13 +205,13 @@ class MergeHold:
         durable_rename(tmp, self.path)
         self.saved = saved
         self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
-        self.base = {t: segment_count(self.w.conn, t) for t in self.tables}
+        self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
         self.w.after_step.append(self.tick)
         if self.journal:
             self.journal.write("fts_hold", settings=saved)
 
     def tick(self) -> None:
-        """Merge an index once it has gained :data:`MERGE_EVERY_SEGMENTS` segments since the last merge.
+        """Merge an index when due (:data:`MERGE_EVERY_SEGMENTS`, :data:`MERGE_GUARD_SEGMENTS`).
 
         (A structure record we cannot read: merge every ``MERGE_EVERY_SEGMENTS // 2`` writes,
         since each write adds one or two segments.)
@@ -185,11 +220,11 @@ class MergeHold:
             return
         self._ticks += 1
         for t in self.tables:
-            now, base = segment_count(self.w.conn, t), self.base.get(t)
+            now, base = _counts(levels(self.w.conn, t)), self.base.get(t)
             if now is None or base is None:
                 due = self._ticks % (MERGE_EVERY_SEGMENTS // 2) == 0
             else:
-                due = now - base >= MERGE_EVERY_SEGMENTS
+                due = now[0] - base[0] >= MERGE_EVERY_SEGMENTS or now[1] - base[1] >= MERGE_GUARD_SEGMENTS
             if due:
                 self._merge(t)
 
@@ -199,7 +234,7 @@ class MergeHold:
             self.merge_steps += merge_round(self.w, table, self.batches[table])
         finally:
             self._merging = False
-        self.base[table] = segment_count(self.w.conn, table)
+        self.base[table] = _counts(levels(self.w.conn, table))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.tick in self.w.after_step:

@@ -117,9 +117,10 @@ class _Deleter:
     ):
         self.w, self.schema, self.store, self.result = w, schema, store, result
         self.journal, self.hold, self.progress, self.on_pruned = journal, hold, progress, on_pruned
-        self.units = w.batch(start=DELETE_START_UNITS, fill=0.8)
+        self.units = w.batch(start=DELETE_START_UNITS, fill=0.9)
         self.units.maximum = 1 << 30
         self.queue: deque[_Pending] = deque()
+        self.queued = 0  # cost units of the messages in the queue not yet deleted
         self.to_mark: list[str] = []
         self.batches: dict[int, list[_Pending]] = {}  # batch number -> its sessions
         self.members: dict[str, list[_Pending]] = {}  # unit -> its sessions still to finish
@@ -133,7 +134,7 @@ class _Deleter:
         exhausted = False
         n = 0
         while True:
-            while not exhausted and (not self.queue or self._queued_cost() < self.units.size):
+            while not exhausted and (not self.queue or self.queued < self.units.size):
                 items = next(feed, None) if not self.queue else _poll(feed)
                 if items is _NOT_READY:
                     break
@@ -155,11 +156,9 @@ class _Deleter:
             self.waiting[i.unit] = self.waiting.get(i.unit, 0) + 1
         self.batches[n] = items
         self.queue.extend(items)
+        self.queued += sum(sum(i.costs) + ROW_COST for i in items)
         if self.schema.has("sessions", "archived"):
             self.to_mark += [i.sid for i in items]
-
-    def _queued_cost(self) -> int:
-        return sum(sum(p.costs[p.done :]) + ROW_COST for p in self.queue)
 
     def _step(self) -> None:
         """One transaction: mark new batches, delete up to the budget, finish completed units.
@@ -186,6 +185,7 @@ class _Deleter:
                     del self.waiting[p.unit]
                     finish.append(self.members.pop(p.unit))
         mark, self.to_mark = self.to_mark, []
+        self.queued -= self.units.size - room
         woke = self.w.step(
             lambda c: self._work(c, mark, ids, [[p.sid for p in u] for u in finish]),
             self.units,

@@ -71,8 +71,10 @@ def busy_gap_ms(waited_ms: float) -> float:
 class AdaptiveBatch:
     """How many units (messages, pages, rows) fit in one transaction of ``budget_ms``.
 
-    Starts small, grows while steps finish well inside the budget, shrinks hard when
-    one runs over: the next transaction is sized from the last one's measured speed.
+    Starts small and sizes each step from the speed seen so far: a moving average of the
+    time per unit (steps vary), except that a step over the budget counts in full, so the
+    next one is at once sized for the slower speed. Grows at most 2x a step. (Halving after
+    every overrun instead made sizes swing between half and full and paid for more steps.)
     """
 
     budget_ms: float = DEFAULT_BUDGET_MS
@@ -80,15 +82,19 @@ class AdaptiveBatch:
     minimum: int = 1
     maximum: int = 20_000
     fill: float = 0.6  # aim at this share of the budget: the next step may be slower than the last
+    smoothing: float = 0.5  # weight of the newest step in the average
+    ms_per_unit: float | None = None
 
     def record(self, units: int, elapsed_ms: float) -> None:
         if units <= 0:
             return
-        per_unit = max(elapsed_ms, 0.01) / units
-        target = int((self.budget_ms * self.fill) / per_unit)
-        # Grow at most 2x after a step inside the budget; at least halve after one over it.
-        cap = self.size // 2 if elapsed_ms > self.budget_ms else self.size * 2
-        target = min(target, cap)
+        rate = max(elapsed_ms, 0.01) / units
+        avg = self.ms_per_unit
+        avg = rate if avg is None else self.smoothing * rate + (1 - self.smoothing) * avg
+        if elapsed_ms > self.budget_ms:
+            avg = max(avg, rate)
+        self.ms_per_unit = avg
+        target = min(int(self.budget_ms * self.fill / avg), self.size * 2)
         self.size = max(self.minimum, min(self.maximum, target))
 
 
