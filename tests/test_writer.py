@@ -141,18 +141,6 @@ def test_adaptive_batch_converges_on_the_aim_at_a_steady_speed():
 # --- the pause ------------------------------------------------------------------------------------
 
 
-class _Signalling(Writer):
-    """A Writer that says when its pause begins (the pause itself is the real one)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.pausing = threading.Event()
-
-    def _pause(self) -> None:
-        self.pausing.set()
-        super()._pause()
-
-
 def _commit_after(db, event: threading.Event, delay_s: float, done: list) -> threading.Thread:
     def run():
         assert event.wait(5)
@@ -169,30 +157,45 @@ def _commit_after(db, event: threading.Event, delay_s: float, done: list) -> thr
     return t
 
 
-def test_pause_ends_soon_after_another_connection_commits(tmp_path):
+# A 240 ms hold is over the 1 ms budget: the rest after it is one full busy-handler gap after such a
+# wait (100 ms) + 1 ms, counted from our commit and taken before our next transaction.
+
+
+def test_rest_ends_soon_after_another_connection_commits(tmp_path):
     db = _demo_db(tmp_path)
-    # A 240 ms hold is over the 1 ms budget: the rest is one full busy-handler gap after such a
-    # wait (100 ms) + 1 ms. Another writer commits 20 ms into it: the rest ends right after.
-    with _Signalling(db, budget_ms=1, pause_ms=200) as w:
+    with Writer(db, budget_ms=1, pause_ms=200) as w:
+        committed = threading.Event()
+        w.after_step.append(committed.set)
         done: list[float] = []
-        other = _commit_after(db, w.pausing, 0.02, done)
-        t0 = time.perf_counter()
+        other = _commit_after(db, committed, 0.02, done)  # 20 ms into the rest
         w.step(_hold(240))
+        held = w.stats.last_txn_ms
+        assert held >= 228 and busy_gap_ms(held) + 1 == 101
+        w.step(_insert)  # waits for the rest first
         t1 = time.perf_counter()
         other.join()
-        held = w.stats.last_txn_ms
-        full_rest = busy_gap_ms(held) + 1
-        assert held >= 228 and full_rest == 101
         assert done, "the other writer never committed"
         assert 15 <= w.stats.pause_ms < 90, w.stats.pause_ms  # cut short, not 101 ms
-        assert (t1 - t0) * 1000 < held + 90
-        assert t1 - done[0] < 0.08  # the step returned right after the other commit
+        assert t1 - done[0] < 0.08  # the next step ran right after the other commit
 
-    # Control: the same step with nobody else writing rests the whole gap.
+
+def test_rest_counts_from_the_commit(tmp_path):
+    """What the caller does between two steps counts toward the rest; nobody else writing, the
+    rest lasts the whole gap."""
+    db = _demo_db(tmp_path)
     with Writer(db, budget_ms=1, pause_ms=200) as w:
         w.step(_hold(240))
-        rest = busy_gap_ms(w.stats.last_txn_ms) + 1
-        assert rest - 0.5 <= w.stats.pause_ms < rest + 50
+        w.step(_insert)
+        assert 100.5 <= w.stats.pause_ms < 101 + 50  # the whole gap
+    with Writer(db, budget_ms=1, pause_ms=200) as w:
+        w.step(_hold(240))
+        time.sleep(0.06)  # the caller's own work after the commit
+        w.step(_insert)
+        assert 101 - 60 - 10 <= w.stats.pause_ms < 101 - 60 + 30, w.stats.pause_ms
+    with Writer(db, budget_ms=1, pause_ms=200) as w:
+        w.step(_hold(240))
+        t0 = time.perf_counter()
+    assert (time.perf_counter() - t0) * 1000 >= 100  # close() finishes the rest: the next writer waits
 
 
 REST = [

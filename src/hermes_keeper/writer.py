@@ -156,6 +156,7 @@ class Writer:
         self.pause_ms = pause_ms
         self.stats = WriterStats()
         self._held_ms = 0.0  # lock time since the last pause
+        self._rest_due: tuple[float, int] | None = None  # (until, data_version at our commit)
         self.wal = self.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         if synchronous:
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
@@ -171,7 +172,11 @@ class Writer:
     def step(
         self, fn: Callable[[sqlite3.Connection], T], batch: AdaptiveBatch | None = None, units: int = 1
     ) -> T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction, then pause; ``units`` feeds ``batch``."""
+        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; ``units`` feeds ``batch``.
+
+        A rest the previous step left due is finished first (:meth:`_rest`).
+        """
+        self._rest()
         t0 = time.perf_counter()
         with write_txn(self.conn):
             result = fn(self.conn)
@@ -188,32 +193,39 @@ class Writer:
         self._held_ms += elapsed
         # Rest before the lock would be held a budget in a row (the next step is likely as long).
         if self.pause_ms and self._held_ms + elapsed > self.budget_ms:
-            self._pause()
+            ms = rest_ms(self._held_ms, self.budget_ms, self.pause_ms)
+            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+            self._rest_due = (time.perf_counter() + ms / 1000.0, version)
+            self._held_ms = 0.0
         for hook in self.after_step:
             hook()
         return result
 
-    def _pause(self) -> None:
-        """Rest so a writer that waited for our lock gets it.
+    def _rest(self) -> None:
+        """Let a writer that waited for our lock get it before we take the lock again.
 
         A waiting Hermes writer sits in SQLite's busy handler, which tries again after
         :func:`busy_gap_ms` of its wait so far, and that wait is at most our hold: a rest one
-        such gap long (at most ``pause_ms`` after a hold inside the budget) lets it in. Nothing
-        shows that a writer is waiting, but one that got in shows afterwards: ``data_version``
+        such gap long (at most ``pause_ms`` after a hold inside the budget) lets it in. The
+        rest starts at our commit, so whatever the caller does between two steps (archive
+        bookkeeping, journal lines, merges' structure reads) counts toward it. Nothing shows
+        that a writer is waiting, but one that got in shows afterwards: ``data_version``
         changes when another connection commits, and then the rest has done its job. A run of
         tiny steps pays one rest, not one each.
         """
+        if self._rest_due is None:
+            return
+        deadline, version = self._rest_due
+        self._rest_due = None
         t0 = time.perf_counter()
-        deadline = t0 + rest_ms(self._held_ms, self.budget_ms, self.pause_ms) / 1000.0
-        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         while time.perf_counter() < deadline:
-            time.sleep(PAUSE_POLL_S)
             if self.conn.execute("PRAGMA data_version").fetchone()[0] != version:
                 break
+            time.sleep(PAUSE_POLL_S)
         self.stats.pause_ms += (time.perf_counter() - t0) * 1000.0
-        self._held_ms = 0.0
 
     def close(self) -> None:
+        self._rest()  # whoever writes next (another Writer of ours, say) lets a waiting writer in first
         if self._checkpointer:
             self._checkpointer.stop.set()
             self._checkpointer.join()
