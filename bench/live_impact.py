@@ -158,7 +158,7 @@ def main() -> None:
         return keeper_out["pruned"]
 
     rows = [] if args.only_keeper else [scenario("hermes prune+vacuum", base, work, hermes_prune)]
-    ratios, runs, writers = [], [], []
+    ratios, runs, writers, floors, keepers = [], [], [], [], []
     for r in range(1, args.rounds + 1):
         f = scenario(f"single-txn floor #{r}", base, work, floor)
         # The run alone, then with the compact step the run does by default.
@@ -168,6 +168,8 @@ def main() -> None:
         rows += [f, k, c]
         runs += [k, c]
         ratios.append(k["wall_s"] / f["wall_s"])
+        floors.append(f["wall_s"])
+        keepers.append(k["wall_s"])
     print(
         f"{'scenario':26} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>9} {'fail':>5} {'writes':>7} {'wall s':>7}"
         f" {'pruned':>7} {'file -MB':>9} {'pages -MB':>9}"
@@ -183,6 +185,11 @@ def main() -> None:
     compact = keeper_out["compact"] or {}
     print(f"compact: { {x: compact.get(x) for x in COMPACT_KEYS} }")
     worst_max, worst_p99 = max(r["max_ms"] for r in runs), max(r["p99_ms"] for r in runs)
+    print(
+        f"walls: floor median {statistics.median(floors):.2f} s ({min(floors):.2f}-{max(floors):.2f}), "
+        f"keeper median {statistics.median(keepers):.2f} s ({min(keepers):.2f}-{max(keepers):.2f}); "
+        f"ratio of the medians {statistics.median(keepers) / statistics.median(floors):.2f}x"
+    )
     print(
         f"keeper run wall / floor wall = {statistics.median(ratios):.2f}x median of "
         f"{', '.join(f'{x:.2f}' for x in ratios)} (target <= 1.25x); worst keeper run: writer max "

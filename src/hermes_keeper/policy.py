@@ -7,7 +7,7 @@ archive = true             # archive every session before it is deleted
 backup = true              # snapshot state.db before a run that deletes (no delete if it fails)
 compact = true             # give space back after the run (incremental; VACUUM once when idle)
 budget_ms = 50             # longest write transaction
-pause_ms = 20              # pause between write transactions
+pause_ms = 25              # longest rest after each budget of lock time (ends once a writer got in)
 
 [retention]                # by source, measured from last activity
 cron = "7d"
@@ -39,6 +39,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .errors import KeeperError
+from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
 
 DAY = 86400.0
 MESSAGING_SOURCES = frozenset(
@@ -120,8 +121,8 @@ class Policy:
     archive: bool = True
     backup: bool = True
     compact: bool = True
-    budget_ms: float = 50.0
-    pause_ms: float = 20.0
+    budget_ms: float = DEFAULT_BUDGET_MS
+    pause_ms: float = DEFAULT_PAUSE_MS
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
     max_db_bytes: int | None = None
     low_water: float = 0.8

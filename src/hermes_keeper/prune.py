@@ -39,7 +39,7 @@ from .fts import MergeHold
 from .journal import Journal
 from .schema import SchemaInfo, inspect
 from .survey import message_size_sql
-from .writer import Writer, background_thread
+from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer, background_thread
 
 #: Sessions archived per archive transaction (bounded by message volume too).
 ARCHIVE_BATCH_SESSIONS = 50
@@ -487,8 +487,8 @@ def prune_sessions(
     *,
     archive: bool = True,
     journal: Journal | None = None,
-    budget_ms: float = 50.0,
-    pause_ms: float = 25.0,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+    pause_ms: float = DEFAULT_PAUSE_MS,
     message_counts: dict[str, int] | None = None,
     progress: Progress | None = None,
     writer: Writer | None = None,

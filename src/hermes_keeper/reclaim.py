@@ -27,7 +27,7 @@ from .fts import fts5_tables, merge_step, release_leftover_hold
 from .holders import find_holders
 from .journal import Journal
 from .schema import SchemaInfo, inspect
-from .writer import Writer
+from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
 FTS_MAX_STEPS = 20_000  # a safety stop; each step is bounded by the budget
@@ -207,8 +207,8 @@ def _convert(
 def compact(
     profile: Profile,
     *,
-    budget_ms: float = 50.0,
-    pause_ms: float = 20.0,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+    pause_ms: float = DEFAULT_PAUSE_MS,
     wait_idle_s: float | None = None,
     allow_full_vacuum: bool = True,
     backup: bool = True,

@@ -26,7 +26,7 @@ from .errors import KeeperError
 from .fts import MergeHold
 from .journal import Journal
 from .schema import SchemaInfo, inspect
-from .writer import Writer
+from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
 TITLE_SUFFIX = " (restored)"
 REQUESTED, PARENT, CHAIN, DELEGATE = "requested", "parent", "compression chain", "delegate"
@@ -469,8 +469,8 @@ def restore_sessions(
     ids: list[str],
     *,
     journal: Journal | None = None,
-    budget_ms: float = 50.0,
-    pause_ms: float = 20.0,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+    pause_ms: float = DEFAULT_PAUSE_MS,
     dry_run: bool = False,
 ) -> RestoreResult:
     """Plan, then (unless ``dry_run``) restore ``ids`` and their conversations into the profile's state.db."""

@@ -1,0 +1,31 @@
+"""The README's policy example is a real keeper.toml, and its values are the defaults it claims."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from hermes_keeper.policy import Policy, effective_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _readme_policy_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Policy") :]
+    return re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_policy_example_loads_and_shows_the_defaults(tmp_path):
+    (tmp_path / "keeper.toml").write_text(_readme_policy_block())
+    shown = effective_policy(tmp_path, "default")
+    work = effective_policy(tmp_path, "work")
+    defaults = asdict(Policy())
+    for key in ("zombie_after_s", "keep_titled", "archive", "backup", "compact", "budget_ms", "pause_ms"):
+        assert getattr(shown, key) == defaults[key], key
+    assert shown.retention_s == defaults["retention_s"]
+    assert shown.files_max_age_s == defaults["files_max_age_s"]
+    # The optional disk budget is an example, and the profile override applies to that profile only.
+    assert shown.max_db_bytes == 2 * 1024**3 and defaults["max_db_bytes"] is None
+    assert work.retention_s["cron"] == 3 * 86400 != shown.retention_s["cron"]
