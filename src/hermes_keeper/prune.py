@@ -1,9 +1,9 @@
 """Archive, verify, then delete: the prune pipeline that a running Hermes does not notice.
 
-Two threads. The archiver reads each batch of sessions in one read snapshot, writes it to
-``archive.db`` (zstd, sha256, ``synchronous=FULL``), commits and reads it back, all on the
-other core and ahead of the deletes. The deleter, the only thread that writes state.db,
-takes verified batches in order and deletes their messages through :class:`Writer`:
+Two threads. The archiver reads each batch of whole conversations in one read snapshot,
+writes it to ``archive.db`` (zstd, sha256, ``synchronous=FULL``), commits and reads it back,
+on the other core and ahead of the deletes. The deleter, the only thread that writes
+state.db, takes verified batches in order and deletes their messages through :class:`Writer`:
 
 - one ``DELETE ... WHERE id IN (...)`` statement per transaction. FTS5 writes out its
   pending changes at every statement that opens a savepoint, so a statement per session
@@ -11,9 +11,10 @@ takes verified batches in order and deletes their messages through :class:`Write
 - each transaction sized in *cost units* (the bytes the FTS triggers tokenize, plus a
   fixed share per row) to the time budget, crossing session and batch boundaries;
 - a batch's sessions marked ``archived = 1`` in the transaction that deletes its first
-  messages, finished (dependent rows, the session row) in the one that deletes their last;
-- only ids in the verified payload are deleted: a session that gained a message
-  meanwhile is put back as it was;
+  messages; a conversation finished (dependent rows, session rows) in the one that deletes
+  its last;
+- only ids in the verified payload are deleted: a conversation one of whose sessions gained
+  a message meanwhile is put back whole, as it was;
 - FTS5 automerge held off for the run (:class:`fts.MergeHold`), merges in budgeted steps.
 
 A crash at any moment leaves every session either whole in state.db, or with a verified
