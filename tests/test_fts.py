@@ -20,7 +20,6 @@ from hermes_keeper.fts import (
     fts5_tables,
     levels,
     release_leftover_hold,
-    segment_count,
 )
 from hermes_keeper.journal import read_journal
 from hermes_keeper.schema import inspect
@@ -117,7 +116,12 @@ def _demo(tmp_path, sessions: int = 40):
     return home
 
 
-# --- segment_count ------------------------------------------------------------------------------
+# --- levels(): the keeper's own reader ------------------------------------------------------------
+
+
+def segment_count(conn: sqlite3.Connection, table: str) -> int | None:
+    lv = levels(conn, table)
+    return None if lv is None else sum(map(len, lv))
 
 
 def test_segment_count_matches_the_structure_record_and_grows_one_per_transaction(tmp_path):

@@ -110,12 +110,6 @@ def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
     return sum(p >= 2 for sizes in lv for p in sizes), sum(map(len, lv))
 
 
-def segment_count(conn: sqlite3.Connection, table: str) -> int | None:
-    """How many segments the index has now (None if its structure record is unreadable)."""
-    lv = levels(conn, table)
-    return None if lv is None else sum(len(sizes) for sizes in lv)
-
-
 def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
     """One ``'merge', pages`` command; returns the rows it changed (fewer than 2: no work was left).
 
