@@ -8,7 +8,6 @@ remove stale files and compact.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +20,10 @@ from .fts import MergeHold
 from .journal import Journal
 from .plan import ZOMBIE_END_REASON, FileAction, Plan
 from .policy import Policy
-from .prune import PruneResult, prune_sessions, resume_pending
+from .prune import Progress, PruneResult, prune_sessions, resume_pending
 from .reclaim import compact
 from .schema import SchemaInfo, inspect
 from .writer import Writer
-
-Progress = Callable[[str, int], None]
 
 
 @dataclass

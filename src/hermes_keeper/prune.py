@@ -31,6 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from . import archive as arch
@@ -471,12 +472,10 @@ def _delete_all(
     on_pruned: Callable[[list[str]], None] | None = None,
 ) -> None:
     """Run the deleter over ``feed`` with automerge held (``hold``, else one of its own)."""
+    held = nullcontext(hold) if hold is not None else MergeHold(w, schema, profile.keeper_dir, journal)
     try:
-        if hold is not None:
-            _Deleter(w, schema, store, result, journal, hold, progress, on_pruned).run(iter(feed))
-            return
-        with MergeHold(w, schema, profile.keeper_dir, journal) as own:
-            _Deleter(w, schema, store, result, journal, own, progress, on_pruned).run(iter(feed))
+        with held as h:
+            _Deleter(w, schema, store, result, journal, h, progress, on_pruned).run(iter(feed))
     finally:
         if journal:
             journal.sync()
