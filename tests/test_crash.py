@@ -13,6 +13,7 @@ import time
 
 from hermes_keeper import demo
 from hermes_keeper.archive import Archive
+from hermes_keeper.journal import read_journal
 
 KILLS = 22
 
@@ -43,16 +44,24 @@ def test_sigkill_anywhere(tmp_path):
     original = _ids(base / "state.db")
     assert len(to_prune) > 50
 
-    t0 = time.perf_counter()
-    subprocess.run(_keeper(shutil.copytree(base, tmp_path / "timing"), "run", "--quiet"), check=True)
-    duration = time.perf_counter() - t0
+    timing = shutil.copytree(base, tmp_path / "timing")
+    t0 = time.time()
+    subprocess.run(_keeper(timing, "run", "--quiet"), check=True)
+    duration = time.time() - t0
+    # When sessions leave state.db within a run: from the first archived batch to the last pruned.
+    actions = [(r["action"], r["ts"] - t0) for r in read_journal(timing / "keeper")]
+    prune_window = (
+        min(ts for a, ts in actions if a == "archived"),
+        max(ts for a, ts in actions if a == "pruned"),
+    )
 
     rng = random.Random(1234)
     cut_mid_prune = 0
     for i in range(KILLS):
         home = shutil.copytree(base, tmp_path / f"k{i}")
         proc = subprocess.Popen(_keeper(home, "run", "--quiet"))
-        time.sleep(rng.uniform(0.15, duration))
+        # Two kills in three while sessions are being deleted, the others anywhere in the run.
+        time.sleep(rng.uniform(*prune_window) if i % 3 else rng.uniform(0.15, duration))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
 
