@@ -90,12 +90,12 @@ def floor_delete(home: Path, ids: list[str]) -> None:
     selected = json.dumps(ids)
     conn.execute("BEGIN IMMEDIATE")
     for sql in (
-        "UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN (SELECT value FROM json_each(?))",
-        "DELETE FROM session_model_usage WHERE session_id IN (SELECT value FROM json_each(?))",
-        "DELETE FROM messages WHERE session_id IN (SELECT value FROM json_each(?))",
-        "DELETE FROM sessions WHERE id IN (SELECT value FROM json_each(?))",
+        "UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN {}",
+        "DELETE FROM session_model_usage WHERE session_id IN {}",
+        "DELETE FROM messages WHERE session_id IN {}",
+        "DELETE FROM sessions WHERE id IN {}",
     ):
-        conn.execute(sql, (selected,))
+        conn.execute(sql.format("(SELECT value FROM json_each(?))"), (selected,))
     conn.execute("COMMIT")
     conn.close()
 
