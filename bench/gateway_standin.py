@@ -26,12 +26,13 @@ def main() -> None:
     db = hermes_state.SessionDB(args.home / "state.db")
     sid = f"standin_{os.getpid()}"
     db.create_session(sid, "telegram")
-    latencies, errors = [], []
+    latencies, started, failed, errors = [], [], [], []
     interval = 1.0 / args.rate
     args.ready.write_text("ready")
     next_at = time.perf_counter()
     n = 0
     while not args.stop.exists():
+        started.append(time.time())
         t0 = time.perf_counter()
         try:
             db.append_message(
@@ -39,13 +40,14 @@ def main() -> None:
             )
         except Exception as exc:  # a failed write is exactly what we measure
             errors.append(f"{type(exc).__name__}: {exc}")
+            failed.append(n)
         latencies.append((time.perf_counter() - t0) * 1000.0)
         n += 1
         next_at += interval
         time.sleep(max(0.0, next_at - time.perf_counter()))
     db.close()
     args.out.write_text(
-        json.dumps({"latencies_ms": latencies, "failures": len(errors), "errors": errors[:20]})
+        json.dumps({"latencies_ms": latencies, "started": started, "failed": failed, "errors": errors[:20]})
     )
 
 

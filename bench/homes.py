@@ -32,12 +32,13 @@ STANDIN = Path(__file__).resolve().parent / "gateway_standin.py"
 
 def bench_home(sessions: int = 2000, messages: int = 120_000, version: str = "0.19.0") -> Path:
     """A cached home of ``sessions`` sessions / ~``messages`` messages built by real Hermes."""
-    dest = CACHE / f"hermes-{version}-{sessions}-{messages}"
+    per = demo.messages_per_session_for(messages, sessions)
+    dest = CACHE / f"hermes-{version}-{sessions}x{per}"
     if (dest / ".ready").exists():
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    spec = demo.generate(time.time(), sessions=sessions, messages_per_session=max(2, messages // sessions))
+    spec = demo.generate(time.time(), sessions=sessions, messages_per_session=per)
     hermes = Hermes(version)
     chunk = 200
     for i in range(0, len(spec.sessions), chunk):
@@ -65,12 +66,30 @@ def copy_home(src: Path, dst: Path) -> Path:
 
 
 class LiveWriter:
-    stats: dict
+    stats: dict  # the writes that started before the block ended (the warm-up's too)
+    after: dict  # the writes that started in the tail after it
+
+
+def latency_stats(latencies: list[float], failures: int) -> dict:
+    lat = sorted(latencies)
+    return {
+        "writes": len(lat),
+        "failures": failures,
+        "p50_ms": statistics.median(lat) if lat else 0.0,
+        "p99_ms": lat[int(len(lat) * 0.99) - 1] if len(lat) >= 100 else (lat[-1] if lat else 0.0),
+        "max_ms": lat[-1] if lat else 0.0,
+    }
 
 
 @contextmanager
-def live_writer(home: Path, rate: float = 20.0, version: str = "0.19.0", warmup_s: float = 1.0):
-    """Run the gateway stand-in against ``home`` for the duration of the block."""
+def live_writer(
+    home: Path, rate: float = 20.0, version: str = "0.19.0", warmup_s: float = 1.0, tail_s: float = 1.0
+):
+    """Run the gateway stand-in against ``home`` for the duration of the block and ``tail_s`` after.
+
+    The tail is where Hermes pays for work an operation left behind (FTS5 segments its own
+    automerge then merges inside a gateway write, say): ``w.after`` holds those writes.
+    """
     hermes = Hermes(version)
     tmp = Path(tempfile.mkdtemp(prefix="standin-"))
     ready, stop, out = tmp / "ready", tmp / "stop", tmp / "out.json"
@@ -98,16 +117,15 @@ def live_writer(home: Path, rate: float = 20.0, version: str = "0.19.0", warmup_
     try:
         yield w
     finally:
-        time.sleep(warmup_s)
+        ended = time.time()
+        time.sleep(tail_s)
         stop.touch()
         proc.wait(timeout=120)
         data = json.loads(out.read_text())
-        lat = sorted(data["latencies_ms"])
-        w.stats = {
-            "writes": len(lat),
-            "failures": data["failures"],
-            "p50_ms": statistics.median(lat) if lat else 0.0,
-            "p99_ms": lat[int(len(lat) * 0.99) - 1] if len(lat) >= 100 else (lat[-1] if lat else 0.0),
-            "max_ms": lat[-1] if lat else 0.0,
-        }
+        failed = set(data["failed"])
+        during = [i for i, t in enumerate(data["started"]) if t < ended]
+        tail = [i for i, t in enumerate(data["started"]) if t >= ended]
+        for name, idx in (("stats", during), ("after", tail)):
+            stats = latency_stats([data["latencies_ms"][i] for i in idx], len(failed.intersection(idx)))
+            setattr(w, name, stats)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -55,6 +55,15 @@ def _messages(rng: random.Random, start: float, count: int, span: float, words: 
     return out
 
 
+#: Share of cron sessions, and their length relative to ``messages_per_session`` (cron runs are short).
+CRON_SHARE, CRON_LENGTH = 0.73, 0.5
+
+
+def messages_per_session_for(total_messages: int, sessions: int) -> int:
+    """The ``messages_per_session`` with which :func:`generate` makes about ``total_messages``."""
+    return max(2, round(total_messages / (sessions * (1 - CRON_SHARE * (1 - CRON_LENGTH)))))
+
+
 def generate(
     now: float,
     sessions: int = 300,
@@ -66,7 +75,7 @@ def generate(
     """A deterministic home of ``sessions`` sessions spread over ``days`` days before ``now``."""
     rng = random.Random(seed)
     spec = DemoSpec(now=now)
-    n_cron = int(sessions * 0.73)
+    n_cron = int(sessions * CRON_SHARE)
     chat_sources = ["cli", "cli", "tui", "telegram", "discord", "slack", "subagent", "api_server"]
     for i in range(sessions):
         age = rng.uniform(0.01, days) * DAY
@@ -74,7 +83,7 @@ def generate(
         if i < n_cron:
             job = f"job{i % 4}"
             sid = f"cron_{job}_{_local_id(rng, start)[:15]}_{i}"
-            count = max(2, int(rng.gauss(messages_per_session * 0.5, 3)))
+            count = max(2, int(rng.gauss(messages_per_session * CRON_LENGTH, 3)))
             s = {
                 "id": sid,
                 "source": "cron",
