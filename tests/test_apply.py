@@ -118,6 +118,9 @@ def test_run_prunes_what_the_plan_says_and_hermes_still_works(tmp_path, hermes):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)["profiles"][0]
     assert out["pruned"] == len(pruned) and out["zombies_closed"] == 1
+    wr = out["writer"]  # where the run's time went: lock held, rests for other writers
+    assert wr["transactions"] >= 2
+    assert wr["max_txn_ms"] <= wr["lock_ms"] <= wr["max_txn_ms"] * wr["transactions"]
 
     sessions, messages = _count(hermes, home)
     assert sessions == plan["remaining"]["sessions"] == out["remaining"]["sessions"]

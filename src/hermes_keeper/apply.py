@@ -192,6 +192,7 @@ def apply_plan(
     res.writer = {
         "transactions": s.transactions,
         "max_txn_ms": round(s.max_txn_ms, 1),
+        "lock_ms": round(s.total_txn_ms, 1),
         "over_budget": s.over_budget,
         "checkpoints": s.checkpoints,
         "pause_ms": round(s.pause_ms, 1),
