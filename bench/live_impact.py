@@ -133,6 +133,7 @@ def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
 
 
 def main() -> None:
+    global POLICY, TAIL_S
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--messages", type=int, default=120_000)
@@ -144,7 +145,6 @@ def main() -> None:
     args = ap.parse_args()
     # An installed keeper has its bytecode compiled; time the run, not Python compiling it.
     compileall.compile_dir(Path(__file__).resolve().parent.parent / "src", quiet=1)
-    global POLICY, TAIL_S
     TAIL_S = args.tail_s
     for key, value in (("budget_ms", args.budget_ms), ("pause_ms", args.pause_ms)):
         if value is not None:
