@@ -9,7 +9,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper import demo
+from hermes_keeper import demo, fts
 from hermes_keeper.cli import main
 from hermes_keeper.fts import (
     FTS_TABLES,
@@ -420,3 +420,62 @@ def test_run_on_hermes_home_restores_config_and_leaves_merged_levels(tmp_path, h
         conn.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")  # raises if the index is bad
     conn.close()
     assert hermes.run(home, [{"op": "fts_integrity"}])[0] == {t: "ok" for t in FTS_TABLES}
+
+
+# --- a hold that made big segments ends with the index merged into one -------------------------
+
+
+def _one_segment(conn: sqlite3.Connection, table: str) -> bool:
+    """Everything in one segment on the index's last level (as after Hermes's own 'optimize')."""
+    levels = structure(conn, table)
+    return [segs for _, segs in levels if segs] == [levels[-1][1]] and len(levels[-1][1]) == 1
+
+
+def test_run_that_made_big_segments_merges_each_index_into_one(tmp_path, monkeypatch, hermes, hermes_home):
+    """Left at a low level, a big segment of tombstones would be merged inside a gateway write
+    by Hermes's automerge once its level filled (1.3-1.8 s on the bench home)."""
+    monkeypatch.setattr(fts, "FULL_MERGE_PAGES", 2)  # this small home's segments count as big
+    home = hermes_home(tmp_path / "home", sessions=40)
+    (home / "keeper.toml").write_text("compact = false\n")
+    db = home / "state.db"
+    before = configs(db)
+    conn = sqlite3.connect(db)
+    assert not any(_one_segment(conn, t) for t in FTS_TABLES), "already merged: weak test"
+    conn.close()
+
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["profiles"][0]["pruned"] > 0
+    restored = [e for e in read_journal(home / "keeper") if e["action"] == "fts_restored"]
+    assert restored[-1]["full_merge"] == list(FTS_TABLES)
+    assert configs(db) == before
+    conn = sqlite3.connect(db, isolation_level=None)
+    for t in FTS_TABLES:
+        assert _one_segment(conn, t), (t, structure(conn, t))
+    conn.close()
+    assert hermes.run(home, [{"op": "fts_integrity"}])[0] == {t: "ok" for t in FTS_TABLES}
+
+
+def test_small_segments_get_no_full_merge(tmp_path, hermes, hermes_home):
+    """The default threshold: a small run leaves Hermes's structure alone beyond its merges."""
+    home = hermes_home(tmp_path / "home", sessions=40)
+    (home / "keeper.toml").write_text("compact = false\n")
+    conn = sqlite3.connect(home / "state.db")
+    assert max(p for t in FTS_TABLES for lv in levels(conn, t) for p in lv) < fts.FULL_MERGE_PAGES
+    conn.close()
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
+    assert res.exit_code == 0, res.output
+    restored = [e for e in read_journal(home / "keeper") if e["action"] == "fts_restored"]
+    assert restored[-1]["full_merge"] == []
+
+
+def test_hold_found_after_a_kill_merges_fully_where_any_segment_is_big(tmp_path, monkeypatch):
+    """Which segments the killed run made is unknown: when unsure, merge (Hermes never pays for it)."""
+    home = _demo(tmp_path)
+    db, keeper = home / "state.db", home / "keeper"
+    _kill_while_held(db, keeper)
+    monkeypatch.setattr(fts, "FULL_MERGE_PAGES", 1)
+    _release_with_library(home)
+    conn = sqlite3.connect(db)
+    assert all(_one_segment(conn, t) for t in FTS_TABLES), {t: structure(conn, t) for t in FTS_TABLES}
+    conn.close()

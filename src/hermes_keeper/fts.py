@@ -41,6 +41,13 @@ HOLD_VALUES = {"automerge": 0, "crisismerge": 512}
 MERGE_EVERY_SEGMENTS = 64
 #: ... or once it gained this many segments of any size (well below HOLD_VALUES' crisismerge).
 MERGE_GUARD_SEGMENTS = 256
+#: A segment the hold made this big (pages) gets the whole index merged into one at its end
+#: ('optimize', in budgeted steps). Left at a low level, FTS5's automerge would merge it
+#: inside one gateway write once its level filled: 1.3-1.8 s for the 9k-page segment of
+#: tombstones a run leaves in the bench home's trigram index. Hermes's own segments reach
+#: 256 pages between two of its optimizes (every 1,000 writes), and merging four of those
+#: is what its automerge normally costs.
+FULL_MERGE_PAGES = 256
 HOLD_NAME = "fts-hold.json"
 MERGE_START_PAGES = 64
 #: A safety stop for one round of merges; each step is bounded by the budget.
@@ -68,8 +75,8 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
     raise AssertionError("unreachable")
 
 
-def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
-    """The index's levels, each a list of its segments' sizes in pages (None if unreadable).
+def segments(conn: sqlite3.Connection, table: str) -> list[list[tuple[int, int]]] | None:
+    """The index's levels, each a list of its segments as (segid, pages); None if unreadable.
 
     From the structure record: a 4-byte cookie (and a 4-byte marker in the v2 records of
     SQLite >= 3.43, which add five varints per segment), varints nLevel, nSegment and the
@@ -89,18 +96,33 @@ def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
         for _ in range(n_levels):
             _merging, i = _varint(buf, i)
             n_segs, i = _varint(buf, i)
-            sizes = []
+            level = []
             for _ in range(n_segs):
-                _segid, i = _varint(buf, i)
+                segid, i = _varint(buf, i)
                 first, i = _varint(buf, i)
                 last, i = _varint(buf, i)
                 for _ in range(5 if v2 else 0):
                     _, i = _varint(buf, i)
-                sizes.append(last - first + 1)
-            out.append(sizes)
+                level.append((segid, last - first + 1))
+            out.append(level)
     except IndexError:
         return None
     return out
+
+
+def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
+    """The index's levels, each a list of its segments' sizes in pages (None if unreadable)."""
+    lv = segments(conn, table)
+    return None if lv is None else [[pages for _, pages in level] for level in lv]
+
+
+def _segids(lv: list[list[tuple[int, int]]] | None) -> set[int]:
+    return {segid for level in lv or [] for segid, _ in level}
+
+
+def _big_new(lv: list[list[tuple[int, int]]] | None, before: set[int]) -> bool:
+    """Whether a segment not in ``before`` has :data:`FULL_MERGE_PAGES` pages or more."""
+    return lv is not None and any(p >= FULL_MERGE_PAGES and s not in before for level in lv for s, p in level)
 
 
 def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
@@ -121,10 +143,16 @@ def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
     return c.total_changes - before
 
 
-def merge_round(w: Writer, table: str, batch: AdaptiveBatch) -> int:
-    """Budgeted ``merge`` steps until no level of ``table`` has merge work left; returns the steps."""
+def merge_round(w: Writer, table: str, batch: AdaptiveBatch, full: bool = False) -> int:
+    """Budgeted ``merge`` steps until no level of ``table`` has merge work left; returns the steps.
+
+    ``full``: first start the merge of every segment into one, as 'optimize' does. A step
+    ends only between two terms, so one term's whole doclist (a common word's) may take a
+    step longer than the budget.
+    """
     for steps in range(1, MERGE_MAX_STEPS + 1):
-        changed = w.step(lambda c, pages=batch.size: merge_step(c, table, pages))
+        sign = -1 if full and steps == 1 else 1
+        changed = w.step(lambda c, pages=sign * batch.size: merge_step(c, table, pages))
         if changed < 2:
             return steps
         batch.record(batch.size, w.stats.last_txn_ms)
@@ -171,6 +199,7 @@ class MergeHold:
         self.saved: dict[str, dict[str, int | None]] = {}  # set while engaged
         self.batches = {t: w.batch(start=MERGE_START_PAGES, fill=0.8) for t in self.tables}
         self.base: dict[str, tuple[int, int] | None] = {}  # (big, all) segments after the last merge
+        self.before: dict[str, set[int]] = {}  # segment ids when engaged (unknown for a found hold)
         self.merge_steps = 0
         self._ticks = 0
         self._merging = False
@@ -199,6 +228,7 @@ class MergeHold:
         durable_rename(tmp, self.path)
         self.saved = saved
         self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
+        self.before = {t: _segids(segments(self.w.conn, t)) for t in self.tables}
         self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
         self.w.after_step.append(self.tick)
         if self.journal:
@@ -222,10 +252,10 @@ class MergeHold:
             if due:
                 self._merge(t)
 
-    def _merge(self, table: str) -> None:
+    def _merge(self, table: str, full: bool = False) -> None:
         self._merging = True  # its own steps run the writer's hooks too
         try:
-            self.merge_steps += merge_round(self.w, table, self.batches[table])
+            self.merge_steps += merge_round(self.w, table, self.batches[table], full)
         finally:
             self._merging = False
         self.base[table] = _counts(levels(self.w.conn, table))
@@ -243,10 +273,17 @@ class MergeHold:
             # Already failing (a full disk, say): keep that error; the saved copy stays for the next run.
 
     def _release(self) -> None:
+        """Merge until no level holds a merge's worth of segments; then, where the hold left a big
+        segment (:data:`FULL_MERGE_PAGES`; any, for a hold found after a kill), merge the whole
+        index into one, so Hermes's automerge finds only its own small segments afterwards."""
         t0 = time.perf_counter()
         held = [t for t in self.saved if t in self.tables]
+        full = []
         for t in held:
             self._merge(t)
+            if _big_new(segments(self.w.conn, t), self.before.get(t, set())):
+                self._merge(t, full=True)
+                full.append(t)
         self.w.step(lambda c: [_apply(c, t, self.saved[t]) for t in held])
         self.path.unlink()
         fsync_dir(self.path.parent)
@@ -255,6 +292,7 @@ class MergeHold:
                 "fts_restored",
                 settings=self.saved,
                 merge_steps=self.merge_steps,
+                full_merge=full,
                 final_merge_s=round(time.perf_counter() - t0, 3),
             )
         self.saved = {}
