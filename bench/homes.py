@@ -68,6 +68,7 @@ def copy_home(src: Path, dst: Path) -> Path:
 class LiveWriter:
     stats: dict  # the writes that started before the block ended (the warm-up's too)
     after: dict  # the writes that started in the tail after it
+    timeline: list[tuple[float, float]]  # (wall-clock start, latency ms) of every write
 
 
 def latency_stats(latencies: list[float], failures: int) -> dict:
@@ -123,6 +124,7 @@ def live_writer(
         proc.wait(timeout=120)
         data = json.loads(out.read_text())
         failed = set(data["failed"])
+        w.timeline = list(zip(data["started"], data["latencies_ms"], strict=True))
         during = [i for i, t in enumerate(data["started"]) if t < ended]
         tail = [i for i, t in enumerate(data["started"]) if t >= ended]
         for name, idx in (("stats", during), ("after", tail)):

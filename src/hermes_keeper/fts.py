@@ -23,6 +23,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from .fsutil import durable_rename, fsync_dir, private_dir
 from .journal import Journal
@@ -76,8 +77,18 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
     raise AssertionError("unreachable")
 
 
-def segments(conn: sqlite3.Connection, table: str) -> list[list[tuple[int, int]]] | None:
-    """The index's levels, each a list of its segments as (segid, pages); None if unreadable.
+class Segment(NamedTuple):
+    segid: int
+    first: int  # first and last leaf page
+    last: int
+
+    @property
+    def pages(self) -> int:
+        return self.last - self.first + 1
+
+
+def segments(conn: sqlite3.Connection, table: str) -> list[list[Segment]] | None:
+    """The index's levels, each a list of its segments; None if unreadable.
 
     From the structure record: a 4-byte cookie (and a 4-byte marker in the v2 records of
     SQLite >= 3.43, which add five varints per segment), varints nLevel, nSegment and the
@@ -104,7 +115,7 @@ def segments(conn: sqlite3.Connection, table: str) -> list[list[tuple[int, int]]
                 last, i = _varint(buf, i)
                 for _ in range(5 if v2 else 0):
                     _, i = _varint(buf, i)
-                level.append((segid, last - first + 1))
+                level.append(Segment(segid, first, last))
             out.append(level)
     except IndexError:
         return None
@@ -114,16 +125,17 @@ def segments(conn: sqlite3.Connection, table: str) -> list[list[tuple[int, int]]
 def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
     """The index's levels, each a list of its segments' sizes in pages (None if unreadable)."""
     lv = segments(conn, table)
-    return None if lv is None else [[pages for _, pages in level] for level in lv]
+    return None if lv is None else [[seg.pages for seg in level] for level in lv]
 
 
-def _segids(lv: list[list[tuple[int, int]]] | None) -> set[int]:
-    return {segid for level in lv or [] for segid, _ in level}
+def _big_new(lv: list[list[Segment]] | None, before: set[Segment]) -> bool:
+    """Whether a segment not in ``before`` has :data:`FULL_MERGE_PAGES` pages or more.
 
-
-def _big_new(lv: list[list[tuple[int, int]]] | None, before: set[int]) -> bool:
-    """Whether a segment not in ``before`` has :data:`FULL_MERGE_PAGES` pages or more."""
-    return lv is not None and any(p >= FULL_MERGE_PAGES and s not in before for level in lv for s, p in level)
+    (FTS5 reuses the ids of merged-away segments, so a segment is told by id and page range.)
+    """
+    return lv is not None and any(
+        seg.pages >= FULL_MERGE_PAGES and seg not in before for level in lv for seg in level
+    )
 
 
 def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
@@ -200,7 +212,7 @@ class MergeHold:
         self.saved: dict[str, dict[str, int | None]] = {}  # set while engaged
         self.batches = {t: w.batch(start=MERGE_START_PAGES, fill=0.8) for t in self.tables}
         self.base: dict[str, tuple[int, int] | None] = {}  # (big, all) segments after the last merge
-        self.before: dict[str, set[int]] = {}  # segment ids when engaged (unknown for a found hold)
+        self.before: dict[str, set[Segment]] = {}  # the segments when engaged (unknown for a found hold)
         self.merge_steps = 0
         self._ticks = 0
         self._merging = False
@@ -229,7 +241,7 @@ class MergeHold:
         durable_rename(tmp, self.path)
         self.saved = saved
         self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
-        self.before = {t: _segids(segments(self.w.conn, t)) for t in self.tables}
+        self.before = {t: {s for level in segments(self.w.conn, t) or [] for s in level} for t in self.tables}
         self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
         self.w.after_step.append(self.tick)
         if self.journal:
