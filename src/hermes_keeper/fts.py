@@ -50,6 +50,8 @@ MERGE_GUARD_SEGMENTS = 256
 #: 256 pages between two of its optimizes (every 1,000 writes), and merging four of those
 #: is what its automerge normally costs.
 FULL_MERGE_PAGES = 256
+#: Pages of the first step of such a full merge (steps then grow with the budget).
+FULL_MERGE_START_PAGES = 16
 HOLD_NAME = "fts-hold.json"
 MERGE_START_PAGES = 64
 #: A safety stop for one round of merges; each step is bounded by the budget.
@@ -295,6 +297,8 @@ class MergeHold:
         for t in held:
             self._merge(t)
             if _big_new(segments(self.w.conn, t), self.before.get(t, set())):
+                # A page of the big segments costs more than a page of tombstones: size afresh.
+                self.batches[t] = self.w.batch(start=FULL_MERGE_START_PAGES, fill=0.8)
                 self._merge(t, full=True)
                 full.append(t)
         self.w.step(lambda c: [_apply(c, t, self.saved[t]) for t in held])
