@@ -45,8 +45,8 @@ MERGE_EVERY_SEGMENTS = 64
 MERGE_GUARD_SEGMENTS = 256
 #: A segment the hold made this big (pages) gets the whole index merged into one at its end
 #: ('optimize', in budgeted steps). Left at a low level, FTS5's automerge would merge it
-#: inside one gateway write once its level filled: 1.3-1.8 s for the 9k-page segment of
-#: tombstones a run leaves in the bench home's trigram index. Hermes's own segments reach
+#: inside one gateway write once its level filled: 1.2-1.6 s in the bench, for the 9k-page
+#: segment of tombstones a run left in the trigram index. Hermes's own segments reach
 #: 256 pages between two of its optimizes (every 1,000 writes), and merging four of those
 #: is what its automerge normally costs.
 FULL_MERGE_PAGES = 256
