@@ -21,7 +21,7 @@ from hermes_keeper.fts import (
     levels,
     release_leftover_hold,
 )
-from hermes_keeper.journal import read_journal
+from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.schema import inspect
 from hermes_keeper.writer import Writer
 
@@ -469,7 +469,9 @@ def test_small_segments_get_no_full_merge(tmp_path, hermes, hermes_home):
     assert restored[-1]["full_merge"] == []
 
 
-def test_hold_found_after_a_kill_merges_fully_where_any_segment_is_big(tmp_path, monkeypatch):
+def test_hold_found_after_a_kill_merges_fully_where_a_big_segment_is_below_the_last_level(
+    tmp_path, monkeypatch
+):
     """Which segments the killed run made is unknown: when unsure, merge (Hermes never pays for it)."""
     home = _demo(tmp_path)
     db, keeper = home / "state.db", home / "keeper"
@@ -479,3 +481,17 @@ def test_hold_found_after_a_kill_merges_fully_where_any_segment_is_big(tmp_path,
     conn = sqlite3.connect(db)
     assert all(_one_segment(conn, t) for t in FTS_TABLES), {t: structure(conn, t) for t in FTS_TABLES}
     conn.close()
+
+
+def test_hold_found_after_a_completed_full_merge_does_not_merge_again(tmp_path, monkeypatch):
+    """The one segment on the last level is what 'optimize' leaves: nothing for Hermes to pay."""
+    home = _demo(tmp_path)
+    db, keeper = home / "state.db", home / "keeper"
+    monkeypatch.setattr(fts, "FULL_MERGE_PAGES", 1)
+    _kill_while_held(db, keeper)
+    _release_with_library(home)  # merges fully (the test above)
+    _kill_while_held(db, keeper)
+    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
+        assert hold.saved
+    restored = [e for e in read_journal(keeper) if e["action"] == "fts_restored"]
+    assert restored[-1]["full_merge"] == []

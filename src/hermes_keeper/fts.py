@@ -140,6 +140,11 @@ def _big_new(lv: list[list[Segment]] | None, before: set[Segment]) -> bool:
     )
 
 
+def _last_level(lv: list[list[Segment]] | None) -> set[Segment]:
+    """The segments on the index's last non-empty level."""
+    return set(next((level for level in reversed(lv or []) if level), []))
+
+
 def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
     """(segments of two pages or more, all segments) of an index's levels."""
     if lv is None:
@@ -289,14 +294,21 @@ class MergeHold:
 
     def _release(self) -> None:
         """Merge until no level holds a merge's worth of segments; then, where the hold left a big
-        segment (:data:`FULL_MERGE_PAGES`; any, for a hold found after a kill), merge the whole
-        index into one, so Hermes's automerge finds only its own small segments afterwards."""
+        segment (:data:`FULL_MERGE_PAGES`), merge the whole index into one, so Hermes's automerge
+        finds only its own small segments afterwards. For a hold found after a kill, which
+        segments it made is unknown: any big one counts, except on the last level, where
+        'optimize' (Hermes's, or a full merge the killed run got through) leaves its one segment.
+        """
         t0 = time.perf_counter()
         held = [t for t in self.saved if t in self.tables]
         full = []
         for t in held:
             self._merge(t)
-            if _big_new(segments(self.w.conn, t), self.before.get(t, set())):
+            lv = segments(self.w.conn, t)
+            before = (
+                self.before[t] if t in self.before else set(next((x for x in reversed(lv or []) if x), []))
+            )
+            if _big_new(lv, before):
                 # A page of the big segments costs more than a page of tombstones: size afresh.
                 self.batches[t] = self.w.batch(start=FULL_MERGE_START_PAGES, fill=0.8)
                 self._merge(t, full=True)
