@@ -252,9 +252,10 @@ def compact(
                 None,
                 [
                     res.note,
-                    "Hermes was running, so the FTS indexes only got the merges Hermes itself would do: "
-                    "the index space of deleted messages comes back after Hermes's own FTS optimize "
-                    "(every 1000 writes) or a compact while Hermes is stopped",
+                    "Hermes was running, so compact gave the FTS indexes only the merges Hermes itself "
+                    "would do; the index space of deleted messages comes back with the full merge a "
+                    "run does after its deletes, Hermes's own FTS optimize (every 1000 writes), or a "
+                    "compact while Hermes is stopped",
                 ],
             )
         )
