@@ -305,9 +305,7 @@ class MergeHold:
         for t in held:
             self._merge(t)
             lv = segments(self.w.conn, t)
-            before = (
-                self.before[t] if t in self.before else set(next((x for x in reversed(lv or []) if x), []))
-            )
+            before = self.before[t] if t in self.before else _last_level(lv)
             if _big_new(lv, before):
                 # A page of the big segments costs more than a page of tombstones: size afresh.
                 self.batches[t] = self.w.batch(start=FULL_MERGE_START_PAGES, fill=0.8)
