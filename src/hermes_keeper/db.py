@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,3 +77,17 @@ def checkpoint_passive(conn: sqlite3.Connection) -> tuple[int, int, int]:
     """PASSIVE checkpoint: copies what it can without waiting for or blocking anyone."""
     row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     return tuple(row) if row else (0, 0, 0)
+
+
+@contextmanager
+def time_limit(conn: sqlite3.Connection, ms: float | None) -> Iterator[None]:
+    """Abort a statement still running after ``ms`` (SQLite rolls its transaction back)."""
+    if ms is None:
+        yield
+        return
+    deadline = time.perf_counter() + ms / 1000.0
+    conn.set_progress_handler(lambda: time.perf_counter() > deadline, 1000)
+    try:
+        yield
+    finally:
+        conn.set_progress_handler(None, 0)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from .db import time_limit
 from .fsutil import durable_rename, fsync_dir, private_dir
 from .journal import Journal
 from .schema import SchemaInfo
@@ -163,16 +164,23 @@ def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
     return c.total_changes - before
 
 
-def merge_round(w: Writer, table: str, batch: AdaptiveBatch, full: bool = False) -> int:
+def merge_round(
+    w: Writer, table: str, batch: AdaptiveBatch, full: bool = False, limit_ms: float | None = None
+) -> int:
     """Budgeted ``merge`` steps until no level of ``table`` has merge work left; returns the steps.
 
     ``full``: first start the merge of every segment into one, as 'optimize' does. A step
     ends only between two terms, so one term's whole doclist (a common word's) may take a
-    step longer than the budget.
+    step longer than the budget. ``limit_ms``: a step still running after that long is
+    aborted and rolled back (``sqlite3.OperationalError: interrupted``).
     """
     for steps in range(1, MERGE_MAX_STEPS + 1):
-        sign = -1 if full and steps == 1 else 1
-        changed = w.step(lambda c, pages=sign * batch.size: merge_step(c, table, pages))
+
+        def merge(c: sqlite3.Connection, pages: int = (-1 if full and steps == 1 else 1) * batch.size) -> int:
+            with time_limit(c, limit_ms):
+                return merge_step(c, table, pages)
+
+        changed = w.step(merge)
         if changed < 2:
             return steps
         batch.record(batch.size, w.stats.last_txn_ms)

@@ -14,8 +14,6 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,14 +21,13 @@ from .backup import RESERVE_BYTES, take_backup
 from .db import connect_rw
 from .discovery import Profile
 from .errors import KeeperError
-from .fts import fts5_tables, merge_step, release_leftover_hold
+from .fts import fts5_tables, merge_round, release_leftover_hold
 from .holders import find_holders
 from .journal import Journal
 from .schema import SchemaInfo, inspect
 from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
-FTS_MAX_STEPS = 20_000  # a safety stop; each step is bounded by the budget
 #: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the
 #: WAL, and a running Hermes never truncates it (only PASSIVE checkpoints until it closes).
 WAL_LIMIT_BYTES = 4 << 20
@@ -72,20 +69,6 @@ def _wal(path: Path) -> int:
     return wal.stat().st_size if wal.exists() else 0
 
 
-@contextmanager
-def _hard_limit(conn: sqlite3.Connection, ms: float | None) -> Iterator[None]:
-    """Abort a statement still running after ``ms`` (SQLite rolls its transaction back)."""
-    if ms is None:
-        yield
-        return
-    deadline = time.perf_counter() + ms / 1000.0
-    conn.set_progress_handler(lambda: time.perf_counter() > deadline, 1000)
-    try:
-        yield
-    finally:
-        conn.set_progress_handler(None, 0)
-
-
 def _merge_fts(w: Writer, schema: SchemaInfo, live: bool) -> tuple[int, list[str]]:
     """FTS5 ``merge`` steps, N pages each (sized to the budget), until no work is left.
 
@@ -98,27 +81,22 @@ def _merge_fts(w: Writer, schema: SchemaInfo, live: bool) -> tuple[int, list[str
     (and rolled back) past ``FTS_STEP_LIMIT_MS``. Returns (steps, indexes with a step aborted).
     """
     steps, left = 0, []
-    limit_ms = FTS_STEP_LIMIT_MS if live else None
     for table in fts5_tables(schema):
-        batch = w.batch(start=FTS_MERGE_PAGES)
-        sign = 1 if live else -1
-        for _ in range(FTS_MAX_STEPS):
-
-            def merge(c, table=table, pages=sign * batch.size):
-                with _hard_limit(c, limit_ms):
-                    return merge_step(c, table, pages)
-
-            steps += 1
-            try:
-                changes = w.step(merge, batch, units=batch.size)
-            except sqlite3.OperationalError as exc:
-                if "interrupted" not in str(exc):
-                    raise
-                left.append(table)
-                break
-            if changes < 2:  # fts5: fewer than 2 changes means nothing was left to merge
-                break
-            sign = 1
+        before = w.stats.transactions
+        try:
+            merge_round(
+                w,
+                table,
+                w.batch(start=FTS_MERGE_PAGES),
+                full=not live,
+                limit_ms=FTS_STEP_LIMIT_MS if live else None,
+            )
+        except sqlite3.OperationalError as exc:
+            if "interrupted" not in str(exc):
+                raise
+            left.append(table)
+            steps += 1  # the aborted step
+        steps += w.stats.transactions - before
     return steps, left
 
 
