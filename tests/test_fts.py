@@ -97,7 +97,7 @@ def held_values(db) -> dict[str, dict]:
     conn = sqlite3.connect(db)
     try:
         return {
-            t: dict(conn.execute(f"SELECT k, v FROM {t}_config WHERE k IN ('automerge', 'crisismerge')"))
+            t: dict(conn.execute(f"SELECT k, v FROM {t}_config WHERE k IN {tuple(fts.HELD)}"))
             for t in FTS_TABLES
         }
     finally:
@@ -203,6 +203,7 @@ PRESETS = [
     ("hermes defaults (no rows)", {}),
     ("user set automerge=7", {"automerge": 7}),
     ("user set automerge=7 and crisismerge=9", {"automerge": 7, "crisismerge": 9}),
+    ("user set usermerge=6", {"usermerge": 6}),
 ]
 
 
@@ -221,10 +222,11 @@ def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
         assert not hold_file.exists()
         hold.engage()
         assert hold_file.stat().st_mode & 0o777 == 0o600
-        saved = {"automerge": preset.get("automerge"), "crisismerge": preset.get("crisismerge")}
+        saved = {k: preset.get(k) for k in ("automerge", "crisismerge", "usermerge")}
         assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
         # What every other connection (Hermes) now sees: automerge off, crisismerge out of reach.
-        assert held_values(db) == {t: {"automerge": 0, "crisismerge": 512} for t in FTS_TABLES}
+        held = {"automerge": 0, "crisismerge": 512} | ({"usermerge": 6} if preset.get("usermerge") else {})
+        assert held_values(db) == {t: held for t in FTS_TABLES}
         hold.engage()  # once per block: a second call changes nothing
         assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
 
@@ -363,20 +365,22 @@ def test_killed_hold_is_repaired_with_the_original_settings(tmp_path, desc, repa
     before = configs(db)
 
     _kill_while_held(db, keeper)
+    set_fts(db, "messages_fts_trigram", "usermerge", 2)  # killed in a full merge (FULL_MERGE_VALUES)
     hold_file = keeper / HOLD_NAME
     assert hold_file.exists()
-    assert held_values(db) == {t: {"automerge": 0, "crisismerge": 512} for t in FTS_TABLES}
+    assert held_values(db)["messages_fts"] == {"automerge": 0, "crisismerge": 512}
 
     repair(home)
 
     assert not hold_file.exists()
-    assert configs(db) == before  # the original 7 and the absent rows, not the held 0 / 512
+    assert configs(db) == before  # the original 7 and the absent rows, not the held 0 / 512 / 2
     assert held_values(db) == {"messages_fts": {"automerge": 7}, "messages_fts_trigram": {}}
     if desc.startswith("hermes-keeper"):
         actions = [r["action"] for r in read_journal(keeper)]
         assert "fts_hold_found" in actions and "fts_restored" in actions
         restored = [r for r in read_journal(keeper) if r["action"] == "fts_restored"][-1]
-        assert restored["settings"]["messages_fts"] == {"automerge": 7, "crisismerge": None}
+        saved = {"automerge": 7, "crisismerge": None, "usermerge": None}
+        assert restored["settings"]["messages_fts"] == saved
 
 
 def test_run_after_a_kill_does_not_save_the_held_values_as_hermes_settings(tmp_path):
@@ -495,3 +499,46 @@ def test_hold_found_after_a_completed_full_merge_does_not_merge_again(tmp_path, 
         assert hold.saved
     restored = [e for e in read_journal(keeper) if e["action"] == "fts_restored"]
     assert restored[-1]["full_merge"] == []
+
+
+def test_full_merge_finishes_while_a_gateway_writes_between_its_steps(tmp_path, monkeypatch):
+    """With FTS5's usermerge of 4, a merge of two segments was not continued once a gateway's
+    writes left two segments on a lower level between two steps: the full merge ended halfway
+    and the tombstones stayed for Hermes's automerge (a 2 s gateway write in the bench)."""
+    monkeypatch.setattr(fts, "FULL_MERGE_PAGES", 2)
+    monkeypatch.setattr(fts, "FULL_MERGE_START_PAGES", 1)
+    home = _demo(tmp_path)
+    db = home / "state.db"
+    gateway = sqlite3.connect(db, isolation_level=None)
+    for t in FTS_TABLES:  # one segment, as Hermes's 'optimize' leaves an index
+        gateway.execute(f"INSERT INTO {t}({t}) VALUES('optimize')")
+    sid = gateway.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    writes = []
+
+    def in_full_merge(t):  # FULL_MERGE_VALUES set, and a merge half done
+        usermerge = gateway.execute(f"SELECT v FROM {t}_config WHERE k = 'usermerge'").fetchone()
+        return usermerge == (2,) and any(n_merge for n_merge, _ in structure(gateway, t))
+
+    def gateway_writes():  # two appends between two steps of a full merge
+        if len(writes) < 40 and any(in_full_merge(t) for t in FTS_TABLES):
+            for _ in range(2):
+                gateway.execute(
+                    "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+                    (sid, f"gateway write {len(writes)}", NOW),
+                )
+                writes.append(1)
+
+    # A budget no step fits in: every merge step is one page, so the merge takes many steps.
+    with Writer(db, budget_ms=0.001, pause_ms=0) as w, MergeHold(w, inspect(db), home / "keeper") as hold:
+        hold.engage()
+        w.step(lambda c: c.execute("DELETE FROM messages WHERE id % 2 = 0"))  # one big tombstone segment
+        big = {t: {s for level in fts.segments(w.conn, t) for s in level} for t in FTS_TABLES}
+        w.after_step.append(gateway_writes)
+    assert len(writes) >= 4, "the merge was never half done between two steps: weak test"
+    for t in FTS_TABLES:
+        assert all(n_merge == 0 for n_merge, _ in structure(gateway, t)), t  # no merge left half-done
+        left = {s for level in fts.segments(gateway, t) for s in level}
+        assert not left & big[t], (t, left & big[t])  # the optimized segment and the tombstones: merged
+        gateway.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")
+    assert held_values(db) == {t: {} for t in FTS_TABLES}
+    gateway.close()

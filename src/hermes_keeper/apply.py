@@ -197,6 +197,7 @@ def apply_plan(
         "checkpoints": s.checkpoints,
         "pause_ms": round(s.pause_ms, 1),
         "fts_merge_steps": hold.merge_steps,
+        "fts_merge_ms": round(hold.merge_ms, 1),
     }
     if policy.compact and res.prune.pruned:
         res.compact = compact(

@@ -34,9 +34,15 @@ from .writer import AdaptiveBatch, Writer
 #: Hermes's two FTS5 indexes (the trigram one since ~0.15).
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 #: The settings a hold changes, with FTS5's defaults (used when the config table has no row).
-HELD = {"automerge": 4, "crisismerge": 16}
+HELD = {"automerge": 4, "crisismerge": 16, "usermerge": 4}
 #: While held: automerge off; a level needs this many segments before FTS5 merges it by itself.
 HOLD_VALUES = {"automerge": 0, "crisismerge": 512}
+#: For a hold's full merge, ``'merge', N`` (only ours: Hermes never sends one) continues on any level of
+#: two segments or more. With FTS5's 4, a merge in progress is not continued while a lower level
+#: holds as many segments as it has inputs but fewer than 4: two gateway writes between two
+#: steps of a full merge of two segments ended it halfway, and the tombstones stayed. (For
+#: the whole hold, 2 made the tombstones climb Hermes's levels one merge at a time: 2x slower.)
+FULL_MERGE_VALUES = {"usermerge": 2}
 #: The hold merges an index once it gained this many segments of two pages or more: our delete
 #: transactions' (a gateway write's own segment is one page, and merges away cheaply). Each
 #: merge of a level pays per step for every input segment, so neither many small rounds nor one
@@ -44,7 +50,7 @@ HOLD_VALUES = {"automerge": 0, "crisismerge": 512}
 MERGE_EVERY_SEGMENTS = 64
 #: ... or once it gained this many segments of any size (well below HOLD_VALUES' crisismerge).
 MERGE_GUARD_SEGMENTS = 256
-#: A segment the hold made this big (pages) gets the whole index merged into one at its end
+#: Where the hold's segments add up to this many pages, the whole index is merged into one at its end
 #: ('optimize', in budgeted steps). Left at a low level, FTS5's automerge would merge it
 #: inside one gateway write once its level filled: 1.2-1.6 s in the bench, for the 9k-page
 #: segment of tombstones a run left in the trigram index. Hermes's own segments reach
@@ -131,14 +137,13 @@ def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
     return None if lv is None else [[seg.pages for seg in level] for level in lv]
 
 
-def _big_new(lv: list[list[Segment]] | None, before: set[Segment]) -> bool:
-    """Whether a segment not in ``before`` has :data:`FULL_MERGE_PAGES` pages or more.
+def _new_pages(lv: list[list[Segment]] | None, before: set[Segment]) -> int:
+    """Pages of the segments of two pages or more not in ``before``: about what merging them
+    would make (a gateway write's own segment is one page).
 
     (FTS5 reuses the ids of merged-away segments, so a segment is told by id and page range.)
     """
-    return lv is not None and any(
-        seg.pages >= FULL_MERGE_PAGES and seg not in before for level in lv for seg in level
-    )
+    return sum(seg.pages for level in lv or [] for seg in level if seg.pages >= 2 and seg not in before)
 
 
 def _last_level(lv: list[list[Segment]] | None) -> set[Segment]:
@@ -229,6 +234,7 @@ class MergeHold:
         self.base: dict[str, tuple[int, int] | None] = {}  # (big, all) segments after the last merge
         self.before: dict[str, set[Segment]] = {}  # the segments when engaged (unknown for a found hold)
         self.merge_steps = 0
+        self.merge_ms = 0.0  # lock time of those steps
         self._ticks = 0
         self._merging = False
 
@@ -282,10 +288,12 @@ class MergeHold:
 
     def _merge(self, table: str, full: bool = False) -> None:
         self._merging = True  # its own steps run the writer's hooks too
+        held = self.w.stats.total_txn_ms
         try:
             self.merge_steps += merge_round(self.w, table, self.batches[table], full)
         finally:
             self._merging = False
+            self.merge_ms += self.w.stats.total_txn_ms - held
         self.base[table] = _counts(levels(self.w.conn, table))
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -301,11 +309,11 @@ class MergeHold:
             # Already failing (a full disk, say): keep that error; the saved copy stays for the next run.
 
     def _release(self) -> None:
-        """Merge until no level holds a merge's worth of segments; then, where the hold left a big
-        segment (:data:`FULL_MERGE_PAGES`), merge the whole index into one, so Hermes's automerge
+        """Merge until no level holds a merge's worth of segments; then, where the hold's segments
+        add up to :data:`FULL_MERGE_PAGES`, merge the whole index into one, so Hermes's automerge
         finds only its own small segments afterwards. For a hold found after a kill, which
-        segments it made is unknown: any big one counts, except on the last level, where
-        'optimize' (Hermes's, or a full merge the killed run got through) leaves its one segment.
+        segments it made is unknown: all count, except those on the last level, where 'optimize'
+        (Hermes's, or a full merge the killed run got through) leaves its one segment.
         """
         t0 = time.perf_counter()
         held = [t for t in self.saved if t in self.tables]
@@ -314,9 +322,10 @@ class MergeHold:
             self._merge(t)
             lv = segments(self.w.conn, t)
             before = self.before[t] if t in self.before else _last_level(lv)
-            if _big_new(lv, before):
+            if _new_pages(lv, before) >= FULL_MERGE_PAGES:
                 # A page of the big segments costs more than a page of tombstones: size afresh.
                 self.batches[t] = self.w.batch(start=FULL_MERGE_START_PAGES, fill=0.8)
+                self.w.step(lambda c, t=t: _apply(c, t, FULL_MERGE_VALUES))
                 self._merge(t, full=True)
                 full.append(t)
         self.w.step(lambda c: [_apply(c, t, self.saved[t]) for t in held])
