@@ -6,8 +6,8 @@ a gateway's append. On a Hermes home that merge is unbounded: its page quota is 
 number of levels, and Hermes's periodic 'optimize' adds a level each time (158 on the
 bench home). So for the length of a run :class:`MergeHold` switches automerge off (and
 lifts crisismerge, FTS5's other self-triggered merge, out of reach), merges in budgeted
-steps itself (an index where that made a big segment all the way into one, as 'optimize'
-does), and then puts Hermes's settings back exactly as they were.
+steps itself (an index where its segments add up to a big one all the way into one, as
+'optimize' does), and then puts Hermes's settings back exactly as they were.
 
 The settings in force are saved to ``keeper/fts-hold.json`` before they are changed, so a
 run killed in between is put right by the next keeper command that writes (an empty
