@@ -9,7 +9,8 @@ Hermes's own ``SessionDB.append_message`` at 20 writes/s, runs:
       table (the cheapest way); once also with one statement per session, as Hermes's prune
       deletes, which costs more because FTS5 flushes its pending deletes after every statement
   (c) ``hermes-keeper run`` with 7-day retention for every source (archiving included),
-      once with ``compact = false`` and once with the compact step a run does by default
+      once with ``compact = false`` and once with the compact step a run does by default;
+      once more with its FTS5 merges skipped (not a mode the keeper has): what they cost
 
 and prints writer latency (p50/p99/max), failures, wall time, sessions pruned, and bytes
 freed: from the file (only a VACUUM shrinks it) and from the pages in use. The stand-in goes on
@@ -38,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.homes import bench_home, copy_home, live_writer  # noqa: E402
+from hermes_keeper.journal import read_journal  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
 # Same selection rule as Hermes's prune (7 days, titled too). No backup: neither (a) nor (b) takes one,
@@ -72,13 +74,39 @@ def used_bytes(home: Path) -> int:
     return (count - free) * size
 
 
-def keeper(home: Path, *args: str) -> subprocess.CompletedProcess:
+#: The keeper with its FTS5 merges skipped: not a mode it has (it would leave Hermes's next
+#: writes to merge the run's tombstones), only what the merges cost, measured.
+WITHOUT_MERGES = (
+    "import sys; from hermes_keeper import fts; from hermes_keeper.cli import main;"
+    " fts.MergeHold._merge = lambda *a, **k: None; sys.argv[0] = 'hermes-keeper'; main()"
+)
+
+
+def keeper(home: Path, *args: str, merges: bool = True) -> subprocess.CompletedProcess:
+    run = ["-m", "hermes_keeper"] if merges else ["-c", WITHOUT_MERGES]
     return subprocess.run(
-        [sys.executable, "-m", "hermes_keeper", *args, "--home", str(home)],
+        [sys.executable, *run, *args, "--home", str(home)],
         capture_output=True,
         text=True,
         check=True,
     )
+
+
+def merge_summary(rounds: list[dict]) -> str:
+    """Per index, the lock time of the run's merge rounds (the journal's ``fts_merge`` records),
+    the full merge apart: where the merges' share of a run goes."""
+    parts = []
+    for table in sorted({e["table"] for e in rounds}):
+        mine = [e for e in rounds if e["table"] == table]
+        part = [e for e in mine if not e["full"]]
+        text = f"{table}: {len(part)} rounds {sum(e['lock_ms'] for e in part):.0f} ms"
+        for e in (e for e in mine if e["full"]):
+            text += (
+                f", full merge {e['lock_ms']:.0f} ms lock / {e['wall_ms']:.0f} ms wall"
+                f" ({e['pages'][0]:,} pages -> {e['pages'][1]:,})"
+            )
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def selection(home: Path) -> list[str]:
@@ -173,20 +201,25 @@ def main() -> None:
 
     keeper_out = {}
 
-    def keeper_run(home):
-        keeper_out.update(json.loads(keeper(home, "run", "--json").stdout)["profiles"][0])
+    def keeper_run(home, merges=True):
+        keeper_out.update(json.loads(keeper(home, "run", "--json", merges=merges).stdout)["profiles"][0])
+        keeper_out["merges"] = [e for e in read_journal(home / "keeper") if e["action"] == "fts_merge"]
         return keeper_out["pruned"]
+
+    def keeper_unmerged(home):
+        return keeper_run(home, merges=False)
 
     rows = []
     if not args.only_keeper:
         rows.append(scenario("hermes prune+vacuum", base, work, hermes_prune))
         rows.append(scenario("1 txn, stmt per session", base, work, lambda h: floor(h, per_session=True)))
+        rows.append(scenario("keeper, FTS merges skipped", base, work, keeper_unmerged, "compact = false\n"))
     ratios, runs, writers, floors, keepers = [], [], [], [], []
     for r in range(1, args.rounds + 1):
         f = scenario(f"floor: 1 txn, 1 stmt #{r}", base, work, floor)
         # The run alone, then with the compact step the run does by default.
         k = scenario(f"keeper run, no compact #{r}", base, work, keeper_run, "compact = false\n")
-        writers.append(dict(keeper_out["writer"]))
+        writers.append((dict(keeper_out["writer"]), merge_summary(keeper_out["merges"])))
         c = scenario(f"keeper run + compact #{r}", base, work, keeper_run)
         rows += [f, k, c]
         runs += [k, c]
@@ -203,8 +236,9 @@ def main() -> None:
             f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
             f" {r['unused'] / 1e6:9.1f} {r['after_max_ms']:13.1f} {r['after_failures']:4d}"
         )
-    for i, wr in enumerate(writers, 1):
+    for i, (wr, merges) in enumerate(writers, 1):
         print(f"keeper writer (run #{i}): {wr}")
+        print(f"  FTS merges (journal): {merges}")
     compact = keeper_out["compact"] or {}
     print(f"compact: { {x: compact.get(x) for x in COMPACT_KEYS} }")
     worst_max, worst_p99 = max(r["max_ms"] for r in runs), max(r["p99_ms"] for r in runs)

@@ -449,9 +449,20 @@ def test_run_that_made_big_segments_merges_each_index_into_one(tmp_path, monkeyp
 
     res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["profiles"][0]["pruned"] > 0
-    restored = [e for e in read_journal(home / "keeper") if e["action"] == "fts_restored"]
+    out = json.loads(res.output)["profiles"][0]
+    assert out["pruned"] > 0
+    journal = read_journal(home / "keeper")
+    restored = [e for e in journal if e["action"] == "fts_restored"]
     assert restored[-1]["full_merge"] == list(FTS_TABLES)
+    # Each round of merges is journaled with its cost; together they are the run's figures.
+    rounds = [e for e in journal if e["action"] == "fts_merge"]
+    assert sum(e["steps"] for e in rounds) == out["writer"]["fts_merge_steps"]
+    assert sum(e["lock_ms"] for e in rounds) == pytest.approx(out["writer"]["fts_merge_ms"], abs=1)
+    full = {e["table"]: e for e in rounds if e["full"]}
+    assert sorted(full) == sorted(FTS_TABLES)
+    for e in full.values():
+        assert e["segments"][0] > 1 and e["segments"][1] == 1, e
+        assert 0 < e["lock_ms"] <= e["wall_ms"], e
     assert configs(db) == before
     conn = sqlite3.connect(db, isolation_level=None)
     for t in FTS_TABLES:

@@ -43,8 +43,10 @@ HOLD_VALUES = {"automerge": 0, "crisismerge": 512}
 #: steps of a full merge of two segments ended it halfway, and the tombstones stayed. (For
 #: the whole hold, 2 made the tombstones climb Hermes's levels one merge at a time: 2x slower.)
 FULL_MERGE_VALUES = {"usermerge": 2}
-#: The hold merges an index once it gained this many segments of two pages or more: our delete
-#: transactions' (a gateway write's own segment is one page, and merges away cheaply). Each
+#: A segment this many pages or more is one of our delete transactions' (a gateway write's own
+#: segment is one page, and merges away cheaply).
+BIG_SEGMENT_PAGES = 2
+#: The hold merges an index once it gained this many such big segments. Each
 #: merge of a level pays per step for every input segment, so neither many small rounds nor one
 #: huge one (measured on the bench home: 64 cost half of what 32 or 128 did).
 MERGE_EVERY_SEGMENTS = 64
@@ -138,12 +140,13 @@ def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
 
 
 def _new_pages(lv: list[list[Segment]] | None, before: set[Segment]) -> int:
-    """Pages of the segments of two pages or more not in ``before``: about what merging them
-    would make (a gateway write's own segment is one page).
+    """Pages of the big segments (:data:`BIG_SEGMENT_PAGES`) not in ``before``: about what
+    merging them would make.
 
     (FTS5 reuses the ids of merged-away segments, so a segment is told by id and page range.)
     """
-    return sum(seg.pages for level in lv or [] for seg in level if seg.pages >= 2 and seg not in before)
+    big = (seg for level in lv or [] for seg in level if seg.pages >= BIG_SEGMENT_PAGES)
+    return sum(seg.pages for seg in big if seg not in before)
 
 
 def _last_level(lv: list[list[Segment]] | None) -> set[Segment]:
@@ -152,10 +155,15 @@ def _last_level(lv: list[list[Segment]] | None) -> set[Segment]:
 
 
 def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
-    """(segments of two pages or more, all segments) of an index's levels."""
+    """(big segments (:data:`BIG_SEGMENT_PAGES`), all segments) of an index's levels."""
     if lv is None:
         return None
-    return sum(p >= 2 for sizes in lv for p in sizes), sum(map(len, lv))
+    return sum(p >= BIG_SEGMENT_PAGES for sizes in lv for p in sizes), sum(map(len, lv))
+
+
+def _size(lv: list[list[int]] | None) -> tuple[int | None, int | None]:
+    """(segments, pages) of an index's levels (None, None if unreadable)."""
+    return (None, None) if lv is None else (sum(map(len, lv)), sum(map(sum, lv)))
 
 
 def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
@@ -287,14 +295,31 @@ class MergeHold:
                 self._merge(t)
 
     def _merge(self, table: str, full: bool = False) -> None:
+        """One round of merges, journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
-        held = self.w.stats.total_txn_ms
+        held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
+        steps = 0
         try:
-            self.merge_steps += merge_round(self.w, table, self.batches[table], full)
+            steps = merge_round(self.w, table, self.batches[table], full)
         finally:
             self._merging = False
+            self.merge_steps += steps
             self.merge_ms += self.w.stats.total_txn_ms - held
-        self.base[table] = _counts(levels(self.w.conn, table))
+        after = levels(self.w.conn, table)
+        self.base[table] = _counts(after)
+        if self.journal:
+            (segs, pages), (segs_after, pages_after) = _size(before), _size(after)
+            self.journal.write(
+                "fts_merge",
+                durable=False,  # synced with the prune's or the hold's end
+                table=table,
+                full=full,
+                steps=steps,
+                lock_ms=round(self.w.stats.total_txn_ms - held, 1),
+                wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
+                segments=[segs, segs_after],
+                pages=[pages, pages_after],
+            )
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.tick in self.w.after_step:
