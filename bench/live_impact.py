@@ -36,12 +36,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.homes import bench_home, copy_home, live_writer  # noqa: E402
+from hermes_keeper.fts import fts5_tables  # noqa: E402
 from hermes_keeper.journal import read_journal  # noqa: E402
+from hermes_keeper.schema import inspect  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
 # Same selection rule as Hermes's prune (7 days, titled too). No backup: neither (a) nor (b) takes one,
@@ -58,10 +61,6 @@ messaging = "7d"
 """
 
 
-#: The home's FTS5 indexes (their shadow tables are plain tables).
-FTS_INDEXES = (
-    "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE % USING fts5%'"
-)
 COMPACT_KEYS = ("fts_merge_steps", "pages_freed", "note")
 PAGE_PRAGMAS = ("page_count", "freelist_count", "page_size")
 
@@ -121,11 +120,11 @@ def selection(home: Path) -> list[str]:
     return [d["session_id"] for d in plan["decisions"] if d["action"] == "prune"]
 
 
-def floor_delete(home: Path, ids: list[str], per_session: bool = False, optimize: bool = False) -> None:
+def floor_delete(home: Path, ids: list[str], per_session: bool = False, optimize: Sequence[str] = ()) -> None:
     """The selection deleted in one transaction: the cheapest way, one statement per table, or
     with one statement per session, as Hermes's prune does (FTS5 flushes its pending deletes
-    at the end of every statement, so that way costs more). ``optimize``: then, in the same
-    transaction, FTS5's 'optimize' of each index: the state a keeper run ends in, each index one
+    at the end of every statement, so that way costs more). ``optimize``: FTS5 indexes given
+    'optimize' in the same transaction then: the state a keeper run ends in, each index one
     segment without the deleted messages' postings."""
     conn = sqlite3.connect(home / "state.db", isolation_level=None, timeout=30)
     selected = json.dumps(ids)
@@ -140,7 +139,7 @@ def floor_delete(home: Path, ids: list[str], per_session: bool = False, optimize
             conn.executemany(sql.format("= ?"), [(i,) for i in ids])
         else:
             conn.execute(sql.format("IN (SELECT value FROM json_each(?))"), (selected,))
-    for (table,) in conn.execute(FTS_INDEXES).fetchall() if optimize else []:
+    for table in optimize:
         conn.execute(f"INSERT INTO {table}({table}) VALUES('optimize')")
     conn.execute("COMMIT")
     conn.close()
@@ -205,12 +204,14 @@ def main() -> None:
         )
         return json.loads(out.stdout)["pruned"]
 
-    def floor(home, per_session=False, optimize=False):
+    def floor(home, per_session=False, optimize=()):
         floor_delete(home, ids, per_session, optimize)
         return len(ids)
 
+    indexes = fts5_tables(inspect(base / "state.db", check_timestamps=False))
+
     def floor_optimized(home):
-        return floor(home, optimize=True)
+        return floor(home, optimize=indexes)
 
     keeper_out = {}
 
