@@ -13,7 +13,7 @@ import time
 
 from hermes_keeper import demo
 from hermes_keeper.archive import Archive
-from hermes_keeper.journal import read_journal
+from hermes_keeper.journal import JOURNAL_NAME, read_journal
 
 KILLS = 22
 
@@ -28,6 +28,15 @@ def _ids(db) -> set[str]:
 
 def _keeper(home, *args):
     return [sys.executable, "-m", "hermes_keeper", *args, "--home", str(home)]
+
+
+def _wait_for_pruned(proc: subprocess.Popen, home, batches: int) -> None:
+    """Until the run's journal shows ``batches`` pruned batches (or the run ended)."""
+    journal = home / "keeper" / JOURNAL_NAME
+    while proc.poll() is None:
+        if journal.exists() and journal.read_text().count('"action": "pruned"') >= batches:
+            return
+        time.sleep(0.002)
 
 
 def test_sigkill_anywhere(tmp_path):
@@ -50,18 +59,26 @@ def test_sigkill_anywhere(tmp_path):
     duration = time.time() - t0
     # When sessions leave state.db within a run: from the first archived batch to the last pruned.
     actions = [(r["action"], r["ts"] - t0) for r in read_journal(timing / "keeper")]
-    prune_window = (
-        min(ts for a, ts in actions if a == "archived"),
-        max(ts for a, ts in actions if a == "pruned"),
-    )
+    pruned = [ts for a, ts in actions if a == "pruned"]
+    prune_window = (min(ts for a, ts in actions if a == "archived"), max(pruned))
+    assert len(pruned) >= 3, "too few batches to kill between: weak test"
 
     rng = random.Random(1234)
     cut_mid_prune = 0
     for i in range(KILLS):
         home = shutil.copytree(base, tmp_path / f"k{i}")
         proc = subprocess.Popen(_keeper(home, "run", "--quiet"))
-        # Two kills in three while sessions are being deleted, the others anywhere in the run.
-        time.sleep(rng.uniform(*prune_window) if i % 3 else rng.uniform(0.15, duration))
+        # A kill in three anywhere in the run, one while sessions are being deleted by the
+        # clock, one by the run's own progress: once a random batch is gone, some way into the
+        # next (the clock alone depends on this run being as fast as the timing run).
+        if i % 3 == 0:
+            time.sleep(rng.uniform(0.15, duration))
+        elif i % 3 == 1:
+            time.sleep(rng.uniform(*prune_window))
+        else:
+            k = rng.randint(1, len(pruned) - 1)
+            _wait_for_pruned(proc, home, k)
+            time.sleep(rng.uniform(0, pruned[k] - pruned[k - 1]))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
 
