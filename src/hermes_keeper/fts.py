@@ -303,8 +303,9 @@ class MergeHold:
             steps = merge_round(self.w, table, self.batches[table], full)
         finally:
             self._merging = False
+            lock_ms = self.w.stats.total_txn_ms - held
             self.merge_steps += steps
-            self.merge_ms += self.w.stats.total_txn_ms - held
+            self.merge_ms += lock_ms
         after = levels(self.w.conn, table)
         self.base[table] = _counts(after)
         if self.journal:
@@ -315,7 +316,7 @@ class MergeHold:
                 table=table,
                 full=full,
                 steps=steps,
-                lock_ms=round(self.w.stats.total_txn_ms - held, 1),
+                lock_ms=round(lock_ms, 1),
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],
