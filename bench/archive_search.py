@@ -31,10 +31,10 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_keeper import demo  # noqa: E402
-from hermes_keeper.archive import ZSTD_LEVEL, Archive, read_payload  # noqa: E402
-from hermes_keeper.archive_query import search, searchable_fields  # noqa: E402
-from hermes_keeper.db import connect_ro, read_txn  # noqa: E402
-from hermes_keeper.schema import inspect  # noqa: E402
+from hermes_keeper.archive.query import search, searchable_fields  # noqa: E402
+from hermes_keeper.archive.store import ZSTD_LEVEL, Archive, read_payload  # noqa: E402
+from hermes_keeper.sqlite.connect import connect_ro, read_txn  # noqa: E402
+from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "bench"
 QUERIES = ("kubernetes", "weather summary", "no-such-word-anywhere", "ÜNKNOWN")

@@ -42,9 +42,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.homes import bench_home, copy_home, live_writer  # noqa: E402
-from hermes_keeper.fts import fts5_tables  # noqa: E402
 from hermes_keeper.journal import read_journal  # noqa: E402
-from hermes_keeper.schema import inspect  # noqa: E402
+from hermes_keeper.sqlite.fts import fts5_tables  # noqa: E402
+from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
 # Same selection rule as Hermes's prune (7 days, titled too). No backup: neither (a) nor (b) takes one,

@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hermes_keeper import demo, report  # noqa: E402
-from hermes_keeper.discovery import select_profiles  # noqa: E402
-from hermes_keeper.holders import find_holders  # noqa: E402
-from hermes_keeper.schema import inspect  # noqa: E402
-from hermes_keeper.survey import survey_profile  # noqa: E402
+from hermes_keeper.home import select_profiles  # noqa: E402
+from hermes_keeper.run.survey import survey_profile  # noqa: E402
+from hermes_keeper.sqlite.holders import find_holders  # noqa: E402
+from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench"

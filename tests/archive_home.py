@@ -12,9 +12,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from hermes_keeper.apply import prune_sessions
-from hermes_keeper.archive import ARCHIVE_NAME
-from hermes_keeper.discovery import Profile, select_profiles
+from hermes_keeper.archive.store import ARCHIVE_NAME
+from hermes_keeper.home import Profile, select_profiles
+from hermes_keeper.run.execute import prune_sessions
 
 DAY = 86400.0
 NOW = time.time()

@@ -8,7 +8,7 @@ import time
 
 from click.testing import CliRunner
 
-from hermes_keeper.archive import PRUNED, Archive
+from hermes_keeper.archive.store import PRUNED, Archive
 from hermes_keeper.cli import main
 from hermes_keeper.lock import keeper_lock
 

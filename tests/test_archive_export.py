@@ -9,10 +9,10 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper import hermes_import
-from hermes_keeper.archive import Entry
+from hermes_keeper.archive import hermes_import
+from hermes_keeper.archive.export import parents_first
+from hermes_keeper.archive.store import Entry
 from hermes_keeper.cli import main
-from hermes_keeper.export import parents_first
 from tests import archive_home as ah
 
 

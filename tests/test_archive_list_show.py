@@ -8,8 +8,8 @@ from datetime import datetime
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper.archive import Archive
-from hermes_keeper.archive_query import Filters, list_entries, parse_when, render_conversation
+from hermes_keeper.archive.query import Filters, list_entries, parse_when, render_conversation
+from hermes_keeper.archive.store import Archive
 from hermes_keeper.cli import main
 from tests import archive_home as ah
 

@@ -8,12 +8,12 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper import unarchive
-from hermes_keeper.archive import PRUNED as STATE_PRUNED
-from hermes_keeper.archive import RESTORED, Archive
+from hermes_keeper.archive import restore as unarchive
+from hermes_keeper.archive.store import PRUNED as STATE_PRUNED
+from hermes_keeper.archive.store import RESTORED, Archive
 from hermes_keeper.cli import main
 from hermes_keeper.journal import read_journal
-from hermes_keeper.writer import Writer
+from hermes_keeper.sqlite.writer import Writer
 from tests import archive_home as ah
 from tests.conftest import tree_digest
 from tests.hermes_env import Hermes

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper.archive import Archive
-from hermes_keeper.archive_query import Filters, needles, search, snippet
+from hermes_keeper.archive.query import Filters, needles, search, snippet
+from hermes_keeper.archive.store import Archive
 from hermes_keeper.cli import main
 from tests import archive_home as ah
 

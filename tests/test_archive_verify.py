@@ -8,7 +8,7 @@ import sqlite3
 
 from click.testing import CliRunner
 
-from hermes_keeper.archive import ARCHIVE_NAME
+from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.cli import main
 from tests import archive_home as ah
 

@@ -16,12 +16,12 @@ import zstandard
 from click.testing import CliRunner
 
 from bench.homes import live_writer
-from hermes_keeper import backup as backup_mod
 from hermes_keeper import demo
-from hermes_keeper.backup import list_backups, take_backup, verify_backup
+from hermes_keeper.backup import snapshot as backup_mod
+from hermes_keeper.backup.snapshot import list_backups, take_backup, verify_backup
 from hermes_keeper.cli import main
-from hermes_keeper.discovery import select_profiles
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.home import select_profiles
 from tests.conftest import tree_digest
 
 

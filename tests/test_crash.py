@@ -12,7 +12,7 @@ import sys
 import time
 
 from hermes_keeper import demo
-from hermes_keeper.archive import Archive
+from hermes_keeper.archive.store import Archive
 from hermes_keeper.journal import JOURNAL_NAME, read_journal
 
 KILLS = 22

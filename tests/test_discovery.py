@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_keeper.discovery import select_profiles
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.home import select_profiles
 
 
 @pytest.fixture

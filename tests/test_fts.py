@@ -9,9 +9,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper import demo, fts
+from hermes_keeper import demo
 from hermes_keeper.cli import main
-from hermes_keeper.fts import (
+from hermes_keeper.journal import Journal, read_journal
+from hermes_keeper.sqlite import fts
+from hermes_keeper.sqlite.fts import (
     FTS_TABLES,
     HOLD_NAME,
     MERGE_EVERY_SEGMENTS,
@@ -21,9 +23,8 @@ from hermes_keeper.fts import (
     levels,
     release_leftover_hold,
 )
-from hermes_keeper.journal import Journal, read_journal
-from hermes_keeper.schema import inspect
-from hermes_keeper.writer import Writer
+from hermes_keeper.sqlite.schema import inspect
+from hermes_keeper.sqlite.writer import Writer
 
 NOW = time.time()
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from hermes_keeper.discovery import Profile
-from hermes_keeper.plan import make_plan, units
-from hermes_keeper.policy import Policy
-from hermes_keeper.schema import UNDERSTOOD, SchemaInfo
-from hermes_keeper.survey import SessionFile, SessionRow, Survey
+from hermes_keeper.home import Profile
+from hermes_keeper.run.plan import make_plan, units
+from hermes_keeper.run.policy import Policy
+from hermes_keeper.run.survey import SessionFile, SessionRow, Survey
+from hermes_keeper.sqlite.schema import UNDERSTOOD, SchemaInfo
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.policy import DAY, effective_policy, parse_duration, parse_size
+from hermes_keeper.run.policy import DAY, effective_policy, parse_duration, parse_size
 
 
 def test_defaults_from_the_issue(tmp_path):

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.report import DAY, age_bucket, dir_usage, growth_section, is_runaway, table_group
-from hermes_keeper.survey import SessionRow
+from hermes_keeper.run.survey import SessionRow
 
 SCHEMA = json.loads(files("hermes_keeper").joinpath("data/report.schema.json").read_text())
 

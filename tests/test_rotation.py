@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 import pytest
 
 from hermes_keeper import demo
-from hermes_keeper.backup import apply_rotation, list_backups, take_backup
-from hermes_keeper.discovery import select_profiles
-from hermes_keeper.rotation import Candidate, plan_rotation
+from hermes_keeper.backup.rotation import Candidate, plan_rotation
+from hermes_keeper.backup.snapshot import apply_rotation, list_backups, take_backup
+from hermes_keeper.home import select_profiles
 
 
 def ts(s: str) -> float:

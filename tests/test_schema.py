@@ -4,8 +4,8 @@ import sqlite3
 
 import pytest
 
-from hermes_keeper import schema
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.sqlite import schema
 from tests.conftest import tree_digest
 
 

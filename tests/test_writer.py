@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hermes_keeper import demo
-from hermes_keeper.writer import AdaptiveBatch, Writer, busy_gap_ms, rest_ms
+from hermes_keeper.sqlite.writer import AdaptiveBatch, Writer, busy_gap_ms, rest_ms
 
 NOW = time.time()
 CHECKPOINT_THREAD = "keeper-checkpoint"

@@ -1,3 +1,3 @@
-from .cli import main
+from hermes_keeper.cli import main
 
 main()

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from .fsutil import private_dir
+from hermes_keeper.fs import private_dir
 
 JOURNAL_NAME = "journal.jsonl"
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import KeeperError
+from hermes_keeper.errors import KeeperError
 
 LOCK_NAME = "keeper.lock"
 

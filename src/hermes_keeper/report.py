@@ -1,7 +1,7 @@
 """Where every byte of a Hermes home goes, and what its sessions look like.
 
 ``build_report`` turns a survey plus disk facts into a JSON-able dict whose shape is
-``data/report.schema.json``; ``render.py`` draws it for people and ``docs/report.md``
+``data/report.schema.json``; ``cli/render.py`` draws it for people and ``docs/report.md``
 explains every figure. Read-only throughout: a live Hermes keeps writing meanwhile.
 """
 
@@ -14,13 +14,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from .db import connect_ro, read_txn
-from .discovery import Profile
-from .errors import KeeperError, os_error_line
-from .fsutil import is_inside
-from .holders import find_holders, gateway_pid
-from .schema import SchemaInfo, inspect
-from .survey import SessionRow, Survey, message_size_sql, shown, survey_profile
+from hermes_keeper.errors import KeeperError, os_error_line
+from hermes_keeper.fs import is_inside
+from hermes_keeper.home import Profile
+from hermes_keeper.run.survey import SessionRow, Survey, message_size_sql, shown, survey_profile
+from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.holders import find_holders, gateway_pid
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 REPORT_VERSION = 1
 DAY = 86400.0

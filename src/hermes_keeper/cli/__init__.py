@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from .. import __version__
-from ..errors import KeeperError, os_error_line
+from hermes_keeper import __version__
+from hermes_keeper.errors import KeeperError, os_error_line
 
 #: command name -> "module:attribute" under this package.
 COMMANDS = {

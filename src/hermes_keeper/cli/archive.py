@@ -13,9 +13,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import hermes_import
-from ..archive import ARCHIVE_NAME, Archive, ArchiveDamaged
-from ..archive_query import (
+from hermes_keeper.archive import hermes_import
+from hermes_keeper.archive.export import write_export
+from hermes_keeper.archive.query import (
     Filters,
     list_entries,
     parse_when,
@@ -25,14 +25,14 @@ from ..archive_query import (
     verify,
     when,
 )
-from ..discovery import Profile
-from ..errors import KeeperError
-from ..export import write_export
-from ..journal import Journal
-from ..lock import keeper_lock
-from ..render import human_bytes
-from ..unarchive import open_archive, restore_sessions
-from .options import profile_options
+from hermes_keeper.archive.restore import open_archive, restore_sessions
+from hermes_keeper.archive.store import ARCHIVE_NAME, Archive, ArchiveDamaged
+from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.lock import keeper_lock
 
 
 def _when_option(value: str | None, end_of_day: bool) -> float | None:

@@ -1,4 +1,4 @@
-"""``backup``, ``backups``, ``restore``, ``compact``: thin wrappers over backup/rotation/restore/reclaim."""
+"""``backup``, ``backups``, ``restore``, ``compact``: thin wrappers over the backup package."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..backup import (
+from hermes_keeper.backup.compact import compact as compact_profile
+from hermes_keeper.backup.restore import find_backup, restore_backup
+from hermes_keeper.backup.snapshot import (
     apply_rotation,
     backup_dir,
     find_malformed_copies,
@@ -18,14 +20,12 @@ from ..backup import (
     rotation,
     take_backup,
 )
-from ..errors import KeeperError
-from ..journal import Journal
-from ..lock import keeper_lock
-from ..policy import parse_duration
-from ..reclaim import compact as compact_profile
-from ..render import human_bytes
-from ..restore import find_backup, restore_backup
-from .options import profile_options
+from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.journal import Journal
+from hermes_keeper.lock import keeper_lock
+from hermes_keeper.run.policy import parse_duration
 
 dest_option = click.option(
     "--dest",

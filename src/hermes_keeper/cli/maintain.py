@@ -11,16 +11,16 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..apply import apply_plan
-from ..errors import KeeperError
-from ..journal import Journal
-from ..lock import keeper_lock
-from ..plan import Plan, make_plan
-from ..policy import effective_policy
-from ..render import human_bytes
-from ..schema import inspect
-from ..survey import shown, survey_profile
-from .options import profile_options
+from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.journal import Journal
+from hermes_keeper.lock import keeper_lock
+from hermes_keeper.run.execute import apply_plan
+from hermes_keeper.run.plan import Plan, make_plan
+from hermes_keeper.run.policy import effective_policy
+from hermes_keeper.run.survey import shown, survey_profile
+from hermes_keeper.sqlite.schema import inspect
 
 
 def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:

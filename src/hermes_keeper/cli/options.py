@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from ..discovery import Profile, select_profiles
+from hermes_keeper.home import Profile, select_profiles
 
 
 def profile_options(fn):

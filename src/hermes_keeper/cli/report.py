@@ -10,13 +10,13 @@ from pathlib import Path
 
 import click
 
-from .. import demo as demo_home
-from ..discovery import select_profiles
-from ..errors import KeeperError
-from ..policy import parse_duration
-from ..render import render_report
-from ..report import build_report, build_reports
-from .options import profile_options
+from hermes_keeper import demo as demo_home
+from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.render import render_report
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.home import select_profiles
+from hermes_keeper.report import build_report, build_reports
+from hermes_keeper.run.policy import parse_duration
 
 
 @click.command()

@@ -15,8 +15,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-from .archive import Archive, ArchiveDamaged, Entry, RawText, decode_value
-from .errors import KeeperError
+from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, RawText, decode_value
+from hermes_keeper.errors import KeeperError
 
 CONTENT_JSON_PREFIX = "\x00json:"
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([hdw])$")

@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .db import time_limit
-from .fsutil import durable_rename, fsync_dir, private_dir
-from .journal import Journal
-from .schema import SchemaInfo
-from .writer import AdaptiveBatch, Writer
+from hermes_keeper.fs import durable_rename, fsync_dir, private_dir
+from hermes_keeper.journal import Journal
+from hermes_keeper.sqlite.connect import time_limit
+from hermes_keeper.sqlite.schema import SchemaInfo
+from hermes_keeper.sqlite.writer import AdaptiveBatch, Writer
 
 #: Hermes's two FTS5 indexes (the trigram one since ~0.15).
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")

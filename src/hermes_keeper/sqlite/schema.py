@@ -11,8 +11,8 @@ import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .db import connect_ro
-from .errors import KeeperError
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.sqlite.connect import connect_ro
 
 #: Oldest and newest schema_version seen in a released hermes-agent (0.13.0, 0.19.0).
 OLDEST_KNOWN_VERSION = 11

@@ -19,14 +19,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import archive as arch
-from .db import connect_ro, read_txn
-from .discovery import Profile
-from .errors import KeeperError
-from .fts import MergeHold
-from .journal import Journal
-from .schema import SchemaInfo, inspect
-from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
+from hermes_keeper.archive import store as arch
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
 TITLE_SUFFIX = " (restored)"
 REQUESTED, PARENT, CHAIN, DELEGATE = "requested", "parent", "compression chain", "delegate"

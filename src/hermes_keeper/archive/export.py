@@ -4,7 +4,7 @@ Each line is the session row plus ``messages``: active messages only, as Hermes'
 ``get_messages`` returns them (``\\x00json:`` content decoded, ``tool_calls`` parsed),
 written like ``hermes sessions export --format jsonl`` writes (``json.dumps``,
 ``ensure_ascii=False``). Parents come before their children, so an import cut into
-batches (:func:`hermes_keeper.hermes_import.import_batches`) keeps every parent link.
+batches (:func:`hermes_keeper.archive.hermes_import.import_batches`) keeps every parent link.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .archive import Archive, ArchiveDamaged, Entry, decode_value
-from .archive_query import ALL, CONTENT_JSON_PREFIX, Filters, list_entries
-from .fsutil import durable_rename, private_file
-from .hermes_import import import_batches, too_big
+from hermes_keeper.archive.hermes_import import import_batches, too_big
+from hermes_keeper.archive.query import ALL, CONTENT_JSON_PREFIX, Filters, list_entries
+from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, decode_value
+from hermes_keeper.fs import durable_rename, private_file
 
 
 def _plain(v):

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from bench.homes import live_writer
-from hermes_keeper import reclaim
+from hermes_keeper.backup import compact as compact_mod
+from hermes_keeper.backup.compact import WAL_LIMIT_BYTES, compact
 from hermes_keeper.cli import main
-from hermes_keeper.discovery import select_profiles
-from hermes_keeper.fts import FTS_TABLES
-from hermes_keeper.reclaim import WAL_LIMIT_BYTES, compact
+from hermes_keeper.home import select_profiles
+from hermes_keeper.sqlite.fts import FTS_TABLES
 from tests.conftest import tree_digest
 
 CONTENT = "SELECT id, session_id, role, content, timestamp, active FROM messages ORDER BY id"
@@ -141,7 +141,7 @@ def test_not_understood_timestamps_are_refused(home):
 
 
 def test_a_merge_step_that_runs_long_while_hermes_runs_is_rolled_back(home, hermes, hold_open, monkeypatch):
-    monkeypatch.setattr(reclaim, "FTS_STEP_LIMIT_MS", 0.001)  # every step is "too long"
+    monkeypatch.setattr(compact_mod, "FTS_STEP_LIMIT_MS", 0.001)  # every step is "too long"
     delete_cron(home)
     # A full merge already in progress (a compact that was stopped): the live steps have work to do.
     sql(home, *(f"INSERT INTO {t}({t}, rank) VALUES('merge', -16)" for t in FTS_TABLES))

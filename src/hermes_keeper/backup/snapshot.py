@@ -28,14 +28,14 @@ from pathlib import Path
 
 import zstandard
 
-from .db import connect_ro
-from .discovery import Profile
-from .errors import KeeperError, os_error_line
-from .fsutil import durable_rename, private_dir, private_file
-from .holders import find_holders
-from .journal import Journal
-from .rotation import Decision, plan_rotation
-from .schema import SchemaInfo, inspect
+from hermes_keeper.backup.rotation import Decision, plan_rotation
+from hermes_keeper.errors import KeeperError, os_error_line
+from hermes_keeper.fs import durable_rename, private_dir, private_file
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from .db import checkpoint_passive, connect_rw, write_txn
+from hermes_keeper.sqlite.connect import checkpoint_passive, connect_rw, write_txn
 
 T = TypeVar("T")
 

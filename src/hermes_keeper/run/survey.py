@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .db import connect_ro, read_txn
-from .discovery import Profile
-from .schema import SchemaInfo, inspect
+from hermes_keeper.home import Profile
+from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 #: ``end_reason`` values after which the gateway may still resume a keyed session.
 RECOVERABLE_END_REASONS = frozenset({"agent_close", "ws_orphan_reap"})

@@ -38,8 +38,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .errors import KeeperError
-from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
 
 DAY = 86400.0
 MESSAGING_SOURCES = frozenset(

@@ -12,18 +12,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backup import apply_rotation, backup_dir, take_backup
-from .db import connect_ro
-from .discovery import Profile
-from .fsutil import is_inside
-from .fts import MergeHold
-from .journal import Journal
-from .plan import ZOMBIE_END_REASON, FileAction, Plan
-from .policy import Policy
-from .prune import Progress, PruneResult, prune_sessions, resume_pending
-from .reclaim import compact
-from .schema import SchemaInfo, inspect
-from .writer import Writer
+from hermes_keeper.backup.compact import compact
+from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
+from hermes_keeper.fs import is_inside
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.run.plan import ZOMBIE_END_REASON, FileAction, Plan
+from hermes_keeper.run.policy import Policy
+from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
+from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.writer import Writer
 
 
 @dataclass

@@ -23,8 +23,8 @@ from pathlib import Path
 import orjson
 import zstandard
 
-from .fsutil import private_dir, private_file
-from .schema import SchemaInfo
+from hermes_keeper.fs import private_dir, private_file
+from hermes_keeper.sqlite.schema import SchemaInfo
 
 FORMAT = 1
 ZSTD_LEVEL = 3

@@ -34,14 +34,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from . import archive as arch
-from .db import connect_ro, read_txn
-from .discovery import Profile
-from .fts import MergeHold
-from .journal import Journal
-from .schema import SchemaInfo, inspect
-from .survey import message_size_sql
-from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer, background_thread
+from hermes_keeper.archive import store as arch
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.run.survey import message_size_sql
+from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer, background_thread
 
 #: Sessions archived per archive transaction (bounded by message volume too).
 ARCHIVE_BATCH_SESSIONS = 50

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import zstandard
 
-from .backup import BackupRecord, backup_dir, decompress_to, list_backups, verify_backup
-from .db import connect_ro
-from .discovery import Profile
-from .errors import KeeperError, os_error_line
-from .fsutil import FILE_MODE, fsync_dir, fsync_file, private_file
-from .holders import find_holders
-from .journal import Journal
-from .schema import inspect
+from hermes_keeper.backup.snapshot import BackupRecord, backup_dir, decompress_to, list_backups, verify_backup
+from hermes_keeper.errors import KeeperError, os_error_line
+from hermes_keeper.fs import FILE_MODE, fsync_dir, fsync_file, private_file
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.schema import inspect
 
 SAFETY_PREFIX = "state.db.keeper-before-restore-"
 RESTORE_TMP = ".state.db.keeper-restore.tmp"

@@ -17,15 +17,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .backup import RESERVE_BYTES, take_backup
-from .db import connect_rw
-from .discovery import Profile
-from .errors import KeeperError
-from .fts import fts5_tables, merge_round, release_leftover_hold
-from .holders import find_holders
-from .journal import Journal
-from .schema import SchemaInfo, inspect
-from .writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
+from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.sqlite.connect import connect_rw
+from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
+from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
 #: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the

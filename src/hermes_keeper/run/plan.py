@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
-from .policy import MESSAGING_SOURCES, Policy
-from .survey import LIVE_HANDOFF_STATES, SessionRow, Survey
+from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
+from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 
 ZOMBIE_END_REASON = "keeper_zombie"
 

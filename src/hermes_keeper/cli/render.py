@@ -10,7 +10,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from .report import AGE_BUCKETS
+from hermes_keeper.report import AGE_BUCKETS
 
 GROUP_LABELS = {
     "messages": "messages (rows + indexes)",

@@ -1,0 +1,1 @@
+"""The archive of pruned sessions: store, query, restore into state.db, export."""

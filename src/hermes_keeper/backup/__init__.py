@@ -1,0 +1,1 @@
+"""Snapshots of state.db: take, rotate, restore, and compact (space back while Hermes runs)."""

@@ -1,0 +1,1 @@
+"""The maintenance run: survey -> pure plan -> journaled executor (prune, zombies, files)."""
