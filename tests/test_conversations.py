@@ -175,6 +175,7 @@ def f(sid, parent=None, end=None, start=0.0, ended=None, delegate=None, branch=N
         (f("p", end="compression"), f("c", "p", delegate="p"), DELEGATE),  # not a continuation
         (f("p", end="compression"), f("c", "p", branch="p"), BRANCH),  # Hermes's compression tip skips it
         (f("p", end="branched", ended=5.0), f("c", "p", start=6.0), BRANCH),  # the legacy rule
+        (f("p", end="branched", ended=5.0), f("c", "p", start=6.0, delegate="p"), DELEGATE),
         (f("p", end="branched", ended=5.0), f("c", "p", start=4.0), CHILD),  # started before the end
         (f("p", end="branched", ended=5.0), f("c", "p", start=None), CHILD),
         (f("p", end="user_exit"), f("c", "p"), CHILD),

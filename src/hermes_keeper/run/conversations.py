@@ -14,9 +14,9 @@ give, so a conversation is the same set whichever side of the archive it is on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from hermes_keeper.run.survey import model_config_links, seconds
 
@@ -64,8 +64,7 @@ class Facts:
         )
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
     child: str
     parent: str
     kind: str  # COMPRESSION | DELEGATE | CHILD | BRANCH
@@ -84,21 +83,23 @@ def is_branch(child: Session, parent: Session) -> bool:
 
 def link_kind(child: Session, parent: Session) -> str:
     """How ``child`` hangs off ``parent`` (its ``parent_session_id``)."""
+    if child.delegate_from is not None and child.branched_from is None:
+        return DELEGATE  # Hermes deletes it with its parent, whatever the parent's end_reason
     if is_branch(child, parent):
         return BRANCH
-    if child.delegate_from is not None:
-        return DELEGATE
     return COMPRESSION if parent.end_reason == "compression" else CHILD
 
 
 @dataclass
 class Conversations:
-    #: root -> members, parents first (insert, export); the root is the first of them
+    #: root -> members, parents first (insert, export), else oldest first; the root is the first
     members: dict[str, list[str]] = field(default_factory=dict)
     #: session -> its conversation's root
     root: dict[str, str] = field(default_factory=dict)
     #: every link between the given sessions, branches included
     links: list[Link] = field(default_factory=list)
+    #: the facts they were made from, by id
+    sessions: dict[str, Session] = field(default_factory=dict)
 
     def children_first(self, root: str) -> list[str]:
         """The order to delete in: no member outlives a child pointing at it."""
@@ -114,7 +115,7 @@ class Conversations:
         for k in self.links:
             if k.kind == BRANCH:
                 up[self.root[k.child]].add(self.root[k.parent])
-        roots = _parents_first(list(self.members), up)
+        roots = _parents_first(_oldest_first(self.members, self.sessions), up)
         return [sid for r in roots for sid in self.members[r]]
 
 
@@ -123,36 +124,46 @@ def conversations(sessions: Iterable[Session]) -> Conversations:
     by_id = {s.id: s for s in sessions}
     links: list[Link] = []
     for s in by_id.values():
-        p = by_id.get(s.parent_id) if s.parent_id else None
-        if p is not None and p.id != s.id:
-            links.append(Link(s.id, p.id, link_kind(s, p)))
-        if s.delegate_from in by_id and s.delegate_from not in (s.id, s.parent_id):
+        if s.parent_id is not None and s.parent_id != s.id and s.parent_id in by_id:
+            links.append(Link(s.id, s.parent_id, link_kind(s, by_id[s.parent_id])))
+        if (
+            s.delegate_from is not None
+            and s.delegate_from not in (s.id, s.parent_id)
+            and s.delegate_from in by_id
+        ):
             links.append(Link(s.id, s.delegate_from, DELEGATE))
-    up: dict[str, set[str]] = {sid: set() for sid in by_id}
-    near: dict[str, set[str]] = {sid: set() for sid in by_id}
+    up: dict[str, list[str]] = {}  # only sessions with a joining link: most have none
+    near: dict[str, list[str]] = {}
     for k in links:
         if k.kind in JOINING:
-            up[k.child].add(k.parent)
-            near[k.child].add(k.parent)
-            near[k.parent].add(k.child)
-    order = sorted(by_id, key=lambda sid: (by_id[sid].started_at or 0.0, sid))
-    place = {sid: i for i, sid in enumerate(order)}
-    out = Conversations(links=links)
-    for sid in order:
+            up.setdefault(k.child, []).append(k.parent)
+            near.setdefault(k.child, []).append(k.parent)
+            near.setdefault(k.parent, []).append(k.child)
+
+    out = Conversations(links=links, sessions=by_id)
+    for sid in by_id:
         if sid in out.root:
+            continue
+        if sid not in near:
+            out.members[sid], out.root[sid] = [sid], sid
             continue
         group, todo = {sid}, [sid]
         while todo:
-            for n in near[todo.pop()] - group:
-                group.add(n)
-                todo.append(n)
-        members = _parents_first(sorted(group, key=place.__getitem__), up)
+            for n in near[todo.pop()]:
+                if n not in group:
+                    group.add(n)
+                    todo.append(n)
+        members = _parents_first(_oldest_first(group, by_id), up)
         out.members[members[0]] = members
         out.root.update((m, members[0]) for m in members)
     return out
 
 
-def _parents_first(nodes: list[str], up: dict[str, set[str]]) -> list[str]:
+def _oldest_first(ids: Iterable[str], sessions: Mapping[str, Session]) -> list[str]:
+    return sorted(ids, key=lambda sid: (sessions[sid].started_at or 0.0, sid))
+
+
+def _parents_first(nodes: list[str], up: Mapping[str, Collection[str]]) -> list[str]:
     """``nodes`` in their given order, except that each comes after its ``up`` (cycles broken)."""
     place = {n: i for i, n in enumerate(nodes)}
     out: list[str] = []
@@ -161,7 +172,7 @@ def _parents_first(nodes: list[str], up: dict[str, set[str]]) -> list[str]:
         if n in seen:
             continue
         seen.add(n)
-        stack = [(n, iter(sorted(up[n], key=place.__getitem__)))]
+        stack = [(n, iter(sorted(up.get(n, ()), key=place.__getitem__)))]
         while stack:  # depth first up the links, without recursion (chains can be long)
             cur, parents = stack[-1]
             nxt = next((p for p in parents if p not in seen), None)
@@ -170,5 +181,5 @@ def _parents_first(nodes: list[str], up: dict[str, set[str]]) -> list[str]:
                 out.append(cur)
             else:
                 seen.add(nxt)
-                stack.append((nxt, iter(sorted(up[nxt], key=place.__getitem__))))
+                stack.append((nxt, iter(sorted(up.get(nxt, ()), key=place.__getitem__))))
     return out
