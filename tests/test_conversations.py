@@ -160,6 +160,20 @@ def test_plan_prune_restore_and_export_agree(tmp_path, shape, sessions, expected
     assert order == [sid for conv in expected for sid in conv]
 
 
+def test_a_branch_restored_with_its_parent_keeps_its_link(tmp_path):
+    """Alone, a branch whose parent is archived comes back unlinked (said); asked for with the
+    parent, in any order, the parent goes in first and the link stays."""
+    home = _home(tmp_path / "home", [s("p", 0), s("x", 2, parent="p", _branched_from="p")])
+    _cli("run", "--home", str(home))
+    alone = json.loads(_cli("archive", "restore", "x", "--dry-run", "--json", "--home", str(home)))
+    assert alone["warnings"] == ["x: its parent p is not in state.db; restored without that link"]
+    out = json.loads(_cli("archive", "restore", "x", "p", "--json", "--home", str(home)))
+    assert out["restored"] == ["p", "x"] and out["warnings"] == []
+    conn = sqlite3.connect(home / "state.db")
+    assert conn.execute("SELECT parent_session_id FROM sessions WHERE id = 'x'").fetchone() == ("p",)
+    conn.close()
+
+
 # --- the model itself ---------------------------------------------------------------------------
 
 
