@@ -14,7 +14,9 @@ from pathlib import Path
 
 from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.home import Profile, select_profiles
+from hermes_keeper.run.conversations import conversations
 from hermes_keeper.run.execute import prune_sessions
+from hermes_keeper.run.survey import survey_profile
 
 DAY = 86400.0
 NOW = time.time()
@@ -104,8 +106,12 @@ def profile(home: Path) -> Profile:
 
 
 def prune(home: Path, ids: list[str] = PRUNED) -> None:
-    """The keeper's own archive-then-delete (what ``hermes-keeper run`` does for these ids)."""
-    result = prune_sessions(profile(home), ids, pause_ms=0)
+    """The keeper's own archive-then-delete (what ``hermes-keeper run`` does for these ids, cut
+    into their conversations as the plan cuts them)."""
+    prof = profile(home)
+    convs = conversations(survey_profile(prof).sessions.values())
+    units = [[m for m in convs.children_first(r) if m in ids] for r in convs.members]
+    result = prune_sessions(prof, [u for u in units if u], pause_ms=0)
     assert sorted(result.pruned) == sorted(ids), result
 
 

@@ -189,19 +189,6 @@ def test_newer_payload_into_older_hermes_keeps_what_it_cannot_hold(tmp_path, her
 
 
 @pytest.mark.parametrize(
-    "parent, child, kind",
-    [
-        ({"end_reason": "compression"}, {}, unarchive.CHAIN),
-        ({"end_reason": "user_exit"}, {"model_config": '{"_delegate_from": "p"}'}, unarchive.DELEGATE),
-        ({"end_reason": "compression"}, {"model_config": '{"_branched_from": "p"}'}, "branch"),
-        ({"end_reason": "user_exit"}, {"model_config": "not json"}, "child"),
-    ],
-)
-def test_link_kind(parent, child, kind):
-    assert unarchive.link_kind(parent, child) == kind
-
-
-@pytest.mark.parametrize(
     "row, columns, kept, dropped",
     [
         ({"a": 1, "b": 2}, ["a", "b"], {"a": 1, "b": 2}, []),

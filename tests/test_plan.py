@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from hermes_keeper.home import Profile
-from hermes_keeper.run.plan import make_plan, units
+from hermes_keeper.run.conversations import conversations
+from hermes_keeper.run.plan import make_plan
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import SessionFile, SessionRow, Survey
 from hermes_keeper.sqlite.schema import UNDERSTOOD, SchemaInfo
@@ -207,5 +208,5 @@ def test_units_are_transitive():
         row("c", parent_id="b"),
         row("x"),
     ]
-    groups = sorted(sorted(m) for m in units(survey_of(*rows)).values())
+    groups = sorted(sorted(m) for m in conversations(survey_of(*rows).sessions.values()).members.values())
     assert groups == [["a", "b", "c"], ["x"]]

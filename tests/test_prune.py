@@ -137,8 +137,7 @@ def test_session_woken_during_prune_is_put_back_exactly(tmp_path, monkeypatch):
     db = home / "state.db"
     profile, plan = _plan(home)
     counts = {sid: plan.decisions[sid].messages for sid in plan.prune}
-    units = {sid: plan.decisions[sid].unit for sid in plan.prune}
-    first_batch = prune._batches(plan.prune, counts, units)[0]
+    first_batch = prune._batches(plan.prune_conversations(), counts)[0]
     assert len(plan.prune) > 20 and len(first_batch) > 3
     target = _standalone(db, plan, first_batch[1:])
     row_before = _exact(db, "sessions", "id = ?", (target,))
@@ -147,7 +146,7 @@ def test_session_woken_during_prune_is_put_back_exactly(tmp_path, monkeypatch):
     others = [s for s in plan.prune if s != target]
     woken = _wake(monkeypatch, db, target)
 
-    result = prune.prune_sessions(profile, plan.prune, pause_ms=0, message_counts=counts)
+    result = prune.prune_sessions(profile, plan.prune_conversations(), pause_ms=0, message_counts=counts)
 
     assert len(woken) == 1
     assert result.skipped == {target: WOKE}
@@ -248,7 +247,7 @@ def test_woken_chain_tail_keeps_its_compression_chain(tmp_path, monkeypatch):
     head_messages = _message_ids(db)["chain_head"]
     _wake(monkeypatch, db, "chain_tail")
 
-    result = prune.prune_sessions(profile, plan.prune, pause_ms=0)
+    result = prune.prune_sessions(profile, plan.prune_conversations(), pause_ms=0)
 
     assert result.skipped == {"chain_tail": WOKE, "chain_head": f"conversation member chain_tail had {WOKE}"}
     assert "chain_head" in _session_ids(db), "the head of a live compression chain was pruned"
@@ -295,7 +294,7 @@ def test_invalid_utf8_text_and_blobs_survive_archive_and_restore(tmp_path):
     assert content_before[:3] == [("text", "66FF6F"), ("blob", "00FF10"), ("blob", "")]
 
     profile = select_profiles(str(home))[0]
-    result = prune.prune_sessions(profile, ["odd_bytes"], pause_ms=0)
+    result = prune.prune_sessions(profile, [["odd_bytes"]], pause_ms=0)
     assert result.pruned == ["odd_bytes"]
     assert "odd_bytes" not in _session_ids(db) and "odd_bytes" not in _message_ids(db)
     with Archive.for_home(profile.keeper_dir) as store:
@@ -446,7 +445,7 @@ def test_deletes_are_budgeted_transactions_and_sessions_end_whole_or_gone(tmp_pa
     w = Writer(db, budget_ms=2, pause_ms=0)
     w.after_step.append(check_committed_state)
     try:
-        result = prune.prune_sessions(profile, plan.prune, writer=w, message_counts=counts)
+        result = prune.prune_sessions(profile, plan.prune_conversations(), writer=w, message_counts=counts)
     finally:
         w.close()
         reader.close()

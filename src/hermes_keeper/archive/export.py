@@ -3,8 +3,9 @@
 Each line is the session row plus ``messages``: active messages only, as Hermes's
 ``get_messages`` returns them (``\\x00json:`` content decoded, ``tool_calls`` parsed),
 written like ``hermes sessions export --format jsonl`` writes (``json.dumps``,
-``ensure_ascii=False``). Parents come before their children, so an import cut into
-batches (:func:`hermes_keeper.archive.hermes_import.import_batches`) keeps every parent link.
+``ensure_ascii=False``). Sessions come conversation by conversation, parents before their
+children (:mod:`conversations`), so an import cut into batches
+(:func:`hermes_keeper.archive.hermes_import.import_batches`) keeps every parent link.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hermes_keeper.archive.hermes_import import import_batches, too_big
 from hermes_keeper.archive.query import ALL, CONTENT_JSON_PREFIX, Filters, list_entries
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, decode_value
 from hermes_keeper.fs import durable_rename, private_file
+from hermes_keeper.run.conversations import Facts, conversations
 
 
 def _plain(v):
@@ -53,20 +55,35 @@ def hermes_export(payload: dict) -> dict:
     return {**session, "messages": messages}
 
 
-def parents_first(entries: list[Entry]) -> list[Entry]:
-    """Oldest first, every parent before its children (cycles broken, nothing dropped)."""
+def parents_first(entries: list[Entry], rows: dict[str, dict] | None = None) -> list[Entry]:
+    """``entries`` in the conversation model's order: oldest conversation first, each whole and
+    parents first, a branch after the conversation it came from (cycles broken, nothing dropped).
+
+    ``rows``: the archived session rows of linked entries (their ``end_reason`` and
+    ``model_config`` tell a branch from a continuation); an entry without one keeps its link.
+    """
+    rows = rows or {}
     by_id = {e.session_id: e for e in entries}
-    out: list[Entry] = []
-    seen: set[str] = set()
-    for e in sorted(entries, key=lambda e: (e.started_at or 0.0, e.session_id)):
-        chain = []
-        cur: Entry | None = e
-        while cur is not None and cur.session_id not in seen:
-            seen.add(cur.session_id)
-            chain.append(cur)
-            cur = by_id.get(cur.parent_session_id or "")
-        out.extend(reversed(chain))
-    return out
+    facts = [
+        Facts.of_row(rows[e.session_id])
+        if e.session_id in rows
+        else Facts(e.session_id, e.parent_session_id, started_at=e.started_at)
+        for e in entries
+    ]
+    return [by_id[sid] for sid in conversations(facts).parents_first()]
+
+
+def _linked_rows(store: Archive, entries: list[Entry]) -> dict[str, dict]:
+    """The session rows of the entries linked to another one (the rest need none to be ordered)."""
+    ids = {e.session_id for e in entries}
+    linked = {
+        sid for e in entries if e.parent_session_id in ids for sid in (e.session_id, e.parent_session_id)
+    }
+    rows = {}
+    for sid in sorted(linked):
+        with contextlib.suppress(ArchiveDamaged):  # said when it is written
+            rows[sid] = store.get(sid)["session"]
+    return rows
 
 
 @dataclass
@@ -82,7 +99,8 @@ def export_sessions(
 ) -> Iterator[dict]:
     """Each matching archived session in export_session shape, parents first; damaged rows counted."""
     result = result if result is not None else ExportResult()
-    for entry in parents_first(list_entries(store, filters)):
+    entries = list_entries(store, filters)
+    for entry in parents_first(entries, _linked_rows(store, entries)):
         try:
             session = hermes_export(store.get(entry.session_id))
         except ArchiveDamaged:

@@ -2,9 +2,10 @@
 
 Ids, timestamps, every message (inactive ones too, with their original ids), model
 usage and ``state_meta`` rows go back through the same budgeted :class:`Writer` as a
-prune. A conversation comes back whole: the archived parent a session links to, and
-the compression continuations and delegate subagents of every member, come with it;
-if any member's archive row is damaged the whole conversation is refused, never
+prune. A conversation (:mod:`conversations`, the set the plan pruned as one) comes back
+whole, whichever member is asked for; a branch comes back alone, without its link if
+its parent is not in state.db. If any member's archive row is damaged (or one linked
+to it, whose kind of link cannot be told) the whole conversation is refused, never
 restored in part. The session row is inserted hidden (``archived = 1`` where the
 column exists) and revealed in its last step; after a crash, restoring again finishes
 what is there (the archive row still says ``pruned``, the row in state.db holds only
@@ -13,7 +14,6 @@ archived message ids) instead of refusing it as already present.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,13 +23,15 @@ from hermes_keeper.archive import store as arch
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.run.conversations import Facts, conversations
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
 TITLE_SUFFIX = " (restored)"
-REQUESTED, PARENT, CHAIN, DELEGATE = "requested", "parent", "compression chain", "delegate"
+#: Why a member comes back beside the link kinds of :mod:`conversations`.
+REQUESTED, PARENT = "requested", "parent"
 #: Values that carry nothing when a column is dropped for an older schema.
 _EMPTY = (None, 0, "", False)
 
@@ -51,31 +53,12 @@ def fit_row(row: dict, columns: list[str]) -> tuple[dict, list[str]]:
     return kept, dropped
 
 
-def _config(session: dict) -> dict:
-    raw = arch.decode_value(session.get("model_config"))
-    try:
-        cfg = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
-
-
-def link_kind(parent: dict, child: dict) -> str:
-    """How ``child`` (a session row) belongs to ``parent``: the same conversation, or only a link."""
-    cfg = _config(child)
-    if cfg.get("_branched_from") is not None:
-        return "branch"
-    if cfg.get("_delegate_from") is not None:
-        return DELEGATE
-    return CHAIN if parent.get("end_reason") == "compression" else "child"
-
-
 @dataclass
 class Member:
     payload: dict
     why: str
     existing: frozenset[int] | None = None  # message ids already back: finishing an interrupted restore
-    detach: bool = False  # its parent is gone for good: restored without the link
+    detach: bool = False  # its parent is not in state.db (gone, or another conversation): no link
 
     @property
     def session_id(self) -> str:
@@ -144,14 +127,6 @@ def _restorable_messages(payload: dict, schema: SchemaInfo) -> list[dict]:
     return [m for m in payload["messages"] if m.get("active", 1) != 0]
 
 
-def _depth(sid: str, parent_of: dict[str, str | None]) -> int:
-    d, seen = 0, {sid}
-    while (p := parent_of.get(sid)) in parent_of and p not in seen:
-        seen.add(p)
-        sid, d = p, d + 1
-    return d
-
-
 class _Planner:
     def __init__(self, store: arch.Archive, target: _Target):
         self.store = store
@@ -173,29 +148,36 @@ class _Planner:
         return self.payloads[sid]
 
     def conversation(self, sid: str) -> tuple[dict[str, str], list[str]]:
-        """Archived members of ``sid``'s conversation that must go back, and the damaged ones."""
-        members, damaged = {}, []
-        todo = [(sid, REQUESTED)]
-        while todo:
-            cur, why = todo.pop()
-            if cur in members:
+        """Archived members of ``sid``'s conversation that must go back (-> why), parents first,
+        and the damaged rows linked to it."""
+        facts: dict[str, Facts] = {}
+        broken: set[str] = set()
+        todo = [sid]
+        while todo:  # every archived session linked to sid, whatever the link: the model decides
+            cur = todo.pop()
+            if cur in facts or cur in broken or cur not in self.entries:
                 continue
-            members[cur] = why
             p = self.payload(cur)
             if p is None:
-                damaged.append(cur)
+                broken.add(cur)
                 continue
-            parent = p["session"].get("parent_session_id")
-            if parent in self.entries and parent not in members and self.needed(parent):
-                pp = self.payloads[parent]
-                todo.append((parent, link_kind(pp["session"], p["session"]) if pp else PARENT))
-            for child in self.children.get(cur, []):
-                if child in members or not self.needed(child):
-                    continue
-                cp = self.payloads[child]
-                kind = link_kind(p["session"], cp["session"]) if cp else CHAIN  # unsure: treat as one unit
-                if kind in (CHAIN, DELEGATE):
-                    todo.append((child, kind))
+            f = facts[cur] = Facts.of_row(p["session"])
+            todo += [
+                n for n in (f.parent_id, f.delegate_from, *self.children.get(cur, ())) if n in self.entries
+            ]
+        if sid in broken:
+            return {sid: REQUESTED}, [sid]
+        convs = conversations(facts.values())
+        conv = convs.members[convs.root[sid]]
+        members = {
+            m: REQUESTED if m == sid else convs.kind(m) or PARENT for m in conv if m == sid or self.needed(m)
+        }
+        near = set(conv) | {facts[m].parent_id for m in conv}
+        damaged = [
+            d
+            for d in sorted(broken)
+            if (d in near or self.entries[d].parent_session_id in near) and self.needed(d)
+        ]
         return members, damaged
 
     def needed(self, sid: str) -> bool:
@@ -248,8 +230,6 @@ class _Planner:
             )
             out.append(Member(p, why, existing, detach))
         self.planned.update(members)
-        parent_of = {m.session_id: m.payload["session"].get("parent_session_id") for m in out}
-        out.sort(key=lambda m: (_depth(m.session_id, parent_of), m.payload["session"].get("started_at") or 0))
         return Group([requested], out)
 
     def _fit_problem(self, p: dict, schema: SchemaInfo, existing: frozenset[int] | None) -> str | None:
@@ -294,8 +274,7 @@ def _warnings(plan: RestorePlan, schema: SchemaInfo) -> None:
             if m.detach:
                 parent = p["session"].get("parent_session_id")
                 plan.warnings.append(
-                    f"{m.session_id}: its parent {parent} is in neither state.db nor the archive; "
-                    "restored without that link"
+                    f"{m.session_id}: its parent {parent} is not in state.db; restored without that link"
                 )
     cols = [f"{t}.{c}" for t, cs in sorted(dropped.items()) for c in sorted(cs)]
     if cols:
@@ -318,7 +297,9 @@ def plan_restore(store: arch.Archive, db_path: Path, schema: SchemaInfo, ids: li
         with read_txn(conn):
             planner = _Planner(store, _Target(conn, schema))
             covered: dict[str, Group] = {}
-            for sid in dict.fromkeys(ids):
+            # Oldest first: a branch asked for with its parent keeps its link (the parent goes in first).
+            first = {e: planner.entries[e].started_at or 0.0 for e in ids if e in planner.entries}
+            for sid in sorted(dict.fromkeys(ids), key=lambda e: first.get(e, 0.0)):
                 if sid in covered:
                     covered[sid].requested.append(sid)
                 elif sid not in planner.entries:

@@ -174,7 +174,7 @@ def apply_plan(
         counts = {sid: plan.decisions[sid].messages for sid in plan.prune}
         res.prune = prune_sessions(
             profile,
-            plan.prune,
+            plan.prune_conversations(),
             archive=policy.archive,
             journal=journal,
             message_counts=counts,

@@ -1,8 +1,7 @@
 """The plan: a pure function of (survey, policy, now). No database, no clock, no files.
 
-Sessions are decided as *conversation units*: a compression chain (a parent whose
-``end_reason`` is ``compression`` and its continuations) is one conversation, and
-delegate subagents go with the session that spawned them. A unit is pruned only when
+Sessions are decided as whole conversations (:mod:`conversations`: a compression chain
+with its delegate and untagged subagents is one, a branch is its own). One is pruned only when
 every member is old enough for its source's retention, measured from the newest
 activity anywhere in the unit, and no member is protected. When unsure, keep.
 """
@@ -12,6 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
+from hermes_keeper.run.conversations import conversations
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 
@@ -98,6 +98,13 @@ class Plan:
     remaining_sessions: int = 0
     remaining_messages: int = 0
 
+    def prune_conversations(self) -> list[list[str]]:
+        """:attr:`prune` cut into its conversations: the sets prune deletes (or puts back) whole."""
+        out: dict[str, list[str]] = {}
+        for sid in self.prune:
+            out.setdefault(self.decisions[sid].unit, []).append(sid)
+        return list(out.values())
+
     @property
     def prune_messages(self) -> int:
         return sum(self.decisions[s].messages for s in self.prune)
@@ -137,47 +144,6 @@ class Plan:
         return out
 
 
-def is_branch(child: SessionRow, parent: SessionRow) -> bool:
-    """Hermes's ``_BRANCH_CHILD_SQL``: the ``_branched_from`` marker, or the legacy heuristic."""
-    ended = parent.ended_at
-    return child.branched_from is not None or (
-        parent.end_reason == "branched" and ended is not None and child.started_at >= ended
-    )
-
-
-def units(survey: Survey) -> dict[str, list[str]]:
-    """Conversation units: root id -> member ids.
-
-    A child joins its parent's unit unless it is a branch: compression continuations and
-    subagent runs (marked ``_delegate_from``, or untagged as before Hermes's v16 migration)
-    are the very children Hermes itself hides and cascade-deletes with the parent.
-    """
-    parent: dict[str, str] = {sid: sid for sid in survey.sessions}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a: str, b: str) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
-    sessions = survey.sessions
-    for s in sessions.values():
-        p = sessions.get(s.parent_id) if s.parent_id else None
-        if p is not None and (p.end_reason == "compression" or not is_branch(s, p)):
-            union(s.id, p.id)
-        if s.delegate_from and s.delegate_from in sessions:
-            union(s.id, s.delegate_from)
-    groups: dict[str, list[str]] = defaultdict(list)
-    for sid in sessions:
-        groups[find(sid)].append(sid)
-    return dict(groups)
-
-
 def _bytes_per_content_byte(survey: Survey, db_bytes: int) -> float:
     """The database's bytes (FTS and indexes included) per byte of message text."""
     content = sum(s.content_bytes for s in survey.sessions.values())
@@ -188,22 +154,6 @@ def _first_row(members: list[str], survey: Survey) -> int:
     """The unit's oldest message id (0 for a unit without messages)."""
     ids = [survey.sessions[m].first_message_id for m in members]
     return min((i for i in ids if i is not None), default=0)
-
-
-def _depth_order(members: list[str], survey: Survey) -> list[str]:
-    """Children before parents, so no row ever points at a deleted parent mid-prune."""
-    ids = set(members)
-
-    def depth(sid: str) -> int:
-        d, seen = 0, set()
-        while True:
-            p = survey.sessions[sid].parent_id
-            if p not in ids or p in seen:
-                return d
-            seen.add(p)
-            sid, d = p, d + 1
-
-    return sorted(members, key=lambda m: (-depth(m), m))
 
 
 def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None = None) -> Plan:
@@ -219,8 +169,9 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             plan.zombies.append(ZombieClose(s.id, s.source, ended, idle))
     plan.zombies.sort(key=lambda z: z.session_id)
 
+    convs = conversations(sessions.values())
     candidates: list[tuple[float, str, list[str]]] = []  # (unit last activity, root, members)
-    for root, members in units(survey).items():
+    for root, members in convs.members.items():
         rows = [sessions[m] for m in members]
         last = max(r.last_activity for r in rows)
         age = now - last
@@ -254,7 +205,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     if policy.max_db_bytes is not None and db_bytes - freed > policy.max_db_bytes:
         target = policy.max_db_bytes * policy.low_water
         extra = []
-        for root, members in units(survey).items():
+        for root, members in convs.members.items():
             if any(plan.decisions[m].action == "prune" for m in members):
                 continue
             rows = [sessions[m] for m in members]
@@ -271,8 +222,8 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
                 )
                 freed += plan.decisions[m].est_bytes
             chosen.append((last, root, members))
-    for _, members in sorted((_first_row(members, survey), members) for _, _, members in chosen):
-        plan.prune.extend(_depth_order(members, survey))
+    for _, root in sorted((_first_row(convs.members[root], survey), root) for _, root, _ in chosen):
+        plan.prune.extend(convs.children_first(root))
     plan.est_freed_bytes = freed
 
     pruned = set(plan.prune)

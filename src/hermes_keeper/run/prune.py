@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from hermes_keeper.archive import store as arch
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.run.conversations import Facts, conversations
 from hermes_keeper.run.survey import message_size_sql
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
@@ -88,7 +89,7 @@ class _Pending:
     payload: dict
     ids: list[int]
     costs: list[int]
-    unit: str = ""  # the conversation it belongs to (see :func:`conversations`)
+    unit: str = ""  # the conversation it belongs to (see :mod:`conversations`)
     batch: int = -1  # set by the deleter when it takes the batch
     done: int = 0  # messages of it deleted so far
 
@@ -165,7 +166,7 @@ class _Deleter:
     def _step(self) -> None:
         """One transaction: mark new batches, delete up to the budget, finish completed units.
 
-        A conversation (:func:`conversations`) is finished as a whole, in the transaction that
+        A conversation (:mod:`conversations`) is finished as a whole, in the transaction that
         deletes the last message of its last member: its session rows stay (hidden) until then,
         so one that woke up can be put back whole, links included.
         """
@@ -307,29 +308,10 @@ def _reinsert_messages(w: Writer, schema: SchemaInfo, payload: dict) -> None:
         done += len(chunk)
 
 
-def conversations(conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
-    """Session -> conversation among ``ids``: sessions linked by ``parent_session_id`` (compression
-    continuations, delegate children, branches) go together; one that wakes up keeps them all."""
-    sql, arg = _in(ids)
-    parent = dict(conn.execute(f"SELECT id, parent_session_id FROM sessions WHERE id {sql}", arg))
-
-    def root(sid: str) -> str:
-        seen = set()
-        while parent.get(sid) in parent and sid not in seen:
-            seen.add(sid)
-            sid = parent[sid]
-        return sid
-
-    return {sid: root(sid) for sid in parent}
-
-
-def _batches(ids: list[str], sizes: dict[str, int], units: dict[str, str]) -> list[list[str]]:
+def _batches(convs: list[list[str]], sizes: dict[str, int]) -> list[list[str]]:
     """Archive batches in plan order, a conversation never split between two."""
-    groups: dict[str, list[str]] = {}
-    for sid in ids:
-        groups.setdefault(units.get(sid, sid), []).append(sid)
     out, cur, msgs = [], [], 0
-    for group in groups.values():
+    for group in convs:
         n = sum(sizes.get(sid, 0) for sid in group)
         if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + n > ARCHIVE_BATCH_MESSAGES):
             out.append(cur)
@@ -483,7 +465,7 @@ def _delete_all(
 
 def prune_sessions(
     profile: Profile,
-    session_ids: list[str],
+    convs: list[list[str]],
     *,
     archive: bool = True,
     journal: Journal | None = None,
@@ -496,8 +478,10 @@ def prune_sessions(
     hold: MergeHold | None = None,
     on_pruned: Callable[[list[str]], None] | None = None,
 ) -> PruneResult:
-    """Archive (unless ``archive=False``), verify, then delete these sessions from state.db.
+    """Archive (unless ``archive=False``), verify, then delete these conversations from state.db.
 
+    ``convs``: the plan's conversations (:meth:`Plan.prune_conversations`), each deleted as a
+    whole or put back whole; no linking of its own, so what goes is exactly what was decided.
     ``schema``: the caller's fresh :func:`inspect` of this database, to skip reading it again;
     ``writer`` and ``hold``: the run's, when it has more to write than this prune;
     ``on_pruned``: called with the ids of each batch as soon as they are gone.
@@ -505,18 +489,14 @@ def prune_sessions(
     schema = schema or inspect(profile.db_path)
     schema.require_actionable()
     result = PruneResult()
-    if not session_ids:
+    if not convs:
         return result
     own_writer = writer is None
     w = writer or Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, synchronous="NORMAL")
     # Opened (and created) here, before the archiver opens its own connection to the same file.
     store = _state_store(profile) if archive else None
-    conn = connect_ro(profile.db_path)
-    try:
-        units = conversations(conn, list(session_ids))
-    finally:
-        conn.close()
-    batches = _batches(list(session_ids), message_counts or {}, units)
+    units = {sid: conv[0] for conv in convs for sid in conv}
+    batches = _batches(convs, message_counts or {})
     archiver = _Archiver(profile, schema, batches, units, archive, journal, result)
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -553,7 +533,6 @@ def resume_pending(
             sql, arg = _in(pending)
             present = {r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id {sql}", arg)}
             costs = message_costs(conn, schema, list(present))
-            units = conversations(conn, list(present))
         finally:
             conn.close()
         payloads = []
@@ -569,6 +548,8 @@ def resume_pending(
                 store.set_state([sid], arch.RESTORED)
         result = PruneResult()
         if payloads:
+            # The crashed run's conversations, by the same model over the rows it archived.
+            units = conversations(Facts.of_row(p["session"]) for p in payloads).root
             feed = [[_Pending.of(p, costs, units) for p in payloads]]
             _delete_all(profile, writer, schema, store, feed, result, journal, None, hold)
     if journal and pending:

@@ -126,7 +126,7 @@ def safe_filename_component(session_id: str) -> str:
 _DUMP = re.compile(r"^request_dump_(?P<sid>.+)_(?P<ts>\d{8}_\d{6}(?:_\d+)?)\.json$")
 
 
-def _seconds(value) -> float | None:
+def seconds(value) -> float | None:
     """A stored timestamp as unix seconds; text (ISO dates, numbers as text) parsed best-effort.
 
     Such profiles are flagged by ``schema.inspect`` and maintenance refuses them; this only
@@ -161,7 +161,7 @@ def shown(text: str | None) -> str | None:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _model_config_links(raw: str | None) -> tuple[str | None, str | None]:
+def model_config_links(raw: str | None) -> tuple[str | None, str | None]:
     if not raw:
         return None, None
     try:
@@ -332,15 +332,15 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
     routed |= routed_from_sessions_json(profile.sessions_dir)
     survey.routed_ids = routed
     for r in rows:
-        delegate, branch = _model_config_links(r.get("model_config"))
+        delegate, branch = model_config_links(r.get("model_config"))
         count, inactive, size, first, last, first_id = stats.get(r["id"], (0, 0, 0, None, None, None))
         survey.message_total += count
         sid = r["id"]
         survey.sessions[sid] = SessionRow(
             id=sid,
             source=shown(r["source"]) or "unknown",
-            started_at=_seconds(r["started_at"]) or 0.0,
-            ended_at=_seconds(r["ended_at"]),
+            started_at=seconds(r["started_at"]) or 0.0,
+            ended_at=seconds(r["ended_at"]),
             end_reason=shown(r["end_reason"]),
             parent_id=r["parent_session_id"],
             title=shown(r["title"]),
@@ -352,10 +352,10 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             messages=count or 0,
             inactive_messages=inactive or 0,
             content_bytes=size or 0,
-            first_message_at=_seconds(first),
+            first_message_at=seconds(first),
             first_message_id=first_id,
-            last_message_at=_seconds(last),
-            last_activity_at=_seconds(r["last_activity_at"]),
+            last_message_at=seconds(last),
+            last_activity_at=seconds(r["last_activity_at"]),
             input_tokens=r["input_tokens"] or 0,
             output_tokens=r["output_tokens"] or 0,
             cost_usd=float(r["cost_usd"] or 0),
