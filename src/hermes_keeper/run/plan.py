@@ -18,14 +18,21 @@ from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 ZOMBIE_END_REASON = "keeper_zombie"
 
 
+def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
+    """Upstream's ``_stale_holder`` negated: not expired, and its holder not provably dead."""
+    return expires_at is not None and expires_at > now and not holder_dead
+
+
 def in_use(s: SessionRow, now: float) -> list[str]:
-    """Signs that Hermes (gateway, compressor, handoff, delegation) still relies on ``s``, or that
-    the row is not one the keeper can address exactly."""
+    """Signs that Hermes (gateway, compressor, turn, handoff, delegation) still relies on ``s``, or
+    that the row is not one the keeper can address exactly."""
     checks = (
         (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
         (s.routed, "routed by the gateway"),
         (s.gateway_recoverable, "gateway-recoverable"),
-        (s.lease_expires_at is not None and s.lease_expires_at > now, "live compression lease"),
+        (_live(s.lease_expires_at, s.lease_holder_dead, now), "live compression lease"),
+        (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), "live turn lease"),
+        (s.runtime_lease, "open chat surface (runtime/active_sessions.json)"),
         (s.handoff_state in LIVE_HANDOFF_STATES, "handoff in flight"),
         (s.topic_bound, "telegram topic binding"),
         (s.pending_delegation, "pending delegation"),
@@ -46,12 +53,50 @@ def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
     return reasons
 
 
-def zombie_blockers(s: SessionRow, now: float) -> list[str]:
-    """Why an idle open session must not be closed (the gateway may still write to it)."""
-    reasons = in_use(s, now)
+def pinned_tails(survey: Survey) -> set[str]:
+    """Unpinned compression continuations of a pinned session (upstream's ``_PINNED_TAIL_SQL``):
+    a pin covers the whole conversation."""
+    sessions = survey.sessions
+    tails: set[str] = set()
+    for s in sessions.values():
+        seen, current = {s.id}, s
+        while current.parent_id in sessions and current.parent_id not in seen:
+            parent = sessions[current.parent_id]
+            if parent.end_reason != "compression" or current.branched_from is not None:
+                break
+            if parent.pinned:
+                tails.add(s.id)
+                break
+            seen.add(parent.id)
+            current = parent
+    return tails
+
+
+def heartbeat_owned(s: SessionRow, survey: Survey, now: float, staleness_s: float) -> bool:
+    """A live gateway backend could own ``s`` (upstream's ``sweep_orphaned_sessions`` gate): a
+    heartbeat within ``staleness_s`` from a backend started no later than ``staleness_s`` after ``s``."""
+    return any(
+        last >= now - staleness_s and started <= s.started_at + staleness_s
+        for started, last in survey.heartbeats
+    )
+
+
+def zombie_blockers(s: SessionRow, survey: Survey, policy: Policy, now: float, tails: set[str]) -> list[str]:
+    """Why an idle open session must not be closed (Hermes may still write to it, or keeps it)."""
+    reasons = in_use(s, now) + unreadable(survey)
     if s.source in MESSAGING_SOURCES and s.session_key:
         reasons.append("messaging session with a gateway key")
+    if s.pinned or s.id in tails:
+        reasons.append("pinned" if s.pinned else "continuation of a pinned conversation")
+    # Upstream's default staleness: twice the idle time after which it would reap the row.
+    if heartbeat_owned(s, survey, now, 2 * policy.zombie_after_s):
+        reasons.append("its gateway backend heartbeats")
     return reasons
+
+
+def unreadable(survey: Survey) -> list[str]:
+    """A protection that exists but could not be read keeps everything (when unsure, keep)."""
+    return [f"protection unreadable: {what}" for what in survey.unreadable]
 
 
 @dataclass(frozen=True)
@@ -212,9 +257,10 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     ratio = _bytes_per_content_byte(survey, db_bytes)
     sessions = survey.sessions
 
+    tails = pinned_tails(survey)
     for s in sessions.values():
         idle = now - s.last_activity
-        if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, now):
+        if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, survey, policy, now, tails):
             ended = max(t for t in (s.started_at, s.last_message_at, s.last_activity_at) if t is not None)
             plan.zombies.append(ZombieClose(s.id, s.source, ended, idle))
     plan.zombies.sort(key=lambda z: z.session_id)
@@ -224,7 +270,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         rows = [sessions[m] for m in members]
         last = max(r.last_activity for r in rows)
         age = now - last
-        protected = [(r.id, p) for r in rows for p in protections(r, policy, now)]
+        protected = [(r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)]
         if protected:
             sid, why = protected[0]
             reason = why if len(members) == 1 else f"conversation member {sid} is {why}"
@@ -258,7 +304,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             if any(plan.decisions[m].action == "prune" for m in members):
                 continue
             rows = [sessions[m] for m in members]
-            if any(protections(r, policy, now) for r in rows):
+            if unreadable(survey) or any(protections(r, policy, now) for r in rows):
                 continue
             extra.append((max(r.last_activity for r in rows), root, members))
         for last, root, members in sorted(extra):

