@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_keeper.cli import main
+from tests.conftest import tree_digest
 from tests.hermes_env import IOT, Hermes
 
 DAY = 86400.0
@@ -226,3 +227,60 @@ def test_unreadable_protection_changes_nothing(tmp_path, iot):
     reasons = {d["session_id"]: d["reason"] for d in json.loads(plan.output)["profiles"][0]["decisions"]}
     assert reasons["old"] == "protection unreadable: runtime/active_sessions.json"
     assert _run(tmp_path)["pruned"] == 0
+
+
+_HOLD_LOCK = {
+    "auto-maintenance": "import hermes_state_repair as r; "
+    "h = r._try_acquire_auto_maintenance_lock(db); assert h",
+    "repair": "import hermes_state_repair as r; cm = r._cross_process_repair_lock(db); assert cm.__enter__()",
+    "fts_rebuild": "import hermes_state_common as c; cm = c.fts_rebuild_admission(db); assert cm.__enter__()",
+}
+
+
+@pytest.mark.parametrize("lock", sorted(_HOLD_LOCK))
+def test_refuses_while_hermes_holds_a_maintenance_lock(tmp_path, iot, lock):
+    """Hermes's own lock taken by Hermes's own code: run and compact say "try later" (exit 75)
+    and change nothing; once it is released the run goes ahead."""
+    now = time.time()
+    iot.run(tmp_path, [{"op": "build", "sessions": [_session("old", "cli", 200, now)]}])
+    holder = subprocess.Popen(
+        [
+            str(iot.python),
+            "-c",
+            "import sys, time; from pathlib import Path; db = Path(sys.argv[1]); "
+            f"{_HOLD_LOCK[lock]}; print('ok', flush=True); time.sleep(120)",
+            str(tmp_path / "state.db"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(tmp_path)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        before = tree_digest(tmp_path)
+        for cmd in (["run"], ["compact"]):
+            res = CliRunner().invoke(main, [*cmd, "--home", str(tmp_path)])
+            assert res.exit_code == 75, res.output
+            assert f"state.db.{lock}.lock is held" in res.output and "run again later" in res.output
+            assert len(res.output.strip().splitlines()) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    # Hermes's data untouched (the keeper's own journal has the plan it did not apply)
+    after = tree_digest(tmp_path)
+    assert {k: v for k, v in after.items() if k.startswith(("state.db", "sessions"))} == {
+        k: v for k, v in before.items() if k.startswith(("state.db", "sessions"))
+    }
+    assert _run(tmp_path)["pruned"] == 1
+
+
+def test_refuses_during_a_deferred_fts_rebuild(tmp_path, iot):
+    now = time.time()
+    iot.run(tmp_path, [{"op": "build", "sessions": [_session("old", "cli", 200, now)]}])
+    with sqlite3.connect(tmp_path / "state.db") as c:  # what Hermes leaves while it backfills
+        c.execute(
+            "INSERT INTO state_meta VALUES ('fts_rebuild_high_water', '10'), ('fts_rebuild_progress', '3')"
+        )
+    res = CliRunner().invoke(main, ["run", "--home", str(tmp_path)])
+    assert res.exit_code == 75 and "rebuilding its search index" in res.output
+    assert "old" in _rows(tmp_path)

@@ -22,6 +22,7 @@ from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.holders import refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import Writer
 
@@ -144,6 +145,7 @@ def apply_plan(
     """
     schema = schema or inspect(profile.db_path)
     schema.require_actionable()
+    refuse_during_maintenance(schema)
     res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
     if policy.backup and plan.prune:
         res.backup = take_backup(profile, journal=journal).name

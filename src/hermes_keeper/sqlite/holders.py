@@ -16,6 +16,9 @@ from pathlib import Path
 
 import psutil
 
+from hermes_keeper.errors import TryLater
+from hermes_keeper.sqlite.schema import SchemaInfo
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -105,3 +108,45 @@ def process_gone(pid: object) -> bool:
     except (TypeError, ValueError):
         return False
     return pid > 0 and not psutil.pid_exists(pid)
+
+
+#: Hermes's own cross-process locks beside ``state.db`` (flock; the files stay after release).
+MAINTENANCE_LOCKS = {
+    ".fts_rebuild.lock": "an FTS rebuild",
+    ".repair.lock": "a schema repair",
+    ".auto-maintenance.lock": "its auto-maintenance (prune + VACUUM)",
+}
+
+
+def _flocked(path: Path) -> bool:
+    """Another process holds a flock on ``path``, read from ``/proc/locks``: the keeper never takes
+    Hermes's locks itself (a probe could make Hermes skip its own maintenance)."""
+    try:
+        st = path.stat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and "->" not in fields and fields[1] == "FLOCK" and fields[5] == dev:
+            return True
+    return False
+
+
+def hermes_maintenance(schema: SchemaInfo) -> str | None:
+    """What Hermes is doing to the database that the keeper must not run beside, or ``None``."""
+    db_path = Path(schema.path)
+    for suffix, what in MAINTENANCE_LOCKS.items():
+        if _flocked(db_path.with_name(db_path.name + suffix)):
+            return f"Hermes is running {what} ({db_path.name}{suffix} is held)"
+    if schema.fts_rebuild_pending:
+        return "Hermes is rebuilding its search index (deferred FTS rebuild in state_meta)"
+    return None
+
+
+def refuse_during_maintenance(schema: SchemaInfo) -> None:
+    """Raise :class:`TryLater` (one line, exit 75, nothing changed) while Hermes maintains the database."""
+    busy = hermes_maintenance(schema)
+    if busy:
+        raise TryLater(f"{busy}; nothing changed, run again later")

@@ -48,6 +48,8 @@ class SchemaInfo:
     page_count: int = 0
     freelist_count: int = 0
     timestamp_problems: list[str] = field(default_factory=list)
+    #: Hermes (schema 23+) is backfilling a dropped FTS index: ``fts_rebuild_*`` keys in state_meta
+    fts_rebuild_pending: bool = False
 
     @property
     def db_bytes(self) -> int:
@@ -187,6 +189,12 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
         else:
             info.status = UNDERSTOOD
             info.reason = f"Hermes schema_version {version}"
+        if info.has("state_meta", "key"):
+            info.fts_rebuild_pending = bool(
+                conn.execute(
+                    "SELECT 1 FROM state_meta WHERE key IN ('fts_rebuild_high_water', 'fts_rebuild_progress')"
+                ).fetchone()
+            )
         if check_timestamps:
             info.timestamp_problems = _timestamp_problems(conn, info.tables)
     except sqlite3.DatabaseError as exc:
