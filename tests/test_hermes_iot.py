@@ -284,3 +284,80 @@ def test_refuses_during_a_deferred_fts_rebuild(tmp_path, iot):
     res = CliRunner().invoke(main, ["run", "--home", str(tmp_path)])
     assert res.exit_code == 75 and "rebuilding its search index" in res.output
     assert "old" in _rows(tmp_path)
+
+
+CONFIG = """\
+# my Hermes settings
+model:
+  default: "anthropic/claude-x"  # the one I pay for
+sessions:
+  # history I want searchable
+  retention_days: 90
+"""
+
+
+def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_path, iot):
+    """The plan names exactly the sessions Hermes's own auto-prune deletes that the keeper would
+    keep; adopt turns it off with the comments kept, and Hermes's own loader reads it off."""
+    now = time.time()
+    specs = [
+        _session("plain", "cli", 200, now),
+        _session("titled", "cli", 200, now),
+        _session("recoverable", "telegram", 200, now, end="agent_close", session_key="agent:main:tg:5"),
+        _session("pinned", "cli", 200, now),
+        _session("fresh", "cli", 10, now),
+    ]
+    specs[1]["title"] = "my research"
+    iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": specs},
+            {"op": "call", "method": "set_session_pinned", "args": ["pinned", True]},
+        ],
+    )
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    res = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    plan = json.loads(res.output)["profiles"][0]
+    assert plan["hermes_auto_prune"]["enabled"] and plan["hermes_auto_prune"]["deletes_kept"] == 2
+    assert plan["hermes_deletes_kept"] == ["recoverable", "titled"]
+    rep = json.loads(CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"]).output)[
+        "profiles"
+    ][0]
+    assert rep["hermes_auto_prune"]["deletes"] == 3 and rep["hermes_auto_prune"]["deletes_titled"] == 1
+    assert "live turn leases" in rep["schema"]["protections"] and "0.22" in rep["schema"]["generation"]
+
+    # Hermes's own auto-prune, on a copy, deletes exactly the plan's prune + deletes_kept.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    with sqlite3.connect(tmp_path / "state.db") as src, sqlite3.connect(copy / "state.db") as dst:
+        src.backup(dst)
+    result = iot.call(copy, "maybe_auto_prune_and_vacuum", retention_days=90)
+    assert result["pruned"] == 3 and set(_rows(copy)) == {"pinned", "fresh"}
+
+    dry = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--dry-run"])
+    assert dry.exit_code == 0 and "+  auto_prune: false" in dry.output
+    assert (tmp_path / "config.yaml").read_text() == CONFIG
+    res = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "config.yaml").read_text()
+    assert text.startswith(CONFIG) and "auto_prune: false" in text  # every comment kept
+    loaded = subprocess.run(
+        [
+            str(iot.python),
+            "-c",
+            "from hermes_cli.config import load_config; print(load_config()['sessions'])",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(tmp_path)},
+        check=True,
+    ).stdout
+    assert "'auto_prune': False" in loaded and "'retention_days': 90" in loaded
+    rep = json.loads(CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"]).output)[
+        "profiles"
+    ][0]
+    assert not rep["hermes_auto_prune"]["enabled"] and rep["hermes_auto_prune"]["origin"].startswith(
+        "config.yaml"
+    )
+    again = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
+    assert "nothing to change" in again.output and (tmp_path / "config.yaml").read_text() == text

@@ -94,6 +94,22 @@ def zombie_blockers(s: SessionRow, survey: Survey, policy: Policy, now: float, t
     return reasons
 
 
+def hermes_auto_prunes(s: SessionRow, survey: Survey, now: float, tails: set[str]) -> bool:
+    """Hermes's own auto-prune would delete ``s`` (upstream's ``prune_sessions(...,
+    exclude_active_write_guards=True)``): ended, idle past its retention, not pinned or in a pinned
+    chain, no live turn lease or compression lock. It knows none of the keeper's other protections."""
+    ap = survey.auto_prune
+    return (
+        ap is not None
+        and ap.enabled
+        and not s.is_open
+        and now - s.last_activity > ap.retention_s
+        and not (s.pinned or s.id in tails)
+        and not _live(s.lease_expires_at, s.lease_holder_dead, now)
+        and not _live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now)
+    )
+
+
 def unreadable(survey: Survey) -> list[str]:
     """A protection that exists but could not be read keeps everything (when unsure, keep)."""
     return [f"protection unreadable: {what}" for what in survey.unreadable]
@@ -139,6 +155,9 @@ class Plan:
     files: list[FileAction] = field(default_factory=list)
     kept_files: list[FileAction] = field(default_factory=list)
     db_bytes: int = 0
+    #: Hermes's own auto-prune settings and the sessions it will delete that this plan keeps
+    hermes_auto_prune: dict | None = None
+    hermes_deletes_kept: list[str] = field(default_factory=list)
     est_freed_bytes: int = 0
     remaining_sessions: int = 0
     remaining_messages: int = 0
@@ -175,10 +194,13 @@ class Plan:
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
+            "hermes_auto_prune": self.hermes_auto_prune
+            and {**self.hermes_auto_prune, "deletes_kept": len(self.hermes_deletes_kept)},
         }
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
             out["file_actions"] = [asdict(f) for f in self.files]
+            out["hermes_deletes_kept"] = self.hermes_deletes_kept
         return out
 
 
@@ -322,6 +344,13 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     plan.est_freed_bytes = freed
 
     pruned = set(plan.prune)
+    if survey.auto_prune is not None:
+        plan.hermes_auto_prune = {**survey.auto_prune.to_dict(), "next_run": survey.auto_prune.next_run(now)}
+        plan.hermes_deletes_kept = sorted(
+            sid
+            for sid, s in sessions.items()
+            if sid not in pruned and hermes_auto_prunes(s, survey, now, tails)
+        )
     for f in survey.files:
         if f.kind not in ("transcript", "snapshot", "request_dump"):
             continue

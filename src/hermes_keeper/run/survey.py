@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import lease_holder_dead, process_gone
@@ -28,6 +29,27 @@ RECOVERABLE_END_REASONS = frozenset(
 )
 #: handoff states that mean a transfer is in flight.
 LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
+
+
+#: What the database's schema lets the keeper protect: (protection, table, column or None).
+SCHEMA_PROTECTIONS = (
+    ("gateway routing", "gateway_routing", "entry_json"),
+    ("gateway-recoverable rows", "sessions", "session_key"),
+    ("live compression locks", "compression_locks", "expires_at"),
+    ("live turn leases", "session_turn_leases", "expires_at"),
+    ("gateway heartbeats (zombie closing)", "gateway_heartbeats", "last_heartbeat"),
+    ("pinned sessions and chains", "sessions", "pinned"),
+    ("handoffs in flight", "sessions", "handoff_state"),
+    ("telegram topic bindings", "telegram_dm_topic_bindings", "session_id"),
+    ("pending delegations", "async_delegations", "delivery_state"),
+    ("activity column for ages", "sessions", "last_activity_at"),
+    ("conversation generations, never deleted", "conversation_generations", None),
+)
+
+
+def schema_protections(schema: SchemaInfo) -> list[str]:
+    """The protections this schema generation has the tables and columns for."""
+    return [name for name, table, column in SCHEMA_PROTECTIONS if schema.has(table, column)]
 
 
 @dataclass(frozen=True)
@@ -124,6 +146,8 @@ class Survey:
     heartbeats: list[tuple[float, float]] = field(default_factory=list)
     #: protections whose table or file exists but could not be read: nothing is changed
     unreadable: list[str] = field(default_factory=list)
+    #: Hermes's own startup auto-prune on this profile (config.yaml + state_meta)
+    auto_prune: AutoPrune | None = None
 
 
 def safe_filename_component(session_id: str) -> str:
@@ -396,6 +420,10 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
                     conn, schema, "session_turn_leases", ("conversation_id", *guard), unreadable
                 )
             }
+            last_auto_prune = None
+            if schema.has("state_meta", "value"):
+                row = conn.execute("SELECT value FROM state_meta WHERE key = 'last_auto_prune'").fetchone()
+                last_auto_prune = _seconds(row[0]) if row else None
             survey.heartbeats = [
                 (_seconds(a) or 0.0, _seconds(b) or 0.0)
                 for a, b in _guard_rows(
@@ -417,6 +445,7 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
         conn.close()
     routed |= routed_from_sessions_json(profile.sessions_dir)
     survey.routed_ids = routed
+    survey.auto_prune = read_auto_prune(profile.home, schema.schema_version, last_auto_prune)
     leased = runtime_leases(profile.home)
     if leased is None:
         survey.unreadable.append("runtime/active_sessions.json")

