@@ -138,6 +138,18 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
             "args": [],
             "kwargs": {"backend_id": "default@host:1:ab", "pid": os.getpid(), "started_at": now - 2 * DAY},
         },
+        # a backend that could own every zombie but has been silent for 3 days (> 2 x 1d): dead
+        {
+            "op": "call",
+            "method": "register_backend_heartbeat",
+            "args": [],
+            "kwargs": {
+                "backend_id": "default@host:2:cd",
+                "pid": 2,
+                "started_at": now - 30 * DAY,
+                "last_heartbeat": now - 3 * DAY,
+            },
+        },
     ]
     out = iot.run(tmp_path, ops)
     assert out[2:7] == [True, True, True, True, True]
@@ -306,6 +318,7 @@ def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_pa
         _session("recoverable", "telegram", 200, now, end="agent_close", session_key="agent:main:tg:5"),
         _session("pinned", "cli", 200, now),
         _session("fresh", "cli", 10, now),
+        _session("zombie", "cli", 150, now, end=None),  # closed by this plan at its last activity
     ]
     specs[1]["title"] = "my research"
     iot.run(
@@ -318,8 +331,8 @@ def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_pa
     (tmp_path / "config.yaml").write_text(CONFIG)
     res = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
     plan = json.loads(res.output)["profiles"][0]
-    assert plan["hermes_auto_prune"]["enabled"] and plan["hermes_auto_prune"]["deletes_kept"] == 2
-    assert plan["hermes_deletes_kept"] == ["recoverable", "titled"]
+    assert plan["hermes_auto_prune"]["enabled"] and plan["hermes_auto_prune"]["deletes_kept"] == 3
+    assert plan["hermes_deletes_kept"] == ["recoverable", "titled", "zombie"]
     rep = json.loads(CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"]).output)[
         "profiles"
     ][0]
@@ -332,7 +345,13 @@ def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_pa
     with sqlite3.connect(tmp_path / "state.db") as src, sqlite3.connect(copy / "state.db") as dst:
         src.backup(dst)
     result = iot.call(copy, "maybe_auto_prune_and_vacuum", retention_days=90)
-    assert result["pruned"] == 3 and set(_rows(copy)) == {"pinned", "fresh"}
+    assert result["pruned"] == 3 and set(_rows(copy)) == {"pinned", "fresh", "zombie"}
+    with sqlite3.connect(copy / "state.db") as c:  # as the keeper's zombie close leaves it
+        c.execute(
+            "UPDATE sessions SET ended_at = ?, end_reason = 'keeper_zombie' WHERE id = 'zombie'",
+            (now - 150 * DAY + 1,),
+        )
+    assert iot.call(copy, "prune_sessions", older_than_days=90, exclude_active_write_guards=True) == 1
 
     dry = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--dry-run"])
     assert dry.exit_code == 0 and "+  auto_prune: false" in dry.output

@@ -10,10 +10,10 @@ activity anywhere in the unit, and no member is protected. When unsure, keep.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
-from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
+from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey, continues
 
 ZOMBIE_END_REASON = "keeper_zombie"
 
@@ -62,7 +62,7 @@ def pinned_tails(survey: Survey) -> set[str]:
         seen, current = {s.id}, s
         while current.parent_id in sessions and current.parent_id not in seen:
             parent = sessions[current.parent_id]
-            if parent.end_reason != "compression" or current.branched_from is not None:
+            if not continues(current, parent):
                 break
             if parent.pinned:
                 tails.add(s.id)
@@ -346,10 +346,12 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     pruned = set(plan.prune)
     if survey.auto_prune is not None:
         plan.hermes_auto_prune = {**survey.auto_prune.to_dict(), "next_run": survey.auto_prune.next_run(now)}
+        # a zombie this run closes is ended at its last activity: Hermes ages it from there
+        after_run = {z.session_id: replace(sessions[z.session_id], ended_at=z.ended_at) for z in plan.zombies}
         plan.hermes_deletes_kept = sorted(
             sid
             for sid, s in sessions.items()
-            if sid not in pruned and hermes_auto_prunes(s, survey, now, tails)
+            if sid not in pruned and hermes_auto_prunes(after_run.get(sid, s), survey, now, tails)
         )
     for f in survey.files:
         if f.kind not in ("transcript", "snapshot", "request_dump"):

@@ -12,7 +12,7 @@ import json
 import re
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -339,20 +339,26 @@ def runtime_leases(home: Path) -> set[str] | None:
     return ids
 
 
-def lineage_root(sid: str, rows: dict[str, dict]) -> str:
-    """The compression-lineage root Hermes keys a turn lease by (``_session_turn_lease_key_on_conn``):
-    walk up while the parent ended by compression and the child is not an explicit fork."""
-    seen = {sid}
-    current = rows[sid]
-    while True:
-        parent_id = current["parent_session_id"]
-        parent = rows.get(parent_id) if parent_id else None
-        if parent is None or parent_id in seen or parent["end_reason"] != "compression":
-            return current["id"]
-        if _model_config_links(current.get("model_config"))[1] is not None:  # _branched_from: a fork
-            return current["id"]
-        seen.add(parent_id)
+def continues(child: SessionRow, parent: SessionRow) -> bool:
+    """Upstream's compression edge (``_non_continuation_child_sql``): the parent ended by
+    compression and the child is not a branch, delegate run or tool session forked off it."""
+    return (
+        parent.end_reason == "compression"
+        and parent.id not in (child.branched_from, child.delegate_from)
+        and child.source != "tool"
+    )
+
+
+def lineage_root(sid: str, sessions: dict[str, SessionRow]) -> str:
+    """The compression-lineage root Hermes keys a turn lease by (``_session_turn_lease_key_on_conn``)."""
+    seen, current = {sid}, sessions[sid]
+    while current.parent_id in sessions and current.parent_id not in seen:
+        parent = sessions[current.parent_id]
+        if not continues(current, parent):
+            break
+        seen.add(parent.id)
         current = parent
+    return current.id
 
 
 def scan_files(sessions_dir: Path, known_ids: set[str]) -> list[SessionFile]:
@@ -449,10 +455,8 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
     leased = runtime_leases(profile.home)
     if leased is None:
         survey.unreadable.append("runtime/active_sessions.json")
-    by_id = {r["id"]: r for r in rows}
     for r in rows:
         lock_holder, lock_expires = locks.get(r["id"], (None, None))
-        turn_holder, turn_expires = turns.get(lineage_root(r["id"], by_id), (None, None))
         delegate, branch = _model_config_links(r.get("model_config"))
         count, inactive, size, first, last, first_id = stats.get(r["id"], (0, 0, 0, None, None, None))
         survey.message_total += count
@@ -485,12 +489,18 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             routed=sid in routed,
             lease_expires_at=_seconds(lock_expires),
             lease_holder_dead=lock_expires is not None and lease_holder_dead(lock_holder),
-            turn_lease_expires_at=_seconds(turn_expires),
-            turn_lease_holder_dead=turn_expires is not None and lease_holder_dead(turn_holder),
             runtime_lease=sid in (leased or ()),
             handoff_state=r["handoff_state"],
             topic_bound=sid in topic,
             pending_delegation=sid in pending,
         )
+    for sid, row in survey.sessions.items():
+        turn_holder, turn_expires = turns.get(lineage_root(sid, survey.sessions), (None, None))
+        if turn_expires is not None:
+            survey.sessions[sid] = replace(
+                row,
+                turn_lease_expires_at=_seconds(turn_expires),
+                turn_lease_holder_dead=lease_holder_dead(turn_holder),
+            )
     survey.files = scan_files(profile.sessions_dir, set(survey.sessions))
     return survey
