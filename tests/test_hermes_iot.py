@@ -288,14 +288,23 @@ def test_refuses_while_hermes_holds_a_maintenance_lock(tmp_path, iot, lock):
 
 def test_refuses_during_a_deferred_fts_rebuild(tmp_path, iot):
     now = time.time()
-    iot.run(tmp_path, [{"op": "build", "sessions": [_session("old", "cli", 200, now)]}])
+    iot.run(
+        tmp_path,
+        [{"op": "build", "sessions": [_session("old", "cli", 200, now), _session("b", "cli", 200, now)]}],
+    )
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("UPDATE sessions SET title = 'keep me' WHERE id = 'b'")
+    assert _run(tmp_path)["pruned"] == 1
     with sqlite3.connect(tmp_path / "state.db") as c:  # what Hermes leaves while it backfills
         c.execute(
             "INSERT INTO state_meta VALUES ('fts_rebuild_high_water', '10'), ('fts_rebuild_progress', '3')"
         )
-    res = CliRunner().invoke(main, ["run", "--home", str(tmp_path)])
-    assert res.exit_code == 75 and "rebuilding its search index" in res.output
-    assert "old" in _rows(tmp_path)
+    before = tree_digest(tmp_path)
+    for cmd in (["run"], ["compact"], ["archive", "restore", "old"]):
+        res = CliRunner().invoke(main, [*cmd, "--home", str(tmp_path)])
+        assert res.exit_code == 75 and "rebuilding its search index" in res.output, res.output
+    assert tree_digest(tmp_path)["state.db"] == before["state.db"]
+    assert set(_rows(tmp_path)) == {"b"}
 
 
 CONFIG = """\
