@@ -389,3 +389,31 @@ def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_pa
     )
     again = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
     assert "nothing to change" in again.output and (tmp_path / "config.yaml").read_text() == text
+
+
+def test_sessions_hermes_auto_archived_or_hid_are_counted_pruned_and_restored_as_they_were(tmp_path, iot):
+    now = time.time()
+    specs = [
+        _session("old", "cli", 200, now),
+        _session("old2", "cli", 200, now),
+        _session("fresh", "cli", 1, now),
+    ]
+    hid, archived_count = iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": specs},
+            {"op": "call", "method": "set_session_hidden", "args": ["fresh", True]},
+            {"op": "call", "method": "archive_stale_sessions", "args": [150]},
+        ],
+    )[1:]
+    assert hid and archived_count == 2
+    rep = json.loads(CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"]).output)[
+        "profiles"
+    ][0]
+    s = rep["sessions"]
+    assert (s["archived"], s["auto_archived"], s["hidden"]) == (2, 2, 1)
+    assert _run(tmp_path)["pruned"] == 2
+    res = CliRunner().invoke(main, ["archive", "restore", "old", "--home", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    session = iot.call(tmp_path, "get_session", "old")
+    assert (session["archived"], session["auto_archived"], session["hidden"]) == (1, 1, 0)

@@ -212,6 +212,8 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
         "open": sum(s.is_open for s in rows),
         "ended": sum(not s.is_open for s in rows),
         "archived": sum(s.archived for s in rows),
+        "auto_archived": sum(s.auto_archived for s in rows),
+        "hidden": sum(s.hidden for s in rows),
         "titled": sum(bool(s.title) for s in rows),
         "routed": sum(s.routed for s in rows),
         "zombie_after_s": zombie_after_s,

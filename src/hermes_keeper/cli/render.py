@@ -186,7 +186,8 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     c.print(
         f"open {s['open']} · ended {s['ended']} · zombies {s['zombies']['total']} "
         f"(open, idle >= {_duration(s['zombie_after_s'])}) · routed {s['routed']} · "
-        f"archived {s['archived']} · titled {s['titled']}"
+        f"archived {s['archived']} (by Hermes's idle sweep {s['auto_archived']}) · hidden {s['hidden']} · "
+        f"titled {s['titled']}"
     )
     if s["largest"]["messages"]:
         c.print(_largest_table(s, now))
