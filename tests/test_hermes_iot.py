@@ -83,6 +83,7 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
         _session("reaped", "tui", 300, now, end="startup_orphan_reap", session_key="agent:main:tui:2"),
         _session("leased", "cli", 200, now),
         _session("leased_gone", "cli", 200, now),
+        _session("delegating", "cli", 200, now),
         _session("pin_root", "cli", 200, now, end="compression"),
         _session("pin_tail", "cli", 199, now, parent_session_id="pin_root"),
         # open and idle for 5 days (zombie_after is 1 day)
@@ -157,6 +158,12 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
         # a store whose later continuations were published unpinned (upstream's pinned-tail case)
         c.execute("UPDATE sessions SET pinned = 0 WHERE id IN ('pin_tail', 'z_tail')")
         c.execute("INSERT INTO conversation_generations VALUES ('telegram', 'agent:main:tg:9', 3)")
+        # a delegation still to deliver, naming its origin by session id (schema 31's origin_session_id)
+        c.execute(
+            "INSERT INTO async_delegations (delegation_id, origin_session, state, dispatched_at, updated_at,"
+            " origin_session_id) VALUES ('d1', 'agent:main:cli', 'running', ?, ?, 'delegating')",
+            (now, now),
+        )
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     (runtime / "active_sessions.json").write_text(
@@ -177,12 +184,13 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
     assert reasons["lock"] == "live compression lease"
     assert reasons["resumed"] == reasons["reaped"] == "gateway-recoverable"
     assert reasons["leased"] == "open chat surface (runtime/active_sessions.json)"
+    assert reasons["delegating"] == "pending delegation"
     assert "pin_root is pinned" in reasons["pin_tail"]
 
     result = _run(tmp_path)
     rows = _rows(tmp_path)
     assert not {"plain", "turn_dead", "lock_dead", "leased_gone"} & set(rows)
-    assert {"turn", "lock", "resumed", "reaped", "leased", "pin_root", "pin_tail"} <= set(rows)
+    assert {"turn", "lock", "resumed", "reaped", "leased", "delegating", "pin_root", "pin_tail"} <= set(rows)
     assert result["zombies_closed"] == 1
     closed = {sid for sid, (ended, reason) in rows.items() if reason == "keeper_zombie"}
     assert closed == {"z_plain"}
@@ -205,9 +213,9 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
         ],
     )
     assert count == len(specs) - 4 and hits and not gone_hits
-    # Hermes's own prune runs on the result. It spares only pins and live guards (not recoverable
-    # or runtime-leased rows, as the keeper does): it deletes z_plain, resumed, reaped, leased.
-    assert pruned == 4 and {"turn", "lock", "pin_root", "pin_tail"} <= set(_rows(tmp_path))
+    # Hermes's own prune runs on the result. It spares only pins and live guards (not recoverable,
+    # runtime-leased or delegating rows, as the keeper does): z_plain, resumed, reaped, leased, delegating.
+    assert pruned == 5 and {"turn", "lock", "pin_root", "pin_tail"} <= set(_rows(tmp_path))
     res = CliRunner().invoke(main, ["archive", "restore", "plain", "--home", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert iot.run(tmp_path, [{"op": "call", "method": "search_messages", "args": ["wordplain"]}])[0]

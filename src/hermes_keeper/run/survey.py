@@ -439,7 +439,7 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             topic = _ids(conn, schema, "telegram_dm_topic_bindings", "session_id")
             pending = set()
             if schema.has("async_delegations", "delivery_state"):
-                for col in ("origin_session", "parent_session_id"):
+                for col in ("origin_session", "origin_session_id", "parent_session_id"):
                     pending |= _ids(
                         conn,
                         schema,
