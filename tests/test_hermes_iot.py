@@ -425,3 +425,41 @@ def test_sessions_hermes_auto_archived_or_hid_are_counted_pruned_and_restored_as
     assert res.exit_code == 0, res.output
     session = iot.call(tmp_path, "get_session", "old")
     assert (session["archived"], session["auto_archived"], session["hidden"]) == (1, 1, 0)
+
+
+def test_reads_the_home_while_iot_holds_it_open(tmp_path, iot):
+    """On SQLite before 3.51.3 (Python 3.11's 3.40.1) iot makes DELETE-mode databases, where a
+    reader blocks writers' commits: report and plan still read it, in the mode Hermes chose."""
+    now = time.time()
+    specs = [_session("old", "cli", 200, now), _session("new", "cli", 1, now)]
+    mode = iot.run(
+        tmp_path, [{"op": "build", "sessions": specs}, {"op": "query", "sql": "PRAGMA journal_mode"}]
+    )[1]
+    holder = subprocess.Popen(
+        [
+            str(iot.python),
+            "-c",
+            "import sys, time; from pathlib import Path; import hermes_state; "
+            "db = hermes_state.SessionDB(Path(sys.argv[1])); db.session_count(); print('ok', flush=True); "
+            "time.sleep(120)",
+            str(tmp_path / "state.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(tmp_path)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        rep = CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"])
+        assert rep.exit_code == 0, rep.output
+        rep = json.loads(rep.output)["profiles"][0]
+        assert rep["schema"]["journal_mode"] == mode[0][0]
+        assert holder.pid in {p["pid"] for p in rep["holders"]["processes"]}
+        plan = json.loads(CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json"]).output)[
+            "profiles"
+        ][0]
+        assert plan["prune"]["sessions"] == 1 and plan["remaining"]["sessions"] == 1
+    finally:
+        holder.kill()
+        holder.wait()
