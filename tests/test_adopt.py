@@ -54,3 +54,9 @@ def test_adopt_refuses_a_config_it_cannot_edit_safely(tmp_path):
         res = CliRunner().invoke(main, ["adopt", "--home", str(home), "--yes"])
         assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
         assert (home / "config.yaml").read_text() == text
+    (home / "config.yaml").unlink()
+    (tmp_path / "dotfiles.yaml").write_text("sessions:\n  auto_prune: true\n")
+    (home / "config.yaml").symlink_to(tmp_path / "dotfiles.yaml")
+    res = CliRunner().invoke(main, ["adopt", "--home", str(home), "--yes"])
+    assert res.exit_code == 2 and "symlink" in res.output
+    assert (home / "config.yaml").is_symlink() and "true" in (tmp_path / "dotfiles.yaml").read_text()

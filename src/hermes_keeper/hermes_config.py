@@ -113,6 +113,8 @@ def read_auto_prune(home: Path, schema_version: int | None, last_run: float | No
 def adopt_change(home: Path) -> tuple[str, str]:
     """``config.yaml`` before and after turning Hermes's auto-prune off (comments kept)."""
     path = home / CONFIG_NAME
+    if path.is_symlink():  # a dotfiles link: replacing it would cut it off from its target
+        raise KeeperError(f"{path} is a symlink; set sessions.auto_prune: false in its target by hand")
     data, before = _load(path)
     if data is None:  # no config.yaml, or an empty one
         data = CommentedMap()
