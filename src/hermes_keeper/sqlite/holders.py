@@ -120,18 +120,37 @@ MAINTENANCE_LOCKS = {
 
 def _flocked(path: Path) -> bool:
     """Another process holds a flock on ``path``, read from ``/proc/locks``: the keeper never takes
-    Hermes's locks itself (a probe could make Hermes skip its own maintenance)."""
+    Hermes's locks itself (a probe could make Hermes skip its own maintenance).
+
+    ``/proc/locks`` names the file by device and inode of the filesystem that holds it; on an
+    overlay that device is not the one ``stat`` reports, so an inode match on another device
+    counts when that process has ``path`` open (or cannot be looked at: when unsure, wait).
+    """
     try:
         st = path.stat()
         table = Path("/proc/locks").read_text()
     except OSError:
         return False
-    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
     for line in table.splitlines():
         fields = line.split()
-        if len(fields) > 5 and "->" not in fields and fields[1] == "FLOCK" and fields[5] == dev:
+        if len(fields) < 6 or "->" in fields or fields[1] != "FLOCK":
+            continue
+        lock_dev, _, ino = fields[5].rpartition(":")
+        if ino != str(st.st_ino):
+            continue
+        if lock_dev == dev or _has_open(int(fields[4]), path):
             return True
     return False
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    try:
+        return any(os.path.samefile(f.path, path) for f in psutil.Process(pid).open_files())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except (psutil.AccessDenied, OSError):
+        return True
 
 
 def hermes_maintenance(schema: SchemaInfo) -> str | None:
