@@ -463,3 +463,28 @@ def test_reads_the_home_while_iot_holds_it_open(tmp_path, iot):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_turn_lease_taken_during_the_prune_puts_its_conversation_back(tmp_path, iot, monkeypatch):
+    """Hermes resumes an old conversation while the keeper prunes it: the lease it takes (through its
+    own API, after the plan) is seen in the transaction that would finish the conversation."""
+    from hermes_keeper.run import prune
+
+    now = time.time()
+    specs = [_session(f"old{i}", "cli", 200, now) for i in range(6)]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    before = iot.call(tmp_path, "get_messages", "old3")
+    original = prune._archive_verified
+
+    def archive_then_resume(store, payloads, result, journal):
+        original(store, payloads, result, journal)
+        if "old3" in {p["session"]["id"] for p in payloads}:
+            assert iot.call(
+                tmp_path, "try_acquire_session_turn_lease", "old3", _live_holder("turn=r"), ttl_seconds=600
+            )
+
+    monkeypatch.setattr(prune, "_archive_verified", archive_then_resume)
+    result = _run(tmp_path)
+    assert result["pruned"] == 5 and result["skipped"] == {"old3": "a live lease taken during prune"}
+    assert set(_rows(tmp_path)) == {"old3"}
+    assert iot.call(tmp_path, "get_messages", "old3") == before
