@@ -488,3 +488,29 @@ def test_a_turn_lease_taken_during_the_prune_puts_its_conversation_back(tmp_path
     assert result["pruned"] == 5 and result["skipped"] == {"old3": "a live lease taken during prune"}
     assert set(_rows(tmp_path)) == {"old3"}
     assert iot.call(tmp_path, "get_messages", "old3") == before
+
+
+def test_a_turn_lease_taken_after_the_plan_keeps_a_zombie_open(tmp_path, iot, monkeypatch):
+    """The lease is keyed by the lineage root: a continuation resumed after the plan stays open."""
+    from hermes_keeper.run import execute
+
+    now = time.time()
+    specs = [
+        _session("root", "tui", 6, now, end="compression"),
+        _session("tail", "tui", 5, now, end=None, parent_session_id="root"),
+        _session("other", "tui", 5, now, end=None),
+    ]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    original = execute.close_zombies
+
+    def resume_then_close(plan, writer, journal, schema):
+        assert {z.session_id for z in plan.zombies} == {"tail", "other"}
+        assert iot.call(
+            tmp_path, "try_acquire_session_turn_lease", "tail", _live_holder("turn=z"), ttl_seconds=600
+        )
+        return original(plan, writer, journal, schema)
+
+    monkeypatch.setattr(execute, "close_zombies", resume_then_close)
+    assert _run(tmp_path)["zombies_closed"] == 1
+    rows = _rows(tmp_path)
+    assert rows["tail"][0] is None and rows["other"][1] == "keeper_zombie"

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
-from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey, continues
+from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey, continues, lineage_root
 
 ZOMBIE_END_REASON = "keeper_zombie"
 
@@ -132,6 +132,7 @@ class ZombieClose:
     source: str
     ended_at: float
     idle_s: float
+    lease_key: str = ""  # the lineage root its turn lease would be keyed by
 
 
 @dataclass(frozen=True)
@@ -284,7 +285,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         idle = now - s.last_activity
         if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, survey, policy, now, tails):
             ended = max(t for t in (s.started_at, s.last_message_at, s.last_activity_at) if t is not None)
-            plan.zombies.append(ZombieClose(s.id, s.source, ended, idle))
+            plan.zombies.append(ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions)))
     plan.zombies.sort(key=lambda z: z.session_id)
 
     candidates: list[tuple[float, str, list[str]]] = []  # (unit last activity, root, members)

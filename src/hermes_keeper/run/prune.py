@@ -40,7 +40,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.run.survey import message_size_sql
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
-from hermes_keeper.sqlite.holders import lease_holder_dead
+from hermes_keeper.sqlite.holders import live_guards
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer, background_thread
 
@@ -219,8 +219,9 @@ class _Deleter:
             c.execute(f"DELETE FROM messages WHERE id {sql}", arg)
         if not finish:
             return {}
-        sql, arg = _in([sid for unit in finish for sid in unit])
-        woke = dict.fromkeys(_live_guards(c, self.schema, sql, arg), GUARDED)
+        sids = [sid for unit in finish for sid in unit]
+        sql, arg = _in(sids)
+        woke = dict.fromkeys(live_guards(c, self.schema, sids), GUARDED)
         woke.update(
             (r[0], WOKE)
             for r in c.execute(f"SELECT DISTINCT session_id FROM messages WHERE session_id {sql}", arg)
@@ -272,19 +273,6 @@ def _poll(feed):
     """The next batch if the archiver has one ready, else ``_NOT_READY`` (never waits)."""
     poll = getattr(feed, "poll", None)
     return poll() if poll else next(feed, None)
-
-
-def _live_guards(c: sqlite3.Connection, schema: SchemaInfo, sql: str, arg: tuple) -> set[str]:
-    """Of these sessions, the ones a live compression lock or turn lease names now (upstream's
-    ``exclude_active_write_guards``, checked again in the transaction that would finish them: a turn
-    lease is keyed by the lineage root, which is in the same conversation unit)."""
-    now = time.time()
-    out = set()
-    for table, col in (("compression_locks", "session_id"), ("session_turn_leases", "conversation_id")):
-        if schema.has(table, "holder") and schema.has(table, "expires_at"):
-            rows = c.execute(f"SELECT {col}, holder, expires_at FROM {table} WHERE {col} {sql}", arg)
-            out |= {sid for sid, holder, exp in rows if exp > now and not lease_holder_dead(holder)}
-    return out
 
 
 def _finish_sessions(c: sqlite3.Connection, schema: SchemaInfo, sids: list[str]) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -99,6 +101,23 @@ def lease_holder_dead(holder: str | None) -> bool:
     if sys.platform == "linux" and (ns is None or ns.group(1) != _own_pid_namespace()):
         return False
     return not psutil.pid_exists(pid)
+
+
+def live_guards(c: sqlite3.Connection, schema: SchemaInfo, ids: list[str]) -> set[str]:
+    """Of ``ids``, those a live compression lock (by session) or turn lease (by conversation root)
+    names now: upstream's ``exclude_active_write_guards``, for a check inside the keeper's own write
+    transaction that catches a lease Hermes took after the plan."""
+    now = time.time()
+    found: set[str] = set()
+    for table, col in (("compression_locks", "session_id"), ("session_turn_leases", "conversation_id")):
+        if schema.has(table, "holder") and schema.has(table, "expires_at"):
+            rows = c.execute(
+                f"SELECT {col}, holder, expires_at FROM {table}"
+                f" WHERE {col} IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            )
+            found |= {sid for sid, holder, exp in rows if exp > now and not lease_holder_dead(holder)}
+    return found
 
 
 def process_gone(pid: object) -> bool:
