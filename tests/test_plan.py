@@ -210,3 +210,53 @@ def test_units_are_transitive():
     ]
     groups = sorted(sorted(m) for m in conversations(survey_of(*rows).sessions.values()).members.values())
     assert groups == [["a", "b", "c"], ["x"]]
+
+
+@pytest.mark.parametrize(
+    ("heartbeat", "closed"),
+    [
+        ((NOW - 5 * DAY, NOW - 60), False),  # fresh, started before the session: owns it
+        ((NOW - 3 * DAY - 60, NOW - 60), False),  # started within 2 x zombie_after after it: could own it
+        ((NOW - 3 * DAY + 60, NOW - 60), True),  # started later than that: a newer backend, not its owner
+        ((NOW - 9 * DAY, NOW - 2 * DAY - 60), True),  # silent for longer than 2 x zombie_after: dead
+    ],
+)
+def test_zombie_closing_respects_upstreams_heartbeat_gate(heartbeat, closed):
+    survey = survey_of(row("z", "tui", 5, open_=True, idle=2))
+    survey.heartbeats = [heartbeat]
+    plan = make_plan(survey, Policy(), NOW)
+    assert bool(plan.zombies) is closed
+
+
+@pytest.mark.parametrize(
+    ("kw", "kept"),
+    [
+        ({"turn_lease_expires_at": NOW + 60}, True),
+        ({"turn_lease_expires_at": NOW + 60, "turn_lease_holder_dead": True}, False),
+        ({"turn_lease_expires_at": NOW - 1}, False),
+        ({"lease_expires_at": NOW + 60}, True),
+        ({"lease_expires_at": NOW + 60, "lease_holder_dead": True}, False),
+        ({"runtime_lease": True}, True),
+        ({"session_key": "k", "end_reason": "superseded_by_resume"}, True),
+        ({"session_key": "k", "end_reason": "startup_orphan_reap"}, True),
+    ],
+)
+def test_guards_by_upstreams_rules(kw, kept):
+    plan = make_plan(survey_of(row("a", "cli", 200, **kw)), Policy(), NOW)
+    assert (plan.prune == []) is kept
+
+
+def test_an_unreadable_protection_keeps_everything_and_closes_nothing():
+    survey = survey_of(row("a", "cron", 200), row("z", "tui", 5, open_=True, idle=2))
+    survey.unreadable = ["session_turn_leases (unexpected columns)"]
+    plan = make_plan(survey, Policy(), NOW)
+    assert plan.prune == [] and plan.zombies == []
+    assert plan.decisions["a"].reason == "protection unreadable: session_turn_leases (unexpected columns)"
+
+
+def test_continuations_of_a_pinned_chain_are_not_closed_but_forks_are():
+    root = row("r", "tui", 10, pinned=True, end_reason="compression")
+    tail = row("t", "tui", 5, open_=True, idle=2, parent_id="r")
+    fork = row("f", "tui", 5, open_=True, idle=2, parent_id="r", branched_from="r")
+    plan = make_plan(survey_of(root, tail, fork), Policy(), NOW)
+    assert [z.session_id for z in plan.zombies] == ["f"]

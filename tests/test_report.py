@@ -87,15 +87,16 @@ def test_counts_equal_real_hermes(tmp_path, hermes):
         {"op": "call", "method": "message_count"},
         {"op": "call", "method": "session_count", "kwargs": {"archived_only": True}},
         {"op": "call", "method": "session_count"},
+        {"op": "query", "sql": "SELECT max(version) FROM schema_version"},
     ]
-    *per_source, messages, archived, visible = hermes.run(tmp_path, ops)
+    *per_source, messages, archived, visible, version = hermes.run(tmp_path, ops)
     assert per_source == [v["total"] for v in s["by_source"].values()]
     assert messages == s["messages"]
     assert archived == s["archived"] == 1 and visible == s["total"] - 1
     top = s["largest"]["tokens"][0]
     assert (top["id"], top["tokens"], top["cost_usd"]) == (ids[1], 95_000, 1.25)
     assert s["largest"]["cost"][0]["id"] == ids[1]
-    assert rep["schema"]["schema_version"] == 22 and rep["schema"]["timestamp_problems"] == []
+    assert rep["schema"]["schema_version"] == version[0][0] and rep["schema"]["timestamp_problems"] == []
 
 
 def test_all_profiles_reports_the_healthy_ones_when_one_is_broken(tmp_path):

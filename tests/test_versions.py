@@ -62,3 +62,6 @@ def test_report_run_and_restore_on_hermes_0_13(tmp_path, hermes13):
         ],
     )
     assert count == 2 and hits
+    # Hermes's own prune still works on what the keeper left and restored.
+    assert hermes13.call(tmp_path, "prune_sessions", older_than_days=10) == 1
+    assert hermes13.call(tmp_path, "session_count") == 1

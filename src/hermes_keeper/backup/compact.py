@@ -23,7 +23,7 @@ from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_rw
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
-from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.holders import find_holders, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
@@ -203,6 +203,7 @@ def compact(
     t0 = time.perf_counter()
     schema = inspect(profile.db_path)
     schema.require_actionable()
+    refuse_during_maintenance(schema)
     db = profile.db_path
     res = ReclaimResult(
         profile=profile.name,

@@ -27,6 +27,7 @@ COMMANDS = {
     "restore": "backup:restore",
     "compact": "backup:compact",
     "archive": "archive:archive",
+    "adopt": "adopt:adopt",
 }
 
 

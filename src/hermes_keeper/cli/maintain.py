@@ -12,7 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hermes_keeper.cli.options import profile_options
-from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.journal import Journal
 from hermes_keeper.lock import keeper_lock
@@ -62,6 +62,9 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         for f in plan.files:
             console.print(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}")
     console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
+    if d["hermes_auto_prune"]:
+        what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
+        console.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):

@@ -148,12 +148,29 @@ def _growth_table(g: dict) -> Table:
     return t
 
 
+def auto_prune_line(ap: dict, now: float, what: str) -> str:
+    """One line on Hermes's own auto-prune: on or off (and why), and when it runs with ``what``
+    it deletes without an archive."""
+    if not ap["enabled"]:
+        return f"Hermes's own auto-prune: off ({ap['origin']})"
+    when = "at the next Hermes start" if ap["next_run"] <= now else f"after {_when(ap['next_run'])}"
+    return (
+        f"[yellow]Hermes's own auto-prune: on ({ap['origin']}), {ap['retention_days']:g} days; "
+        f"{when} it deletes {what}, with no archive. `hermes-keeper adopt` hands retention to the keeper[/]"
+    )
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
 def render_report(rep: dict, console: Console | None = None) -> None:
     c = console or Console()
     now = rep["generated_at"]
     sch = rep["schema"]
     c.rule(f"[bold]{rep['profile']}[/] {rep['home']}")
     c.print(f"schema: {sch['reason']} · journal {sch['journal_mode']} · auto_vacuum {sch['auto_vacuum']}")
+    c.print(f"Hermes: {sch['generation']} · protections: {', '.join(sch['protections']) or 'none'}")
     for p in sch["timestamp_problems"]:
         c.print(f"[red]timestamps: {p}[/]")
     if sch["timestamp_problems"]:
@@ -169,7 +186,8 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     c.print(
         f"open {s['open']} · ended {s['ended']} · zombies {s['zombies']['total']} "
         f"(open, idle >= {_duration(s['zombie_after_s'])}) · routed {s['routed']} · "
-        f"archived {s['archived']} · titled {s['titled']}"
+        f"archived {s['archived']} (by Hermes's idle sweep {s['auto_archived']}) · hidden {s['hidden']} · "
+        f"titled {s['titled']}"
     )
     if s["largest"]["messages"]:
         c.print(_largest_table(s, now))
@@ -186,6 +204,9 @@ def render_report(rep: dict, console: Console | None = None) -> None:
         f"projected state.db: {human_bytes(g['projection']['in_30d_bytes'])} in 30 days, "
         f"{human_bytes(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
     )
+    ap = rep["hermes_auto_prune"]
+    what = f"{ap['deletes']} sessions ({ap['deletes_messages']} messages, {ap['deletes_titled']} titled)"
+    c.print(auto_prune_line(ap, now, what))
     h = rep["holders"]
     who = [f"pid {p['pid']} ({p['name']})" for p in h["processes"]]
     if h["gateway_pid"] and h["gateway_pid"] not in {p["pid"] for p in h["processes"]}:

@@ -29,6 +29,7 @@ class Session(Protocol):
     """The facts a conversation is decided by (:class:`SessionRow` has them too)."""
 
     id: str
+    source: str | None
     parent_id: str | None
     end_reason: str | None
     started_at: float | None
@@ -40,6 +41,7 @@ class Session(Protocol):
 @dataclass(frozen=True)
 class Facts:
     id: str
+    source: str | None = None
     parent_id: str | None = None
     end_reason: str | None = None
     started_at: float | None = None
@@ -55,6 +57,7 @@ class Facts:
         parent = row.get("parent_session_id")
         return cls(
             id=row["id"],
+            source=row.get("source") if isinstance(row.get("source"), str) else None,
             parent_id=parent if isinstance(parent, str) else None,
             end_reason=row.get("end_reason") if isinstance(row.get("end_reason"), str) else None,
             started_at=seconds(row.get("started_at")),
@@ -82,12 +85,35 @@ def is_branch(child: Session, parent: Session) -> bool:
 
 
 def link_kind(child: Session, parent: Session) -> str:
-    """How ``child`` hangs off ``parent`` (its ``parent_session_id``)."""
-    if child.delegate_from is not None and child.branched_from is None:
-        return DELEGATE  # Hermes deletes it with its parent, whatever the parent's end_reason
+    """How ``child`` hangs off ``parent`` (its ``parent_session_id``).
+
+    A compression edge is upstream's ``_non_continuation_child_sql`` negated: the parent ended
+    by compression and the child is no branch, delegate run or tool session forked off it.
+    """
     if is_branch(child, parent):
         return BRANCH
-    return COMPRESSION if parent.end_reason == "compression" else CHILD
+    if child.delegate_from is not None:
+        return DELEGATE
+    if parent.end_reason == "compression" and child.source != "tool":
+        return COMPRESSION
+    return CHILD
+
+
+def continues(child: Session, parent: Session) -> bool:
+    """``child`` is a compression continuation of ``parent`` (turn-lease keys, pinned tails)."""
+    return link_kind(child, parent) == COMPRESSION
+
+
+def lineage_root(sid: str, sessions: Mapping[str, Session]) -> str:
+    """The compression-lineage root Hermes keys a turn lease by (``_session_turn_lease_key_on_conn``)."""
+    seen, current = {sid}, sessions[sid]
+    while current.parent_id in sessions and current.parent_id not in seen:
+        parent = sessions[current.parent_id]
+        if not continues(current, parent):
+            break
+        seen.add(parent.id)
+        current = parent
+    return current.id
 
 
 @dataclass

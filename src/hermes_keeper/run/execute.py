@@ -22,6 +22,7 @@ from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.holders import live_guards, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import Writer
 
@@ -71,8 +72,9 @@ class RunResult:
         }
 
 
-def close_zombies(plan: Plan, writer: Writer, journal: Journal | None) -> int:
-    """``ended_at`` = last activity, ``end_reason = keeper_zombie``; skipped if the session woke up."""
+def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: SchemaInfo) -> int:
+    """``ended_at`` = last activity, ``end_reason = keeper_zombie``; skipped if the session woke up
+    (a message, or a turn lease / compression lock Hermes took after the plan)."""
     closed = 0
     todo = list(plan.zombies)
     while todo:
@@ -80,7 +82,10 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None) -> int:
 
         def upd(c, chunk=chunk):
             n = 0
+            guarded = live_guards(c, schema, [k for z in chunk for k in (z.session_id, z.lease_key)])
             for z in chunk:
+                if guarded & {z.session_id, z.lease_key}:
+                    continue
                 cur = c.execute(
                     "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL"
                     " AND NOT EXISTS (SELECT 1 FROM messages WHERE session_id = ? AND timestamp > ?)",
@@ -144,6 +149,7 @@ def apply_plan(
     """
     schema = schema or inspect(profile.db_path)
     schema.require_actionable()
+    refuse_during_maintenance(schema)
     res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
     if policy.backup and plan.prune:
         res.backup = take_backup(profile, journal=journal).name
@@ -170,7 +176,7 @@ def apply_plan(
 
         remove(by_session.pop(None, []))
         res.resumed = resume_pending(profile, schema, w, journal, hold) if policy.archive else 0
-        res.zombies_closed = close_zombies(plan, w, journal)
+        res.zombies_closed = close_zombies(plan, w, journal, schema)
         counts = {sid: plan.decisions[sid].messages for sid in plan.prune}
         res.prune = prune_sessions(
             profile,

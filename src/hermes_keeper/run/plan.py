@@ -9,23 +9,30 @@ activity anywhere in the unit, and no member is protected. When unsure, keep.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-from hermes_keeper.run.conversations import conversations
+from hermes_keeper.run.conversations import continues, conversations, lineage_root
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 
 ZOMBIE_END_REASON = "keeper_zombie"
 
 
+def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
+    """Upstream's ``_stale_holder`` negated: not expired, and its holder not provably dead."""
+    return expires_at is not None and expires_at > now and not holder_dead
+
+
 def in_use(s: SessionRow, now: float) -> list[str]:
-    """Signs that Hermes (gateway, compressor, handoff, delegation) still relies on ``s``, or that
-    the row is not one the keeper can address exactly."""
+    """Signs that Hermes (gateway, compressor, turn, handoff, delegation) still relies on ``s``, or
+    that the row is not one the keeper can address exactly."""
     checks = (
         (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
         (s.routed, "routed by the gateway"),
         (s.gateway_recoverable, "gateway-recoverable"),
-        (s.lease_expires_at is not None and s.lease_expires_at > now, "live compression lease"),
+        (_live(s.lease_expires_at, s.lease_holder_dead, now), "live compression lease"),
+        (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), "live turn lease"),
+        (s.runtime_lease, "open chat surface (runtime/active_sessions.json)"),
         (s.handoff_state in LIVE_HANDOFF_STATES, "handoff in flight"),
         (s.topic_bound, "telegram topic binding"),
         (s.pending_delegation, "pending delegation"),
@@ -46,12 +53,66 @@ def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
     return reasons
 
 
-def zombie_blockers(s: SessionRow, now: float) -> list[str]:
-    """Why an idle open session must not be closed (the gateway may still write to it)."""
-    reasons = in_use(s, now)
+def pinned_tails(survey: Survey) -> set[str]:
+    """Unpinned compression continuations of a pinned session (upstream's ``_PINNED_TAIL_SQL``):
+    a pin covers the whole conversation."""
+    sessions = survey.sessions
+    tails: set[str] = set()
+    for s in sessions.values():
+        seen, current = {s.id}, s
+        while current.parent_id in sessions and current.parent_id not in seen:
+            parent = sessions[current.parent_id]
+            if not continues(current, parent):
+                break
+            if parent.pinned:
+                tails.add(s.id)
+                break
+            seen.add(parent.id)
+            current = parent
+    return tails
+
+
+def heartbeat_owned(s: SessionRow, survey: Survey, now: float, staleness_s: float) -> bool:
+    """A live gateway backend could own ``s`` (upstream's ``sweep_orphaned_sessions`` gate): a
+    heartbeat within ``staleness_s`` from a backend started no later than ``staleness_s`` after ``s``."""
+    return any(
+        last >= now - staleness_s and started <= s.started_at + staleness_s
+        for started, last in survey.heartbeats
+    )
+
+
+def zombie_blockers(s: SessionRow, survey: Survey, policy: Policy, now: float, tails: set[str]) -> list[str]:
+    """Why an idle open session must not be closed (Hermes may still write to it, or keeps it)."""
+    reasons = in_use(s, now) + unreadable(survey)
     if s.source in MESSAGING_SOURCES and s.session_key:
         reasons.append("messaging session with a gateway key")
+    if s.pinned or s.id in tails:
+        reasons.append("pinned" if s.pinned else "continuation of a pinned conversation")
+    # Upstream's default staleness: twice the idle time after which it would reap the row.
+    if heartbeat_owned(s, survey, now, 2 * policy.zombie_after_s):
+        reasons.append("its gateway backend heartbeats")
     return reasons
+
+
+def hermes_auto_prunes(s: SessionRow, survey: Survey, now: float, tails: set[str]) -> bool:
+    """Hermes's own auto-prune would delete ``s`` (upstream's ``prune_sessions(...,
+    exclude_active_write_guards=True)``): ended, idle past its retention, not pinned or in a pinned
+    chain, no live turn lease or compression lock. It knows none of the keeper's other protections."""
+    ap = survey.auto_prune
+    return (
+        ap is not None
+        and ap.enabled
+        and not s.is_open
+        and now - s.last_activity > ap.retention_s
+        and not (s.pinned or s.id in tails)
+        and not _live(s.lease_expires_at, s.lease_holder_dead, now)
+        and not _live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now)
+    )
+
+
+def unreadable(survey: Survey) -> list[str]:
+    """A protection that exists but could not be read keeps everything (when unsure, keep)."""
+    return [f"protection unreadable: {what}" for what in survey.unreadable]
 
 
 @dataclass(frozen=True)
@@ -71,6 +132,7 @@ class ZombieClose:
     source: str
     ended_at: float
     idle_s: float
+    lease_key: str = ""  # the lineage root its turn lease would be keyed by
 
 
 @dataclass(frozen=True)
@@ -94,6 +156,9 @@ class Plan:
     files: list[FileAction] = field(default_factory=list)
     kept_files: list[FileAction] = field(default_factory=list)
     db_bytes: int = 0
+    #: Hermes's own auto-prune settings and the sessions it will delete that this plan keeps
+    hermes_auto_prune: dict | None = None
+    hermes_deletes_kept: list[str] = field(default_factory=list)
     est_freed_bytes: int = 0
     remaining_sessions: int = 0
     remaining_messages: int = 0
@@ -137,10 +202,13 @@ class Plan:
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
+            "hermes_auto_prune": self.hermes_auto_prune
+            and {**self.hermes_auto_prune, "deletes_kept": len(self.hermes_deletes_kept)},
         }
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
             out["file_actions"] = [asdict(f) for f in self.files]
+            out["hermes_deletes_kept"] = self.hermes_deletes_kept
         return out
 
 
@@ -162,11 +230,12 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     ratio = _bytes_per_content_byte(survey, db_bytes)
     sessions = survey.sessions
 
+    tails = pinned_tails(survey)
     for s in sessions.values():
         idle = now - s.last_activity
-        if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, now):
+        if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, survey, policy, now, tails):
             ended = max(t for t in (s.started_at, s.last_message_at, s.last_activity_at) if t is not None)
-            plan.zombies.append(ZombieClose(s.id, s.source, ended, idle))
+            plan.zombies.append(ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions)))
     plan.zombies.sort(key=lambda z: z.session_id)
 
     convs = conversations(sessions.values())
@@ -175,7 +244,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         rows = [sessions[m] for m in members]
         last = max(r.last_activity for r in rows)
         age = now - last
-        protected = [(r.id, p) for r in rows for p in protections(r, policy, now)]
+        protected = [(r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)]
         if protected:
             sid, why = protected[0]
             reason = why if len(members) == 1 else f"conversation member {sid} is {why}"
@@ -209,7 +278,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             if any(plan.decisions[m].action == "prune" for m in members):
                 continue
             rows = [sessions[m] for m in members]
-            if any(protections(r, policy, now) for r in rows):
+            if unreadable(survey) or any(protections(r, policy, now) for r in rows):
                 continue
             extra.append((max(r.last_activity for r in rows), root, members))
         for last, root, members in sorted(extra):
@@ -227,6 +296,15 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     plan.est_freed_bytes = freed
 
     pruned = set(plan.prune)
+    if survey.auto_prune is not None:
+        plan.hermes_auto_prune = {**survey.auto_prune.to_dict(), "next_run": survey.auto_prune.next_run(now)}
+        # a zombie this run closes is ended at its last activity: Hermes ages it from there
+        after_run = {z.session_id: replace(sessions[z.session_id], ended_at=z.ended_at) for z in plan.zombies}
+        plan.hermes_deletes_kept = sorted(
+            sid
+            for sid, s in sessions.items()
+            if sid not in pruned and hermes_auto_prunes(after_run.get(sid, s), survey, now, tails)
+        )
     for f in survey.files:
         if f.kind not in ("transcript", "snapshot", "request_dump"):
             continue

@@ -41,6 +41,7 @@ from hermes_keeper.run.conversations import Facts, conversations
 from hermes_keeper.run.survey import message_size_sql
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.holders import live_guards
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer, background_thread
 
@@ -59,6 +60,7 @@ SWITCH_INTERVAL_S = 0.0005
 
 Progress = Callable[[str, int], None]
 WOKE = "new activity during prune"
+GUARDED = "a live lease taken during prune"
 
 
 @dataclass
@@ -199,15 +201,17 @@ class _Deleter:
             for p in unit:
                 self.outcome[p.sid] = not alive
                 if alive:
-                    self.why[p.sid] = WOKE if p.sid in woke else f"conversation member {alive[0]} had {WOKE}"
+                    first = alive[0]
+                    self.why[p.sid] = woke.get(p.sid) or f"conversation member {first} had {woke[first]}"
         for n in sorted({p.batch for u in finish for p in u}):
             if all(i.sid in self.outcome for i in self.batches[n]):
                 self._settle(self.batches.pop(n))
 
     def _work(
         self, c: sqlite3.Connection, mark: list[str], ids: list[int], finish: list[list[str]]
-    ) -> set[str]:
-        """Returns the sessions that woke up (a message the archive does not have)."""
+    ) -> dict[str, str]:
+        """Returns the sessions that woke up (a message the archive does not have, or a turn lease
+        or compression lock Hermes took after the plan) and why."""
         if mark:
             sql, arg = _in(mark)
             c.execute(f"UPDATE sessions SET archived = 1 WHERE id {sql}", arg)
@@ -215,12 +219,15 @@ class _Deleter:
             sql, arg = _in(ids)
             c.execute(f"DELETE FROM messages WHERE id {sql}", arg)
         if not finish:
-            return set()
-        sql, arg = _in([sid for unit in finish for sid in unit])
-        woke = {
-            r[0] for r in c.execute(f"SELECT DISTINCT session_id FROM messages WHERE session_id {sql}", arg)
-        }
-        done = [sid for unit in finish if not woke.intersection(unit) for sid in unit]
+            return {}
+        sids = [sid for unit in finish for sid in unit]
+        sql, arg = _in(sids)
+        woke = dict.fromkeys(live_guards(c, self.schema, sids), GUARDED)
+        woke.update(
+            (r[0], WOKE)
+            for r in c.execute(f"SELECT DISTINCT session_id FROM messages WHERE session_id {sql}", arg)
+        )
+        done = [sid for unit in finish if not woke.keys() & set(unit) for sid in unit]
         if done:
             _finish_sessions(c, self.schema, done)
         return woke

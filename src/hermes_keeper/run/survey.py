@@ -12,18 +12,44 @@ import json
 import re
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.holders import lease_holder_dead, process_gone
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
-#: ``end_reason`` values after which the gateway may still resume a keyed session.
-RECOVERABLE_END_REASONS = frozenset({"agent_close", "ws_orphan_reap"})
+#: ``end_reason`` values after which the gateway may still resume a keyed session
+#: (upstream's ``_RECOVERABLE_END_REASONS``, hermes_state_common.py).
+RECOVERABLE_END_REASONS = frozenset(
+    {"agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap"}
+)
 #: handoff states that mean a transfer is in flight.
 LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
+
+
+#: What the database's schema lets the keeper protect: (protection, table, column or None).
+SCHEMA_PROTECTIONS = (
+    ("gateway routing", "gateway_routing", "entry_json"),
+    ("gateway-recoverable rows", "sessions", "session_key"),
+    ("live compression locks", "compression_locks", "expires_at"),
+    ("live turn leases", "session_turn_leases", "expires_at"),
+    ("gateway heartbeats (zombie closing)", "gateway_heartbeats", "last_heartbeat"),
+    ("pinned sessions and chains", "sessions", "pinned"),
+    ("handoffs in flight", "sessions", "handoff_state"),
+    ("telegram topic bindings", "telegram_dm_topic_bindings", "session_id"),
+    ("pending delegations", "async_delegations", "delivery_state"),
+    ("activity column for ages", "sessions", "last_activity_at"),
+    ("conversation generations, never deleted", "conversation_generations", None),
+)
+
+
+def schema_protections(schema: SchemaInfo) -> list[str]:
+    """The protections this schema generation has the tables and columns for."""
+    return [name for name, table, column in SCHEMA_PROTECTIONS if schema.has(table, column)]
 
 
 @dataclass(frozen=True)
@@ -39,6 +65,8 @@ class SessionRow:
     title: str | None = None
     archived: bool = False
     pinned: bool = False
+    hidden: bool = False  # hidden from Hermes's listing, still resumable: no effect on retention
+    auto_archived: bool = False  # soft-archived by Hermes's idle sweep: still a session to keep or prune
     session_key: str | None = None
     delegate_from: str | None = None
     branched_from: str | None = None
@@ -54,7 +82,11 @@ class SessionRow:
     cost_usd: float = 0.0
     # Facts that make a session untouchable regardless of age (see plan.protections).
     routed: bool = False
-    lease_expires_at: float | None = None
+    lease_expires_at: float | None = None  # compression lock
+    lease_holder_dead: bool = False
+    turn_lease_expires_at: float | None = None  # session_turn_leases, keyed by the lineage root
+    turn_lease_holder_dead: bool = False
+    runtime_lease: bool = False  # runtime/active_sessions.json names it and its process runs
     handoff_state: str | None = None
     topic_bound: bool = False
     pending_delegation: bool = False
@@ -110,6 +142,12 @@ class Survey:
     files: list[SessionFile] = field(default_factory=list)
     routed_ids: set[str] = field(default_factory=set)
     message_total: int = 0
+    #: (started_at, last_heartbeat) of every ``gateway_heartbeats`` row
+    heartbeats: list[tuple[float, float]] = field(default_factory=list)
+    #: protections whose table or file exists but could not be read: nothing is changed
+    unreadable: list[str] = field(default_factory=list)
+    #: Hermes's own startup auto-prune on this profile (config.yaml + state_meta)
+    auto_prune: AutoPrune | None = None
 
 
 def safe_filename_component(session_id: str) -> str:
@@ -220,7 +258,8 @@ def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]
     )
     sql = f"""
         SELECT id, source, started_at, ended_at, end_reason, parent_session_id, title,
-               {col("archived", "0")}, {col("pinned", "0")}, {col("session_key")},
+               {col("archived", "0")}, {col("pinned", "0")}, {col("hidden", "0")},
+               {col("auto_archived", "0")}, {col("session_key")},
                {col("model_config")}, {col("last_activity_at")},
                {col("input_tokens", "0")}, {col("output_tokens", "0")}, {cost} AS cost_usd,
                {col("handoff_state")}
@@ -258,6 +297,46 @@ def _ids(
     if not schema.has(table, column):
         return set()
     return {r[0] for r in conn.execute(f"SELECT {column} FROM {table} {where}", params) if r[0]}
+
+
+def _guard_rows(
+    conn: sqlite3.Connection, schema: SchemaInfo, table: str, columns: tuple[str, ...], unreadable: list[str]
+) -> list[tuple]:
+    """Rows of a protection table; a table that exists but lacks ``columns`` or fails to read is
+    recorded in ``unreadable`` (the plan then changes nothing: when unsure, keep)."""
+    if not schema.has(table):
+        return []
+    if not all(schema.has(table, c) for c in columns):
+        unreadable.append(f"{table} (unexpected columns)")
+        return []
+    try:
+        return conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+    except sqlite3.DatabaseError as exc:
+        unreadable.append(f"{table} ({exc})")
+        return []
+
+
+def runtime_leases(home: Path) -> set[str] | None:
+    """Session ids ``runtime/active_sessions.json`` leases to a process that still runs
+    (upstream's open chat surfaces, idle CLI/TUI included); ``None`` when the file exists but
+    cannot be read. Only a pid proven gone releases an entry."""
+    path = home / "runtime" / "active_sessions.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError):
+        return None
+    entries = data.get("entries") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        return None
+    ids: set[str] = set()
+    for e in entries:
+        if not isinstance(e, dict) or process_gone(e.get("pid")):
+            continue
+        meta = e.get("metadata") if isinstance(e.get("metadata"), dict) else {}
+        ids |= {str(v) for v in (e.get("session_id"), meta.get("live_session_id")) if v}
+    return ids
 
 
 def scan_files(sessions_dir: Path, known_ids: set[str]) -> list[SessionFile]:
@@ -313,13 +392,32 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             rows = _select_sessions(conn, schema)
             stats = _message_stats(conn, schema)
             routed = _routed_from_db(conn, schema)
-            leases: dict[str, float] = {}
-            if schema.has("compression_locks", "expires_at"):
-                leases = dict(conn.execute("SELECT session_id, expires_at FROM compression_locks"))
+            unreadable = survey.unreadable
+            guard = ("holder", "expires_at")
+            locks = {
+                r[0]: r[1:]
+                for r in _guard_rows(conn, schema, "compression_locks", ("session_id", *guard), unreadable)
+            }
+            turns = {
+                r[0]: r[1:]
+                for r in _guard_rows(
+                    conn, schema, "session_turn_leases", ("conversation_id", *guard), unreadable
+                )
+            }
+            last_auto_prune = None
+            if schema.has("state_meta", "value"):
+                row = conn.execute("SELECT value FROM state_meta WHERE key = 'last_auto_prune'").fetchone()
+                last_auto_prune = seconds(row[0]) if row else None
+            survey.heartbeats = [
+                (seconds(a) or 0.0, seconds(b) or 0.0)
+                for a, b in _guard_rows(
+                    conn, schema, "gateway_heartbeats", ("started_at", "last_heartbeat"), unreadable
+                )
+            ]
             topic = _ids(conn, schema, "telegram_dm_topic_bindings", "session_id")
             pending = set()
             if schema.has("async_delegations", "delivery_state"):
-                for col in ("origin_session", "parent_session_id"):
+                for col in ("origin_session", "origin_session_id", "parent_session_id"):
                     pending |= _ids(
                         conn,
                         schema,
@@ -331,7 +429,12 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
         conn.close()
     routed |= routed_from_sessions_json(profile.sessions_dir)
     survey.routed_ids = routed
+    survey.auto_prune = read_auto_prune(profile.home, schema.schema_version, last_auto_prune)
+    leased = runtime_leases(profile.home)
+    if leased is None:
+        survey.unreadable.append("runtime/active_sessions.json")
     for r in rows:
+        lock_holder, lock_expires = locks.get(r["id"], (None, None))
         delegate, branch = model_config_links(r.get("model_config"))
         count, inactive, size, first, last, first_id = stats.get(r["id"], (0, 0, 0, None, None, None))
         survey.message_total += count
@@ -346,6 +449,8 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             title=shown(r["title"]),
             archived=bool(r["archived"]),
             pinned=bool(r["pinned"]),
+            hidden=bool(r["hidden"]),
+            auto_archived=bool(r["auto_archived"]),
             session_key=r["session_key"],
             delegate_from=delegate,
             branched_from=branch,
@@ -360,10 +465,22 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             output_tokens=r["output_tokens"] or 0,
             cost_usd=float(r["cost_usd"] or 0),
             routed=sid in routed,
-            lease_expires_at=leases.get(sid),
+            lease_expires_at=seconds(lock_expires),
+            lease_holder_dead=lock_expires is not None and lease_holder_dead(lock_holder),
+            runtime_lease=sid in (leased or ()),
             handoff_state=r["handoff_state"],
             topic_bound=sid in topic,
             pending_delegation=sid in pending,
         )
+    from hermes_keeper.run.conversations import lineage_root  # it reads the rows made here
+
+    for sid, row in survey.sessions.items():
+        turn_holder, turn_expires = turns.get(lineage_root(sid, survey.sessions), (None, None))
+        if turn_expires is not None:
+            survey.sessions[sid] = replace(
+                row,
+                turn_lease_expires_at=seconds(turn_expires),
+                turn_lease_holder_dead=lease_holder_dead(turn_holder),
+            )
     survey.files = scan_files(profile.sessions_dir, set(survey.sessions))
     return survey

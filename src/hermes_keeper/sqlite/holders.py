@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sqlite3
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
+
+from hermes_keeper.errors import TryLater
+from hermes_keeper.sqlite.schema import SchemaInfo
 
 
 @dataclass(frozen=True)
@@ -64,3 +71,120 @@ def gateway_pid(home: Path) -> int | None:
     except (ValueError, KeyError, TypeError):
         return None
     return pid if psutil.pid_exists(pid) else None
+
+
+_PID_TOKEN = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
+_PIDNS_TOKEN = re.compile(r"(?:^|:)pidns=(\d+)(?::|$)")
+
+
+def _own_pid_namespace() -> str | None:
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    match = re.search(r"\[(\d+)\]", link)
+    return match.group(1) if match else None
+
+
+def lease_holder_dead(holder: str | None) -> bool:
+    """Hermes's rule for a turn-lease / compression-lock holder (``pid=<n>:pidns=<id>:...``):
+    dead only on proof, i.e. a pid stamped with our own PID namespace that no longer exists.
+
+    Unstamped or foreign-namespace holders and our own pid count as alive (they expire by
+    their TTL instead): wrongly keeping a lease self-heals, wrongly dropping one ends a live turn.
+    """
+    pid_match = _PID_TOKEN.search(holder or "")
+    pid = int(pid_match.group(1)) if pid_match else 0
+    if pid <= 0 or pid == os.getpid():
+        return False
+    ns = _PIDNS_TOKEN.search(holder or "")
+    if sys.platform == "linux" and (ns is None or ns.group(1) != _own_pid_namespace()):
+        return False
+    return not psutil.pid_exists(pid)
+
+
+def live_guards(c: sqlite3.Connection, schema: SchemaInfo, ids: list[str]) -> set[str]:
+    """Of ``ids``, those a live compression lock (by session) or turn lease (by conversation root)
+    names now: upstream's ``exclude_active_write_guards``, for a check inside the keeper's own write
+    transaction that catches a lease Hermes took after the plan."""
+    now = time.time()
+    found: set[str] = set()
+    for table, col in (("compression_locks", "session_id"), ("session_turn_leases", "conversation_id")):
+        if schema.has(table, "holder") and schema.has(table, "expires_at"):
+            rows = c.execute(
+                f"SELECT {col}, holder, expires_at FROM {table}"
+                f" WHERE {col} IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            )
+            found |= {sid for sid, holder, exp in rows if exp > now and not lease_holder_dead(holder)}
+    return found
+
+
+def process_gone(pid: object) -> bool:
+    """A registry entry's pid that provably no longer runs (an unparseable pid proves nothing)."""
+    try:
+        pid = int(pid)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return pid > 0 and not psutil.pid_exists(pid)
+
+
+#: Hermes's own cross-process locks beside ``state.db`` (flock; the files stay after release).
+MAINTENANCE_LOCKS = {
+    ".fts_rebuild.lock": "an FTS rebuild",
+    ".repair.lock": "a schema repair",
+    ".auto-maintenance.lock": "its auto-maintenance (prune + VACUUM)",
+}
+
+
+def _flocked(path: Path) -> bool:
+    """Another process holds a flock on ``path``, read from ``/proc/locks``: the keeper never takes
+    Hermes's locks itself (a probe could make Hermes skip its own maintenance).
+
+    ``/proc/locks`` names the file by device and inode of the filesystem that holds it; on an
+    overlay that device is not the one ``stat`` reports, so an inode match on another device
+    counts when that process has ``path`` open (or cannot be looked at: when unsure, wait).
+    """
+    try:
+        st = path.stat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or "->" in fields or fields[1] != "FLOCK":
+            continue
+        lock_dev, _, ino = fields[5].rpartition(":")
+        if ino != str(st.st_ino):
+            continue
+        if lock_dev == dev or _has_open(int(fields[4]), path):
+            return True
+    return False
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    try:
+        return any(os.path.samefile(f.path, path) for f in psutil.Process(pid).open_files())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except (psutil.AccessDenied, OSError):
+        return True
+
+
+def hermes_maintenance(schema: SchemaInfo) -> str | None:
+    """What Hermes is doing to the database that the keeper must not run beside, or ``None``."""
+    db_path = Path(schema.path)
+    for suffix, what in MAINTENANCE_LOCKS.items():
+        if _flocked(db_path.with_name(db_path.name + suffix)):
+            return f"Hermes is running {what} ({db_path.name}{suffix} is held)"
+    if schema.fts_rebuild_pending:
+        return "Hermes is rebuilding its search index (deferred FTS rebuild in state_meta)"
+    return None
+
+
+def refuse_during_maintenance(schema: SchemaInfo) -> None:
+    """Raise :class:`TryLater` (one line, exit 75, nothing changed) while Hermes maintains the database."""
+    busy = hermes_maintenance(schema)
+    if busy:
+        raise TryLater(f"{busy}; nothing changed, run again later")

