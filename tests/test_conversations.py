@@ -177,14 +177,15 @@ def test_a_branch_restored_with_its_parent_keeps_its_link(tmp_path):
 # --- the model itself ---------------------------------------------------------------------------
 
 
-def f(sid, parent=None, end=None, start=0.0, ended=None, delegate=None, branch=None) -> Facts:
-    return Facts(sid, parent, end, start, ended, delegate, branch)
+def f(sid, parent=None, end=None, start=0.0, ended=None, delegate=None, branch=None, source=None) -> Facts:
+    return Facts(sid, parent, end, start, ended, delegate, branch, source)
 
 
 @pytest.mark.parametrize(
     "parent, child, kind",
     [
         (f("p", end="compression"), f("c", "p"), COMPRESSION),
+        (f("p", end="compression"), f("c", "p", source="tool"), CHILD),  # a tool session forked off it
         (f("p", end="user_exit"), f("c", "p", delegate="p"), DELEGATE),
         (f("p", end="compression"), f("c", "p", delegate="p"), DELEGATE),  # not a continuation
         (f("p", end="compression"), f("c", "p", branch="p"), BRANCH),  # Hermes's compression tip skips it

@@ -41,13 +41,13 @@ class Session(Protocol):
 @dataclass(frozen=True)
 class Facts:
     id: str
-    source: str | None = None
     parent_id: str | None = None
     end_reason: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
     delegate_from: str | None = None
     branched_from: str | None = None
+    source: str | None = None
 
     @classmethod
     def of_row(cls, row: dict) -> Facts:
@@ -90,10 +90,10 @@ def link_kind(child: Session, parent: Session) -> str:
     A compression edge is upstream's ``_non_continuation_child_sql`` negated: the parent ended
     by compression and the child is no branch, delegate run or tool session forked off it.
     """
+    if child.delegate_from is not None and child.branched_from is None:
+        return DELEGATE  # Hermes deletes it with its parent, whatever the parent's end_reason
     if is_branch(child, parent):
         return BRANCH
-    if child.delegate_from is not None:
-        return DELEGATE
     if parent.end_reason == "compression" and child.source != "tool":
         return COMPRESSION
     return CHILD
