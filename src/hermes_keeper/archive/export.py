@@ -21,7 +21,7 @@ from typing import TextIO
 from hermes_keeper.archive.hermes_import import import_batches, too_big
 from hermes_keeper.archive.query import ALL, CONTENT_JSON_PREFIX, Filters, list_entries
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, decode_value
-from hermes_keeper.fs import durable_rename, private_file
+from hermes_keeper.fs import check_export_target, durable_rename, private_file
 
 
 def _plain(v):
@@ -109,6 +109,7 @@ def write_export(
     if out is None:
         _write(sys.stdout, sessions)
         return result, []
+    out = check_export_target(out)  # before anything is read or written
     if not split:
         _write_file(out, sessions)
         return result, [out]
@@ -120,6 +121,8 @@ def write_export(
 
 
 def _write_file(out: Path, sessions: Iterator[dict]) -> None:
+    """Complete or not at all: a 0600 temporary file beside ``out``, renamed over it."""
+    check_export_target(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     private_file(tmp)
     try:

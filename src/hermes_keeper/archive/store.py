@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import zstandard
 
-from hermes_keeper.fs import private_dir, private_file
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.sqlite.schema import SchemaInfo
 
 FORMAT = 1
@@ -187,14 +187,13 @@ _ENTRY_COLUMNS = ", ".join(Entry.__dataclass_fields__)
 class Archive:
     """``archive.db`` of one profile. Owner-only; WAL with synchronous=FULL so a commit is on disk."""
 
-    def __init__(self, path: Path, create: bool = True):
+    def __init__(self, path: Path, create: bool = True, fs: HomeFS | None = None):
+        """``fs``: the home's door when ``path`` is ``keeper/archive.db`` (checked from the home
+        down); otherwise only the folder's own entries are checked (no symlinked archive)."""
         self.path = Path(path)
-        if create:
-            private_dir(self.path.parent)
-            if not self.path.exists():
-                private_file(self.path)
-        elif not self.path.exists():
-            raise FileNotFoundError(self.path)
+        door = fs or HomeFS(self.path.parent)
+        parts = self.path.relative_to(door.home).parts
+        door.sqlite_file(*parts, create=create)  # SQLite itself would follow a symlink
         self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
@@ -205,7 +204,8 @@ class Archive:
 
     @classmethod
     def for_home(cls, keeper_dir: Path, create: bool = True) -> Archive:
-        return cls(keeper_dir / ARCHIVE_NAME, create=create)
+        keeper_dir = Path(keeper_dir)
+        return cls(keeper_dir / ARCHIVE_NAME, create=create, fs=HomeFS(keeper_dir.parent))
 
     def close(self) -> None:
         self.conn.close()

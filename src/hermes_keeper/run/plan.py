@@ -125,7 +125,11 @@ class Plan:
                 "messages": self.prune_messages,
                 "est_bytes": self.est_freed_bytes,
             },
-            "files": {"remove": len(self.files), "bytes": sum(f.bytes for f in self.files)},
+            "files": {
+                "remove": len(self.files),
+                "bytes": sum(f.bytes for f in self.files),
+                "kept": len(self.kept_files),  # would be removed, but reached through a symlink
+            },
             "by_source": self.by_source(),
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
@@ -134,6 +138,7 @@ class Plan:
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
             out["file_actions"] = [asdict(f) for f in self.files]
+            out["kept_files"] = [asdict(f) for f in self.kept_files]
         return out
 
 

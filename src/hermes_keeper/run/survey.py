@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -260,14 +261,20 @@ def _ids(
     return {r[0] for r in conn.execute(f"SELECT {column} FROM {table} {where}", params) if r[0]}
 
 
-def scan_files(sessions_dir: Path, known_ids: set[str]) -> list[SessionFile]:
-    """Classify every file under ``sessions/`` (symlinks reported, never followed)."""
+def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
+    """Classify every file under the home's ``sessions/`` (symlinks reported, never followed).
+
+    A ``sessions/`` that is itself a symlink (moved to another disk) is listed, but every
+    file in it counts as reached through a link: reported and kept, never removed.
+    """
+    sessions_dir = fs.path("sessions")
     if not sessions_dir.is_dir():
         return []
+    through_link = not fs.plain_dir("sessions")
     by_safe = {safe_filename_component(sid): sid for sid in known_ids}
     out = []
     for entry in sorted(sessions_dir.iterdir()):
-        link = entry.is_symlink()
+        link = through_link or entry.is_symlink()
         st = entry.lstat()
         if entry.name == "saved" and entry.is_dir() and not link:
             for sub in sorted(p for p in entry.rglob("*") if p.is_file() or p.is_symlink()):
@@ -365,5 +372,5 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             topic_bound=sid in topic,
             pending_delegation=sid in pending,
         )
-    survey.files = scan_files(profile.sessions_dir, set(survey.sessions))
+    survey.files = scan_files(profile.fs, set(survey.sessions))
     return survey
