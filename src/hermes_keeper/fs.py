@@ -209,6 +209,7 @@ class HomeFS:
         try:
             rel = path.relative_to(os.path.abspath(self.home))
         except ValueError:
+            path.parent.mkdir(parents=True, exist_ok=True)
             return HomeFS(path.parent).private_dir(path.name)
         return self.private_dir(*rel.parts)
 

@@ -187,13 +187,11 @@ _ENTRY_COLUMNS = ", ".join(Entry.__dataclass_fields__)
 class Archive:
     """``archive.db`` of one profile. Owner-only; WAL with synchronous=FULL so a commit is on disk."""
 
-    def __init__(self, path: Path, create: bool = True, fs: HomeFS | None = None):
-        """``fs``: the home's door when ``path`` is ``keeper/archive.db`` (checked from the home
-        down); otherwise only the folder's own entries are checked (no symlinked archive)."""
+    def __init__(self, path: Path, create: bool = True):
         self.path = Path(path)
-        door = fs or HomeFS(self.path.parent)
-        parts = self.path.relative_to(door.home).parts
-        door.sqlite_file(*parts, create=create)  # SQLite itself would follow a symlink
+        # Its folder (``keeper/``) and the file through the door: SQLite itself follows symlinks.
+        folder = self.path.absolute().parent
+        HomeFS(folder.parent).sqlite_file(folder.name, self.path.name, create=create)
         self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
@@ -204,8 +202,7 @@ class Archive:
 
     @classmethod
     def for_home(cls, keeper_dir: Path, create: bool = True) -> Archive:
-        keeper_dir = Path(keeper_dir)
-        return cls(keeper_dir / ARCHIVE_NAME, create=create, fs=HomeFS(keeper_dir.parent))
+        return cls(Path(keeper_dir) / ARCHIVE_NAME, create=create)
 
     def close(self) -> None:
         self.conn.close()
