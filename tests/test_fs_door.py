@@ -20,6 +20,7 @@ import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.archive.store import Archive
+from hermes_keeper.backup.restore import restore_backup
 from hermes_keeper.backup.snapshot import take_backup
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import HomeFS, check_export_target
@@ -227,3 +228,15 @@ def test_a_killed_backups_temp_copy_is_listed_then_removed(home):
     assert not leftover.exists()
     removed = [r for r in read_journal(home / "keeper") if r["action"] == "backup_temp_removed"]
     assert [(r["name"], r["bytes"]) for r in removed] == [(leftover.name, size)]
+
+
+def test_restore_refuses_a_linked_wal_before_moving_anything(home, outside):
+    profile = Profile("default", home, home)
+    record = take_backup(profile)
+    (home / "state.db-wal").unlink(missing_ok=True)
+    (home / "state.db-wal").symlink_to(outside / "precious.txt")
+    before, db = snapshot(outside), state_digest(home)
+    with pytest.raises(KeeperError, match="state.db-wal is a symlink"):
+        restore_backup(profile, record)
+    assert snapshot(outside) == before and state_digest(home) == db
+    assert not list(home.glob("state.db.keeper-before-restore-*"))

@@ -106,6 +106,14 @@ class HomeFS:
         except FileNotFoundError:
             return None
 
+    def regular(self, *parts: str) -> os.stat_result | None:
+        """The ``lstat`` of the regular file ``parts``, None when absent; refused when it is a
+        symlink or anything else (checked before a command changes anything)."""
+        st = self.lstat(*parts)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise _refuse(self.path(*parts), st)
+        return st
+
     def plain_dir(self, *parts: str) -> bool:
         """True when ``parts`` is a real folder reached without any symlink on the way."""
         try:
