@@ -47,6 +47,10 @@ def _refuse(path: Path, st: os.stat_result) -> KeeperError:
     return KeeperError(f"{path} {_what(path, st)}; the keeper does not follow or replace it, nothing changed")
 
 
+def _missing(path: Path) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+
+
 def _tighten(fd: int, st: os.stat_result, mode: int) -> None:
     """Owner-only, for what the keeper owns (a file another user owns is left to them)."""
     if stat.S_IMODE(st.st_mode) != mode and st.st_uid == os.geteuid():
@@ -66,6 +70,11 @@ class HomeFS:
                 raise KeeperError(f"refusing the path {p!r} under {self.home}: not one plain name")
         return self.home.joinpath(*parts)
 
+    def _split(self, parts: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+        """The checked parts of a file's path: its folder's and its own name."""
+        self.path(*parts)
+        return parts[:-1], parts[-1]
+
     @contextmanager
     def _folder(self, parts: tuple[str, ...], create: bool = False) -> Iterator[int]:
         """A descriptor of the folder ``parts``, walked without following a symlink.
@@ -80,9 +89,7 @@ class HomeFS:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
-                        raise FileNotFoundError(
-                            errno.ENOENT, "No such file or directory", str(self.path(*parts[: i + 1]))
-                        ) from None
+                        raise _missing(self.path(*parts[: i + 1])) from None
                     os.mkdir(name, DIR_MODE, dir_fd=fd)
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
@@ -99,9 +106,9 @@ class HomeFS:
 
     def lstat(self, *parts: str) -> os.stat_result | None:
         """``lstat`` of ``parts`` reached without a symlink on the way; None when absent."""
-        *folder, name = parts
+        folder, name = self._split(parts)
         try:
-            with self._folder(tuple(folder)) as dfd:
+            with self._folder(folder) as dfd:
                 return os.lstat(name, dir_fd=dfd)
         except FileNotFoundError:
             return None
@@ -135,8 +142,8 @@ class HomeFS:
         Refused in one line when the file or a folder on the way is a symlink, or when the
         file is not a regular file (a FIFO, a device, a folder). The caller closes it.
         """
-        *folder, name = parts
-        with self._folder(tuple(folder), create=create_dirs) as dfd:
+        folder, name = self._split(parts)
+        with self._folder(folder, create=create_dirs) as dfd:
             try:
                 st = os.lstat(name, dir_fd=dfd)
             except FileNotFoundError:
@@ -177,28 +184,40 @@ class HomeFS:
         """The path of the keeper's SQLite file ``parts``, safe to hand to SQLite (which follows links).
 
         The file and its ``-wal``/``-shm``/``-journal`` must be regular files reached without a
-        symlink; ``create`` makes the folders and an empty 0600 file first.
+        symlink; ``create`` makes the folders and an empty 0600 file first. Checked with
+        ``lstat`` and tightened by name, never opened: closing a descriptor of a database file
+        would drop the POSIX locks SQLite holds on it in this process.
         """
-        *folder, name = parts
+        folder, name = self._split(parts)
         if create:
             self.private_dir(*folder)
-            self.private_file(*parts)
-        for side in ("", *SQLITE_SIDES):
-            with suppress(FileNotFoundError):
-                os.close(self.open_private(*folder, name + side, flags=os.O_RDONLY))
-        if self.lstat(*parts) is None:
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(self.path(*parts)))
+        with self._folder(folder) as dfd:
+            if create:
+                with suppress(FileExistsError):  # O_EXCL: also fails on a (dangling) symlink
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                    os.close(os.open(name, flags, FILE_MODE, dir_fd=dfd))
+            for side in ("", *SQLITE_SIDES):
+                try:
+                    st = os.lstat(name + side, dir_fd=dfd)
+                except FileNotFoundError:
+                    if side:
+                        continue
+                    raise _missing(self.path(*parts)) from None
+                if not stat.S_ISREG(st.st_mode):
+                    raise _refuse(self.path(*folder, name + side), st)
+                if stat.S_IMODE(st.st_mode) != FILE_MODE and st.st_uid == os.geteuid():
+                    os.chmod(name + side, FILE_MODE, dir_fd=dfd, follow_symlinks=False)
         return self.path(*parts)
 
     def unlink(self, *parts: str) -> int | None:
         """Delete the regular file ``parts`` through its folder's descriptor; its size.
 
         None, and nothing deleted, when it is gone, is a symlink or not a regular file, or
-        sits behind a symlinked folder: when unsure, keep.
+        sits behind a symlinked folder, or the path is not plain names: when unsure, keep.
         """
-        *folder, name = parts
         try:
-            with self._folder(tuple(folder)) as dfd:
+            folder, name = self._split(parts)
+            with self._folder(folder) as dfd:
                 st = os.lstat(name, dir_fd=dfd)
                 if not stat.S_ISREG(st.st_mode):
                     return None

@@ -102,10 +102,11 @@ def list_backups(dest_dir: Path) -> list[BackupRecord]:
 
 
 def _write_manifest(folder: Path, records: list[BackupRecord]) -> None:
-    tmp = private_file(folder / f".{MANIFEST}.tmp")
+    tmp = folder / f".{MANIFEST}.tmp"
     try:
         body = {"format": MANIFEST_FORMAT, "backups": [r.to_manifest() for r in records]}
-        tmp.write_text(json.dumps(body, indent=2), encoding="utf-8")
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(body, indent=2))
         durable_rename(tmp, folder / MANIFEST)
     finally:
         tmp.unlink(missing_ok=True)
