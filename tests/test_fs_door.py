@@ -241,3 +241,16 @@ def test_restore_refuses_a_linked_wal_before_moving_anything(home, outside):
         restore_backup(profile, record)
     assert snapshot(outside) == before and state_digest(home) == db
     assert not list(home.glob("state.db.keeper-before-restore-*"))
+
+
+def test_a_name_read_from_the_manifest_never_leaves_the_backup_folder(home):
+    assert keeper("backup", "--home", str(home)).returncode == 0
+    manifest = home / "keeper" / "backups" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    forged = dict(data["backups"][0], name="../../state.db", created_at=time.time() + 60)  # the newest
+    data["backups"].append(forged)
+    manifest.write_text(json.dumps(data))
+    db = state_digest(home)
+    for command in (["backups", "--prune"], ["backups"], ["backup"], ["restore", "--latest", "--force"]):
+        refused(keeper(*command, "--home", str(home)), "'../../state.db'", "not one plain name")
+    assert state_digest(home) == db

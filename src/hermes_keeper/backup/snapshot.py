@@ -68,7 +68,7 @@ class BackupRecord:
     def path(self) -> Path:
         if self.folder is None:
             raise ValueError(f"backup {self.name} has no folder")
-        return self.folder / self.name
+        return HomeFS(self.folder).path(self.name)  # a name read from the manifest: one plain name
 
     def to_manifest(self) -> dict:
         d = asdict(self)
