@@ -332,12 +332,3 @@ def durable_rename(src: Path, dst: Path) -> None:
     fsync_file(src)
     os.replace(src, dst)
     fsync_dir(dst.parent)
-
-
-def is_inside(path: Path, folder: Path) -> bool:
-    """True when ``path`` (symlinks resolved) stays inside ``folder``."""
-    try:
-        Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
-    except ValueError:
-        return False
-    return True

@@ -14,7 +14,6 @@ removed and a one-line :class:`KeeperError` says why; nothing else changed.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -24,7 +23,7 @@ import sqlite3
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -378,7 +377,7 @@ def _temp_files(folder: Path) -> list[Leftover]:
         return []
     out = []
     for name in names:
-        with contextlib.suppress(FileNotFoundError):
+        with suppress(FileNotFoundError):
             st = os.lstat(folder / name)
             if stat.S_ISREG(st.st_mode):
                 out.append(Leftover(folder / name, st.st_size))
