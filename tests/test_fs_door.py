@@ -145,9 +145,17 @@ def test_each_writer_refuses_a_symlinked_keeper_path_on_its_own(home, outside):
     (home / "keeper.lock").symlink_to(outside / "precious.txt")
     with pytest.raises(KeeperError, match="keeper.lock is a symlink"), keeper_lock(home):
         pass
+    os.unlink(home / "keeper.lock")
     outer = home.parent / "link-to-elsewhere"
     outer.symlink_to(outside, target_is_directory=True)
-    refused(keeper("backup", "--home", str(home), "--dest", str(outer)), "symlink")
+    refused(keeper("backup", "--home", str(home), "--dest", str(outer)), "link-to-elsewhere is a symlink")
+    # A --dest inside the home through another name for it: walked from the home all the same.
+    (home / "keeper").rename(home / "keeper.real")
+    (home / "keeper").symlink_to(outside, target_is_directory=True)
+    alias = home.parent / "alias"
+    alias.symlink_to(home, target_is_directory=True)
+    with pytest.raises(KeeperError, match="keeper is a symlink"):
+        take_backup(profile, alias / "keeper" / "backups")
     assert snapshot(outside) == before
     with pytest.raises(KeeperError, match="not one plain name"):
         HomeFS(home).path("sessions", "..", "state.db")

@@ -230,15 +230,16 @@ class HomeFS:
         """A folder the user named (``--dest``), created 0700: walked from the home when inside it.
 
         Outside the home its parents are the user's choice, but the folder itself must not be
-        a symlink; inside it, no folder on the way may be one (a symlinked ``keeper/``).
+        a symlink; inside it (also when named through another name for the home), no folder
+        on the way may be one (a symlinked ``keeper/``).
         """
         path = Path(os.path.abspath(path))
-        try:
-            rel = path.relative_to(os.path.abspath(self.home))
-        except ValueError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return HomeFS(path.parent).private_dir(path.name)
-        return self.private_dir(*rel.parts)
+        home = os.path.realpath(self.home)
+        for above in (path, *path.parents):
+            if os.path.realpath(above) == home:
+                return self.private_dir(*path.relative_to(above).parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return HomeFS(path.parent).private_dir(path.name)
 
     def require_home(self) -> None:
         """Refuse (before anything is created) a folder that is not a Hermes home.
