@@ -201,6 +201,9 @@ def test_keeper_files_found_loose_are_tightened(home):
     os.chmod(home / "keeper.lock", 0o666)
     os.chmod(home / "keeper", 0o755)
     os.chmod(home / "keeper" / "backups", 0o755)
+    for command in (["archive", "list"], ["backups"], ["report"]):  # reading changes nothing
+        assert keeper(*command, "--home", str(home)).returncode == 0
+    assert stat.S_IMODE((home / "keeper" / "archive.db").stat().st_mode) == 0o644
     for command in (["run"], ["backup"]):  # nothing left to prune: the files are only opened
         res = keeper(*command, "--home", str(home))
         assert res.returncode == 0, res.stderr

@@ -51,10 +51,13 @@ def _missing(path: Path) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
 
 
-def _tighten(fd: int, st: os.stat_result, mode: int) -> None:
-    """Owner-only, for what the keeper owns (a file another user owns is left to them)."""
-    if stat.S_IMODE(st.st_mode) != mode and st.st_uid == os.geteuid():
-        os.fchmod(fd, mode)
+def _loose(st: os.stat_result, mode: int) -> bool:
+    """To be made owner-only: looser than ``mode`` and the keeper's own (another user's is theirs).
+
+    Only done when the keeper opens a file to write: reading changes nothing (and works on a
+    read-only home).
+    """
+    return stat.S_IMODE(st.st_mode) != mode and st.st_uid == os.geteuid()
 
 
 class HomeFS:
@@ -98,8 +101,8 @@ class HomeFS:
                     raise _refuse(self.path(*parts[: i + 1]), os.lstat(name, dir_fd=fd)) from None
                 os.close(fd)
                 fd = child
-                if create:
-                    _tighten(fd, os.fstat(fd), DIR_MODE)
+                if create and _loose(os.fstat(fd), DIR_MODE):
+                    os.fchmod(fd, DIR_MODE)
             yield fd
         finally:
             os.close(fd)
@@ -137,7 +140,7 @@ class HomeFS:
     def open_private(
         self, *parts: str, flags: int = os.O_RDWR | os.O_CREAT, create_dirs: bool = False
     ) -> int:
-        """A descriptor of the keeper's own file ``parts`` (0600, created with ``O_CREAT``).
+        """A descriptor of the keeper's own file ``parts`` (0600 when created or opened to write).
 
         Refused in one line when the file or a folder on the way is a symlink, or when the
         file is not a regular file (a FIFO, a device, a folder). The caller closes it.
@@ -160,7 +163,8 @@ class HomeFS:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise _refuse(self.path(*parts), st)
-            _tighten(fd, st, FILE_MODE)
+            if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and _loose(st, FILE_MODE):
+                os.fchmod(fd, FILE_MODE)
         except BaseException:
             os.close(fd)
             raise
@@ -184,9 +188,10 @@ class HomeFS:
         """The path of the keeper's SQLite file ``parts``, safe to hand to SQLite (which follows links).
 
         The file and its ``-wal``/``-shm``/``-journal`` must be regular files reached without a
-        symlink; ``create`` makes the folders and an empty 0600 file first. Checked with
-        ``lstat`` and tightened by name, never opened: closing a descriptor of a database file
-        would drop the POSIX locks SQLite holds on it in this process.
+        symlink; ``create`` (to write) makes the folders and an empty 0600 file first and
+        tightens looser modes. Checked with ``lstat`` and tightened by name, never opened:
+        closing a descriptor of a database file would drop the POSIX locks SQLite holds on it
+        in this process.
         """
         folder, name = self._split(parts)
         if create:
@@ -205,7 +210,7 @@ class HomeFS:
                     raise _missing(self.path(*parts)) from None
                 if not stat.S_ISREG(st.st_mode):
                     raise _refuse(self.path(*folder, name + side), st)
-                if stat.S_IMODE(st.st_mode) != FILE_MODE and st.st_uid == os.geteuid():
+                if create and _loose(st, FILE_MODE):
                     os.chmod(name + side, FILE_MODE, dir_fd=dfd, follow_symlinks=False)
         return self.path(*parts)
 

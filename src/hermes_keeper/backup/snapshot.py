@@ -89,13 +89,14 @@ def list_backups(dest_dir: Path) -> list[BackupRecord]:
     """Every backup the folder's manifest records, oldest first (files may be missing: verify)."""
     folder = Path(dest_dir)
     try:
-        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        raw = HomeFS(folder).read_bytes(MANIFEST)  # a symlinked manifest is refused, not read
+        if raw is None:
+            return []
+        data = json.loads(raw)
         return sorted(
             (BackupRecord(**{k: r[k] for k in _STORED}, folder=folder) for r in data["backups"]),
             key=lambda r: r.created_at,  # stable: same-second backups stay in the order they were taken
         )
-    except FileNotFoundError:
-        return []
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise KeeperError(f"{folder / MANIFEST}: unreadable backup manifest ({exc!r})") from None
 
