@@ -265,8 +265,8 @@ class HomeFS:
             return
         for parts in ((KEEPER_DIR,), (KEEPER_DIR, "backups")):
             try:
-                with self._folder(parts) as dfd:
-                    for entry in os.scandir(dfd):
+                with self._folder(parts) as dfd, os.scandir(dfd) as entries:
+                    for entry in entries:
                         st = entry.stat(follow_symlinks=False)
                         if stat.S_ISREG(st.st_mode) or (stat.S_ISDIR(st.st_mode) and len(parts) == 1):
                             continue
