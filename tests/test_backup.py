@@ -121,16 +121,16 @@ def test_full_disk_fails_cleanly_and_the_run_deletes_nothing(tmp_path, monkeypat
     home = tmp_path / "home"
     spec = demo.generate(time.time(), sessions=120)
     demo.build_home(home, spec)
-    with tiny_disk(tmp_path / "tiny", "256k") as disk:
+    (home / "keeper").mkdir(mode=0o700)
+    # Mounted where the backups go (a symlink there would be refused: the keeper follows none).
+    with tiny_disk(home / "keeper" / "backups", "256k") as disk:
         if disk is None:  # no mount here: the compressor's write hits ENOSPC instead
 
             def full(self, data):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "tiny"))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(home / "keeper" / "backups"))
 
             monkeypatch.setattr(backup_mod._HashingSink, "write", full)
-            disk = tmp_path / "tiny"
-        (home / "keeper").mkdir(mode=0o700)
-        os.symlink(disk, home / "keeper" / "backups")
+            disk = home / "keeper" / "backups"
         before = tree_digest(home)
         res = CliRunner().invoke(main, ["run", "--home", str(home)])
         assert res.exit_code == 2 and "backup of default failed" in res.output
@@ -140,7 +140,7 @@ def test_full_disk_fails_cleanly_and_the_run_deletes_nothing(tmp_path, monkeypat
         assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == len(spec.sessions)
         conn.close()
         after = tree_digest(home)
-        for own in ("keeper/journal.jsonl", "keeper.lock"):  # the keeper's own bookkeeping
+        for own in ("keeper/journal.jsonl", "keeper.lock", "keeper/backups/.manifest.lock"):  # bookkeeping
             after.pop(own, None)
         assert after == before
 

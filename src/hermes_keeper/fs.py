@@ -1,28 +1,320 @@
-"""Owner-only files and durable renames: archives and backups hold people's conversations."""
+"""The keeper's one door to the filesystem: confined paths, no symlink followed, owner-only files.
+
+Homes hold people's conversations, and symlinked folders are common (dotfile managers, a
+``sessions/`` moved to a bigger disk). So every path the keeper writes or deletes is built
+from a home and a relative path of known parts, and walked one component at a time with
+``O_NOFOLLOW`` from the home's folder descriptor (``openat``-style): a keeper folder or file
+that is a symlink, or not what it should be, is refused in one line before anything is
+written through it; a file to delete that sits behind a symlink is kept. What the keeper
+creates is 0600 in 0700 folders, and its own files found looser are tightened (through the
+descriptor, never through a link).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+
+from hermes_keeper.errors import KeeperError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+KEEPER_DIR = "keeper"
+DB_NAME = "state.db"
+#: state.db and the files SQLite keeps beside it: an export must never land on one of these.
+DB_FILES = frozenset({DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal"})
+#: Files at a home's top that belong to the keeper or to Hermes's processes.
+HOME_FILES = DB_FILES | {"keeper.lock", "gateway.lock", "gateway.pid"}
+SQLITE_SIDES = ("-wal", "-shm", "-journal")
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _what(path: Path, st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return f"is a symlink (to {os.path.realpath(path)})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    return "is a file, not a folder" if stat.S_ISREG(st.st_mode) else "is not a regular file"
+
+
+def _refuse(path: Path, st: os.stat_result) -> KeeperError:
+    """The one line for a keeper path that is not what the keeper made."""
+    return KeeperError(f"{path} {_what(path, st)}; the keeper does not follow or replace it, nothing changed")
+
+
+def _missing(path: Path) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+
+
+def _loose(st: os.stat_result, mode: int) -> bool:
+    """To be made owner-only: looser than ``mode`` and the keeper's own (another user's is theirs).
+
+    Only done when the keeper opens a file to write: reading changes nothing (and works on a
+    read-only home).
+    """
+    return stat.S_IMODE(st.st_mode) != mode and st.st_uid == os.geteuid()
+
+
+class HomeFS:
+    """Every keeper read, write and delete of a path under one home goes through here."""
+
+    def __init__(self, home: Path | str):
+        self.home = Path(home)
+
+    def path(self, *parts: str) -> Path:
+        """The path of ``parts`` under the home; each part one plain name (no ``/``, ``..``, NUL)."""
+        for p in parts:
+            if not isinstance(p, str) or p in ("", ".", "..") or "/" in p or "\0" in p:
+                raise KeeperError(f"refusing the path {p!r} under {self.home}: not one plain name")
+        return self.home.joinpath(*parts)
+
+    def _split(self, parts: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+        """The checked parts of a file's path: its folder's and its own name."""
+        self.path(*parts)
+        return parts[:-1], parts[-1]
+
+    @contextmanager
+    def _folder(self, parts: tuple[str, ...], create: bool = False) -> Iterator[int]:
+        """A descriptor of the folder ``parts``, walked without following a symlink.
+
+        ``create`` makes missing folders 0700 and tightens each one walked to 0700.
+        """
+        self.path(*parts)
+        fd = os.open(self.home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the user's choice
+        try:
+            for i, name in enumerate(parts):
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise _missing(self.path(*parts[: i + 1])) from None
+                    os.mkdir(name, DIR_MODE, dir_fd=fd)
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    raise _refuse(self.path(*parts[: i + 1]), os.lstat(name, dir_fd=fd)) from None
+                os.close(fd)
+                fd = child
+                if create and _loose(os.fstat(fd), DIR_MODE):
+                    os.fchmod(fd, DIR_MODE)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def lstat(self, *parts: str) -> os.stat_result | None:
+        """``lstat`` of ``parts`` reached without a symlink on the way; None when absent."""
+        folder, name = self._split(parts)
+        try:
+            with self._folder(folder) as dfd:
+                return os.lstat(name, dir_fd=dfd)
+        except FileNotFoundError:
+            return None
+
+    def regular(self, *parts: str) -> os.stat_result | None:
+        """The ``lstat`` of the regular file ``parts``, None when absent; refused when it is a
+        symlink or anything else (checked before a command changes anything)."""
+        st = self.lstat(*parts)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise _refuse(self.path(*parts), st)
+        return st
+
+    def plain_dir(self, *parts: str) -> bool:
+        """True when ``parts`` is a real folder reached without any symlink on the way."""
+        try:
+            with self._folder(parts):
+                return True
+        except (FileNotFoundError, KeeperError):
+            return False
+
+    def private_dir(self, *parts: str) -> Path:
+        """Create the folders ``parts`` (0700), tightening them; refuse a symlink or a file on the way."""
+        with self._folder(parts, create=True):
+            return self.path(*parts)
+
+    def open_private(
+        self, *parts: str, flags: int = os.O_RDWR | os.O_CREAT, create_dirs: bool = False
+    ) -> int:
+        """A descriptor of the keeper's own file ``parts`` (0600 when created or opened to write).
+
+        Refused in one line when the file or a folder on the way is a symlink, or when the
+        file is not a regular file (a FIFO, a device, a folder). The caller closes it.
+        """
+        folder, name = self._split(parts)
+        with self._folder(folder, create=create_dirs) as dfd:
+            try:
+                st = os.lstat(name, dir_fd=dfd)
+            except FileNotFoundError:
+                st = None
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise _refuse(self.path(*parts), st)
+            try:
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise _refuse(self.path(*parts), os.lstat(name, dir_fd=dfd)) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _refuse(self.path(*parts), st)
+            if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and _loose(st, FILE_MODE):
+                os.fchmod(fd, FILE_MODE)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def private_file(self, *parts: str, create_dirs: bool = False) -> Path:
+        """Make sure the keeper's file ``parts`` exists as a 0600 regular file; its path."""
+        os.close(self.open_private(*parts, flags=os.O_RDONLY | os.O_CREAT, create_dirs=create_dirs))
+        return self.path(*parts)
+
+    def read_bytes(self, *parts: str) -> bytes | None:
+        """The content of the keeper's file ``parts``, or None when it is not there."""
+        try:
+            fd = self.open_private(*parts, flags=os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read()
+
+    def sqlite_file(self, *parts: str, create: bool = False) -> Path:
+        """The path of the keeper's SQLite file ``parts``, safe to hand to SQLite (which follows links).
+
+        The file and its ``-wal``/``-shm``/``-journal`` must be regular files reached without a
+        symlink; ``create`` (to write) makes the folders and an empty 0600 file first and
+        tightens looser modes. Checked with ``lstat`` and tightened by name, never opened:
+        closing a descriptor of a database file would drop the POSIX locks SQLite holds on it
+        in this process.
+        """
+        folder, name = self._split(parts)
+        if create:
+            self.private_dir(*folder)
+        with self._folder(folder) as dfd:
+            if create:
+                with suppress(FileExistsError):  # O_EXCL: also fails on a (dangling) symlink
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                    os.close(os.open(name, flags, FILE_MODE, dir_fd=dfd))
+            for side in ("", *SQLITE_SIDES):
+                try:
+                    st = os.lstat(name + side, dir_fd=dfd)
+                except FileNotFoundError:
+                    if side:
+                        continue
+                    raise _missing(self.path(*parts)) from None
+                if not stat.S_ISREG(st.st_mode):
+                    raise _refuse(self.path(*folder, name + side), st)
+                if create and _loose(st, FILE_MODE):
+                    os.chmod(name + side, FILE_MODE, dir_fd=dfd, follow_symlinks=False)
+        return self.path(*parts)
+
+    def unlink(self, *parts: str) -> int | None:
+        """Delete the regular file ``parts`` through its folder's descriptor; its size.
+
+        None, and nothing deleted, when it is gone, is a symlink or not a regular file, or
+        sits behind a symlinked folder, or the path is not plain names: when unsure, keep.
+        """
+        try:
+            folder, name = self._split(parts)
+            with self._folder(folder) as dfd:
+                st = os.lstat(name, dir_fd=dfd)
+                if not stat.S_ISREG(st.st_mode):
+                    return None
+                os.unlink(name, dir_fd=dfd)
+                return st.st_size
+        except (FileNotFoundError, KeeperError):
+            return None
+
+    def folder(self, path: Path | str) -> Path:
+        """A folder the user named (``--dest``), created 0700: walked from the home when inside it.
+
+        Outside the home its parents are the user's choice, but the folder itself must not be
+        a symlink; inside it (also when named through another name for the home), no folder
+        on the way may be one (a symlinked ``keeper/``).
+        """
+        path = Path(os.path.abspath(path))
+        home = os.path.realpath(self.home)
+        for above in (path, *path.parents):
+            if os.path.realpath(above) == home:
+                return self.private_dir(*path.relative_to(above).parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return HomeFS(path.parent).private_dir(path.name)
+
+    def require_home(self) -> None:
+        """Refuse (before anything is created) a folder that is not a Hermes home.
+
+        A home has a ``state.db``, or at least the keeper's folder (a home whose database
+        was lost, about to get a backup back) or, for a root, its ``profiles/``.
+        """
+        if (self.home / DB_NAME).is_file() or self.plain_dir(KEEPER_DIR) or self.plain_dir("profiles"):
+            return
+        raise KeeperError(f"{self.home} is not a Hermes home ({DB_NAME} not found); nothing changed")
+
+    def check_keeper_tree(self) -> None:
+        """Refuse a ``keeper/`` with a symlink or a special file in it (the keeper makes neither).
+
+        Run before a command's first change, so nothing is written through a link later.
+        """
+        if self.lstat(KEEPER_DIR) is None:
+            return
+        for parts in ((KEEPER_DIR,), (KEEPER_DIR, "backups")):
+            try:
+                with self._folder(parts) as dfd, os.scandir(dfd) as entries:
+                    for entry in entries:
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode) or (stat.S_ISDIR(st.st_mode) and len(parts) == 1):
+                            continue
+                        raise _refuse(self.path(*parts, entry.name), st)
+            except FileNotFoundError:
+                continue
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) as 0700; tighten an existing keeper folder to 0700."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    if (path.stat().st_mode & 0o777) != DIR_MODE:
-        os.chmod(path, DIR_MODE)
-    return path
+    """``path`` created (0700) or tightened; refused when it is a symlink (its parents are trusted)."""
+    return HomeFS(path.parent).private_dir(path.name)
 
 
 def private_file(path: Path) -> Path:
-    """Make sure ``path`` exists and is 0600 before anything private goes into it."""
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY, FILE_MODE)
-    os.close(fd)
-    os.chmod(path, FILE_MODE)
-    return path
+    """``path`` exists as a 0600 regular file; refused when it is a symlink or not a regular file."""
+    return HomeFS(path.parent).private_file(path.name)
+
+
+def open_private(path: Path, flags: int = os.O_RDWR | os.O_CREAT) -> int:
+    """:meth:`HomeFS.open_private` of one file in a folder the caller has already checked."""
+    return HomeFS(path.parent).open_private(path.name, flags=flags)
+
+
+def check_export_target(path: Path | str) -> Path:
+    """The file an export may write, or a one-line refusal.
+
+    Never a Hermes or keeper file of any home (``state.db`` and its sides, the locks,
+    anything under ``keeper/``; a folder holding a ``state.db`` is a home), and never an
+    existing file that is not a regular file (a symlink, a FIFO, a device).
+    """
+    out = Path(os.path.abspath(path))
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise KeeperError(f"export target {out} {_what(out, st)}; choose another file, nothing changed")
+    real = Path(os.path.realpath(out.parent)) / out.name
+    for home in real.parents:
+        if not (home / DB_NAME).exists():
+            continue
+        rel = real.relative_to(home).parts
+        if rel[0] == KEEPER_DIR or (len(rel) == 1 and rel[0] in HOME_FILES):
+            raise KeeperError(
+                f"export target {out} is a file of the Hermes home {home}; "
+                "choose another file, nothing changed"
+            )
+    return out
 
 
 def fsync_file(path: Path) -> None:
@@ -46,12 +338,3 @@ def durable_rename(src: Path, dst: Path) -> None:
     fsync_file(src)
     os.replace(src, dst)
     fsync_dir(dst.parent)
-
-
-def is_inside(path: Path, folder: Path) -> bool:
-    """True when ``path`` (symlinks resolved) stays inside ``folder``."""
-    try:
-        Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
-    except ValueError:
-        return False
-    return True

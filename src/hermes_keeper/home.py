@@ -6,9 +6,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import HomeFS
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_PROFILE = "default"
@@ -34,6 +36,11 @@ class Profile:
     def keeper_dir(self) -> Path:
         """Everything the keeper writes for this profile lives here."""
         return self.home / "keeper"
+
+    @cached_property
+    def fs(self) -> HomeFS:
+        """The door every keeper read, write and delete under this home goes through."""
+        return HomeFS(self.home)
 
 
 def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path:

@@ -3,6 +3,10 @@
 One line per action (never message content: ids, counts, bytes, reasons), fsynced
 per line so the journal survives a crash of the run it describes (a burst of small
 records, such as one per removed file, is fsynced once at its end).
+
+Opening the journal is every writing command's first step in a home, so it is also where
+the home is checked before anything is created: a folder that is not a Hermes home, or a
+``keeper/`` holding a symlink, is refused in one line with nothing written.
 """
 
 from __future__ import annotations
@@ -12,17 +16,22 @@ import os
 import time
 from pathlib import Path
 
-from hermes_keeper.fs import private_dir
+from hermes_keeper.fs import HomeFS
 
 JOURNAL_NAME = "journal.jsonl"
 
 
 class Journal:
     def __init__(self, keeper_dir: Path, run_id: str | None = None):
-        private_dir(keeper_dir)
-        self.path = keeper_dir / JOURNAL_NAME
+        keeper_dir = Path(keeper_dir)
+        fs = HomeFS(keeper_dir.parent)
+        fs.require_home()
+        fs.check_keeper_tree()
+        self.path = fs.path(keeper_dir.name, JOURNAL_NAME)
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
-        self._fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+        self._fd = fs.open_private(
+            keeper_dir.name, JOURNAL_NAME, flags=os.O_CREAT | os.O_WRONLY | os.O_APPEND, create_dirs=True
+        )
 
     def write(self, action: str, /, *, durable: bool = True, **fields) -> None:
         """Append one record; ``durable=False`` leaves the fsync to a later :meth:`sync`."""
@@ -45,7 +54,8 @@ class Journal:
 
 
 def read_journal(keeper_dir: Path) -> list[dict]:
-    path = keeper_dir / JOURNAL_NAME
-    if not path.exists():
+    keeper_dir = Path(keeper_dir)
+    data = HomeFS(keeper_dir.parent).read_bytes(keeper_dir.name, JOURNAL_NAME)
+    if data is None:
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]

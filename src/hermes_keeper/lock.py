@@ -1,7 +1,8 @@
 """One keeper at a time per home: an flock on ``<root>/keeper.lock``.
 
 This is the keeper's own lock file. Hermes's ``gateway.lock`` is never opened: taking
-that flock would stop a gateway from starting.
+that flock would stop a gateway from starting. The lock is opened through the
+filesystem door: a ``keeper.lock`` that is a symlink is refused, never truncated.
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import HomeFS
 
 LOCK_NAME = "keeper.lock"
 
 
 @contextmanager
 def keeper_lock(root: Path) -> Iterator[None]:
-    path = Path(root) / LOCK_NAME
+    """Hold the home's keeper lock; a folder that is not a Hermes home gets no lock file."""
+    fs = HomeFS(root)
+    fs.require_home()
     try:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        fd = fs.open_private(LOCK_NAME)
     except OSError as exc:
         raise KeeperError(
-            f"cannot create {path}: {exc.strerror} (is the home read-only?); nothing changed"
+            f"cannot create {fs.path(LOCK_NAME)}: {exc.strerror} (is the home read-only?); nothing changed"
         ) from None
     try:
         try:

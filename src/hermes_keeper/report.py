@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import is_inside
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.plan import hermes_auto_prunes, pinned_tails
 from hermes_keeper.run.survey import (
@@ -76,11 +76,11 @@ def _size(path: Path) -> int:
 def dir_usage(path: Path, home: Path) -> dict:
     """Bytes and files under ``path``; symlinks count as themselves and are never followed.
 
-    A folder that is itself a symlink, or reached through one that leaves the home, counts
-    as empty: what lies outside the home is not Hermes's to account for.
+    A folder that is itself a symlink, or reached through one, counts as empty: what lies
+    outside the home is not Hermes's to account for.
     """
     total = files = 0
-    if path.is_dir() and not path.is_symlink() and is_inside(path, home):
+    if HomeFS(home).plain_dir(*path.relative_to(home).parts):
         for dirpath, _dirs, names in os.walk(path, followlinks=False):
             for n in names:
                 total += _size(Path(dirpath) / n)

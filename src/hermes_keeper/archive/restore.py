@@ -441,7 +441,7 @@ def open_archive(profile: Profile) -> arch.Archive:
     if not path.exists():
         raise KeeperError(f"no archive for profile {profile.name} ({path})")
     try:
-        return arch.Archive(path, create=False)
+        return arch.Archive.for_home(profile.keeper_dir, create=False)
     except sqlite3.DatabaseError as exc:
         raise KeeperError(f"{path}: cannot open the archive ({exc})") from None
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import zstandard
 
-from hermes_keeper.fs import private_dir, private_file
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.sqlite.schema import SchemaInfo
 
 FORMAT = 1
@@ -189,12 +189,9 @@ class Archive:
 
     def __init__(self, path: Path, create: bool = True):
         self.path = Path(path)
-        if create:
-            private_dir(self.path.parent)
-            if not self.path.exists():
-                private_file(self.path)
-        elif not self.path.exists():
-            raise FileNotFoundError(self.path)
+        # Its folder (``keeper/``) and the file through the door: SQLite itself follows symlinks.
+        folder = self.path.absolute().parent
+        HomeFS(folder.parent).sqlite_file(folder.name, self.path.name, create=create)
         self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
@@ -205,7 +202,7 @@ class Archive:
 
     @classmethod
     def for_home(cls, keeper_dir: Path, create: bool = True) -> Archive:
-        return cls(keeper_dir / ARCHIVE_NAME, create=create)
+        return cls(Path(keeper_dir) / ARCHIVE_NAME, create=create)
 
     def close(self) -> None:
         self.conn.close()

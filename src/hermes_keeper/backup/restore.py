@@ -19,7 +19,7 @@ import zstandard
 
 from hermes_keeper.backup.snapshot import BackupRecord, backup_dir, decompress_to, list_backups, verify_backup
 from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import FILE_MODE, fsync_dir, fsync_file, private_file
+from hermes_keeper.fs import DB_FILES, FILE_MODE, fsync_dir, fsync_file, private_file
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
@@ -84,11 +84,8 @@ def restore_backup(
         if isinstance(record_or_path, BackupRecord)
         else find_backup(profile, Path(record_or_path))
     )
-    if profile.db_path.is_symlink():
-        raise KeeperError(
-            f"{profile.db_path} is a symlink (to {os.path.realpath(profile.db_path)}); restore will not "
-            "replace a link, nothing was changed"
-        )
+    for name in DB_FILES:  # renamed aside and chmod-ed below: never a link to a file elsewhere
+        profile.fs.regular(name)
     if not force:
         _refuse_if_held(profile)
     if not verify_backup(record):

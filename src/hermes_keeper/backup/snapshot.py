@@ -20,9 +20,10 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import zstandard
 
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import durable_rename, private_dir, private_file
+from hermes_keeper.fs import HomeFS, durable_rename, open_private, private_dir, private_file
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
@@ -38,6 +39,9 @@ from hermes_keeper.sqlite.holders import find_holders
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 MANIFEST = "manifest.json"
+LOCK = ".manifest.lock"
+#: A backup's temporary files (the uncompressed copy, the compressed one before its rename).
+TEMP_PREFIX = ".state-"
 MANIFEST_FORMAT = 1
 ZSTD_LEVEL = 3
 CHUNK = 1 << 20
@@ -63,7 +67,7 @@ class BackupRecord:
     def path(self) -> Path:
         if self.folder is None:
             raise ValueError(f"backup {self.name} has no folder")
-        return self.folder / self.name
+        return HomeFS(self.folder).path(self.name)  # a name read from the manifest: one plain name
 
     def to_manifest(self) -> dict:
         d = asdict(self)
@@ -85,22 +89,24 @@ def list_backups(dest_dir: Path) -> list[BackupRecord]:
     """Every backup the folder's manifest records, oldest first (files may be missing: verify)."""
     folder = Path(dest_dir)
     try:
-        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        raw = HomeFS(folder).read_bytes(MANIFEST)  # a symlinked manifest is refused, not read
+        if raw is None:
+            return []
+        data = json.loads(raw)
         return sorted(
             (BackupRecord(**{k: r[k] for k in _STORED}, folder=folder) for r in data["backups"]),
             key=lambda r: r.created_at,  # stable: same-second backups stay in the order they were taken
         )
-    except FileNotFoundError:
-        return []
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise KeeperError(f"{folder / MANIFEST}: unreadable backup manifest ({exc!r})") from None
 
 
 def _write_manifest(folder: Path, records: list[BackupRecord]) -> None:
-    tmp = private_file(folder / f".{MANIFEST}.tmp")
+    tmp = folder / f".{MANIFEST}.tmp"
     try:
         body = {"format": MANIFEST_FORMAT, "backups": [r.to_manifest() for r in records]}
-        tmp.write_text(json.dumps(body, indent=2), encoding="utf-8")
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(body, indent=2))
         durable_rename(tmp, folder / MANIFEST)
     finally:
         tmp.unlink(missing_ok=True)
@@ -109,7 +115,7 @@ def _write_manifest(folder: Path, records: list[BackupRecord]) -> None:
 @contextmanager
 def _manifest_lock(folder: Path) -> Iterator[None]:
     """Serialise read-modify-write of one folder's manifest (several homes may share a folder)."""
-    fd = os.open(folder / ".manifest.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fd = open_private(folder / LOCK)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -188,14 +194,16 @@ def take_backup(
     snap = comp = None
     try:
         _preflight(profile, schema, folder)
-        private_dir(folder)
+        profile.fs.folder(folder)  # inside the home: no symlinked keeper/ or backups/ on the way
         with _manifest_lock(folder):  # one backup at a time per folder
-            for stale in folder.glob(".state-*"):  # left by a backup that was killed
-                stale.unlink(missing_ok=True)
+            for lo in _temp_files(folder):  # left by a backup that was killed
+                HomeFS(folder).unlink(lo.path.name)
+                if journal:
+                    journal.write("backup_temp_removed", name=lo.path.name, bytes=lo.bytes)
             earlier = list_backups(folder)  # an unreadable manifest fails here, before any copying
             stamp = _stamp(now, folder, {r.name for r in earlier})
-            snap = private_file(folder / f".state-{stamp}.db.tmp")
-            comp = private_file(folder / f".state-{stamp}.db.zst.tmp")
+            snap = private_file(folder / f"{TEMP_PREFIX}{stamp}.db.tmp")
+            comp = private_file(folder / f"{TEMP_PREFIX}{stamp}.db.zst.tmp")
             source_bytes = sum(
                 p.stat().st_size
                 for p in (profile.db_path, profile.db_path.with_name("state.db-wal"))
@@ -229,7 +237,7 @@ def take_backup(
             try:
                 _write_manifest(folder, [*earlier, record])
             except BaseException:
-                record.path.unlink(missing_ok=True)  # no backup the manifest does not know
+                HomeFS(folder).unlink(record.name)  # no backup the manifest does not know
                 raise
     except OSError as exc:
         raise KeeperError(f"backup of {profile.name} failed: {os_error_line(exc)}") from None
@@ -320,12 +328,13 @@ def apply_rotation(
     folder = Path(folder)
     if not (folder / MANIFEST).exists():
         return []
+    private_dir(folder)  # never rotate through a symlinked backup folder
     with _manifest_lock(folder):
         drop = {r.name: r for r, d, _ in rotation(folder, home, now=time.time(), **rules) if not d.keep}
         if not drop:
             return []
-        for r in drop.values():
-            r.path.unlink(missing_ok=True)
+        for name in drop:
+            HomeFS(folder).unlink(name)
         # Files first: a crash in between leaves a visible entry that fails verification (and is
         # rotated out next time), never an invisible file.
         _write_manifest(folder, [r for r in list_backups(folder) if r.name not in drop])
@@ -353,8 +362,44 @@ def remove_malformed_copies(profile: Profile, journal: Journal | None = None) ->
     """Delete those copies (each one journaled with its size); returns what was removed."""
     removed = []
     for lo in find_malformed_copies(profile):
-        lo.path.unlink()
+        if profile.fs.unlink(lo.path.name) is None:
+            continue  # became a link or went away meanwhile: kept
         removed.append(lo)
         if journal:
             journal.write("leftover_removed", name=lo.path.name, bytes=lo.bytes)
     return removed
+
+
+def _temp_files(folder: Path) -> list[Leftover]:
+    """A backup's temporary files in ``folder`` (regular files only; a link is not ours)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith(TEMP_PREFIX))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        with suppress(FileNotFoundError):
+            st = os.lstat(folder / name)
+            if stat.S_ISREG(st.st_mode):
+                out.append(Leftover(folder / name, st.st_size))
+    return out
+
+
+def killed_backup_leftovers(folder: Path | str) -> list[Leftover]:
+    """Temporary copies (full size, uncompressed) a killed backup left; the next backup removes them.
+
+    While a backup is running in the folder (it holds the manifest lock) its files are its
+    own, not leftovers.
+    """
+    folder = Path(folder)
+    try:
+        fd = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []  # no backup ever ran here (or not one of ours)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return []
+    finally:
+        os.close(fd)
+    return _temp_files(folder)

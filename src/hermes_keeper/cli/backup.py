@@ -16,6 +16,7 @@ from hermes_keeper.backup.snapshot import (
     apply_rotation,
     backup_dir,
     find_malformed_copies,
+    killed_backup_leftovers,
     remove_malformed_copies,
     rotation,
     take_backup,
@@ -138,6 +139,9 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
                 "leftovers": [
                     {"name": lo.path.name, "bytes": lo.bytes, "removed": remove_leftovers} for lo in leftovers
                 ],
+                "killed_backup_files": [
+                    {"name": lo.path.name, "bytes": lo.bytes} for lo in killed_backup_leftovers(folder)
+                ],
             }
         )
     if as_json:
@@ -163,6 +167,9 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
         for lo in o["leftovers"]:
             verb = "removed" if lo["removed"] else "can be removed with --remove-leftovers"
             console.print(f"Hermes leftover {lo['name']} ({human_bytes(lo['bytes'])}): {verb}")
+        for lo in o["killed_backup_files"]:
+            size = human_bytes(lo["bytes"])
+            console.print(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it")
 
 
 @click.command()

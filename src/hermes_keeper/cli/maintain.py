@@ -30,6 +30,7 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         f"close {len(plan.zombies)} zombie sessions · prune {d['prune']['sessions']} sessions "
         f"({d['prune']['messages']} messages, ~{human_bytes(d['prune']['est_bytes'])}) · remove "
         f"{d['files']['remove']} files ({human_bytes(d['files']['bytes'])})"
+        + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
     )
     t = Table(title="By source")
     for col in ("source", "prune", "keep", "messages", "~bytes"):
@@ -61,6 +62,8 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         console.print(t)
         for f in plan.files:
             console.print(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}")
+        for f in plan.kept_files:
+            console.print(f"keep {f.path} ({human_bytes(f.bytes)}): {f.reason}")
     console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
     if d["hermes_auto_prune"]:
         what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"

@@ -7,14 +7,12 @@ remove stale files and compact.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_keeper.backup.compact import compact
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
-from hermes_keeper.fs import is_inside
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.plan import ZOMBIE_END_REASON, FileAction, Plan
@@ -106,28 +104,22 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: S
 
 
 def remove_files(profile: Profile, files: list[FileAction], journal: Journal | None) -> tuple[int, int]:
-    """Delete these planned files, only inside ``sessions/``, never through a symlink."""
+    """Delete these planned files, only inside ``sessions/``, through the door (never via a symlink)."""
     removed = size = 0
-    base = profile.sessions_dir
     for f in files:
-        path = Path(f.path)
-        if path.is_symlink() or not is_inside(path, base):
-            continue
         try:
-            st = path.lstat()
-            os.unlink(path)
-        except FileNotFoundError:
+            parts = Path(f.path).relative_to(profile.home).parts
+        except ValueError:
             continue
+        if parts[:1] != ("sessions",):
+            continue
+        n = profile.fs.unlink(*parts)
+        if n is None:
+            continue  # gone, a symlink, or behind one: kept
         removed += 1
-        size += st.st_size
+        size += n
         if journal:
-            journal.write(
-                "file_removed",
-                durable=False,
-                path=str(path.relative_to(profile.home)),
-                bytes=st.st_size,
-                reason=f.reason,
-            )
+            journal.write("file_removed", durable=False, path="/".join(parts), bytes=n, reason=f.reason)
     if journal:
         journal.sync()
     return removed, size

@@ -197,7 +197,11 @@ class Plan:
                 "messages": self.prune_messages,
                 "est_bytes": self.est_freed_bytes,
             },
-            "files": {"remove": len(self.files), "bytes": sum(f.bytes for f in self.files)},
+            "files": {
+                "remove": len(self.files),
+                "bytes": sum(f.bytes for f in self.files),
+                "kept": len(self.kept_files),  # would be removed, but reached through a symlink
+            },
             "by_source": self.by_source(),
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
@@ -209,6 +213,7 @@ class Plan:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
             out["file_actions"] = [asdict(f) for f in self.files]
             out["hermes_deletes_kept"] = self.hermes_deletes_kept
+            out["kept_files"] = [asdict(f) for f in self.kept_files]
         return out
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
@@ -339,14 +340,20 @@ def runtime_leases(home: Path) -> set[str] | None:
     return ids
 
 
-def scan_files(sessions_dir: Path, known_ids: set[str]) -> list[SessionFile]:
-    """Classify every file under ``sessions/`` (symlinks reported, never followed)."""
+def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
+    """Classify every file under the home's ``sessions/`` (symlinks reported, never followed).
+
+    A ``sessions/`` that is itself a symlink (moved to another disk) is listed, but every
+    file in it counts as reached through a link: reported and kept, never removed.
+    """
+    sessions_dir = fs.path("sessions")
     if not sessions_dir.is_dir():
         return []
+    through_link = not fs.plain_dir("sessions")
     by_safe = {safe_filename_component(sid): sid for sid in known_ids}
     out = []
     for entry in sorted(sessions_dir.iterdir()):
-        link = entry.is_symlink()
+        link = through_link or entry.is_symlink()
         st = entry.lstat()
         if entry.name == "saved" and entry.is_dir() and not link:
             for sub in sorted(p for p in entry.rglob("*") if p.is_file() or p.is_symlink()):
@@ -482,5 +489,5 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
                 turn_lease_expires_at=seconds(turn_expires),
                 turn_lease_holder_dead=lease_holder_dead(turn_holder),
             )
-    survey.files = scan_files(profile.sessions_dir, set(survey.sessions))
+    survey.files = scan_files(profile.fs, set(survey.sessions))
     return survey

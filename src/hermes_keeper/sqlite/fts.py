@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from hermes_keeper.fs import durable_rename, fsync_dir, private_dir
+from hermes_keeper.fs import durable_rename, fsync_dir, open_private, private_dir
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import time_limit
 from hermes_keeper.sqlite.schema import SchemaInfo
@@ -262,7 +262,7 @@ class MergeHold:
         saved = {t: _settings(self.w.conn, t) for t in self.tables}
         private_dir(self.path.parent)
         tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        fd = open_private(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
         try:
             os.write(fd, json.dumps(saved).encode())
         finally:
