@@ -84,7 +84,7 @@ def export_sessions(
     result = result if result is not None else ExportResult()
     for entry in parents_first(list_entries(store, filters)):
         try:
-            session = hermes_export(store.get(entry.session_id))
+            session = hermes_export(store.get_entry(entry.entry))
         except ArchiveDamaged:
             result.damaged.append(entry.session_id)
             continue

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import click
@@ -103,8 +104,10 @@ def list_cmd(profiles, filters, as_json):
         t.add_column("profile")
     for col in ("id", "source", "started", "last activity", "title", "msgs", "size", "state"):
         t.add_column(col, overflow="fold", justify="right" if col in ("msgs", "size") else "left")
+    repeated = {k for k, n in Counter((p.name, e.session_id) for p, e in rows).items() if n > 1}
     for p, e in rows:
-        cells = [e.session_id, e.source, when(e.started_at), when(e.last_activity), e.title or ""]
+        address = f"{e.session_id} #{e.entry}" if (p.name, e.session_id) in repeated else e.session_id
+        cells = [address, e.source, when(e.started_at), when(e.last_activity), e.title or ""]
         cells += [str(e.message_count), human_bytes(e.raw_bytes), e.state]
         t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
     Console().print(t)
@@ -117,11 +120,11 @@ def list_cmd(profiles, filters, as_json):
 @click.option("--full", is_flag=True, help="Unfold tool calls, tool results and long messages.")
 @click.option("--all", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
 def show(profiles, session_id, as_json, full, show_all):
-    """One archived conversation, for reading (ID or a unique prefix of it)."""
+    """One archived conversation, for reading (ID or a unique prefix of it: its newest entry; #N: entry N)."""
     with open_archive(_one(profiles)) as store:
-        sid = resolve_id(store, session_id)
+        entry = resolve_id(store, session_id)
         try:
-            payload = store.get(sid)
+            payload = store.get_entry(entry.entry)
         except ArchiveDamaged as exc:
             raise KeeperError(f"archive row damaged: {exc}") from None
     if as_json:
@@ -217,8 +220,7 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     """
     if split and not output:
         raise click.UsageError("--split needs -o FILE")
-    if session_ids:
-        filters = Filters(filters.sources, filters.since, filters.until, filters.title, tuple(session_ids))
+    filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
     with open_archive(_one(profiles)) as store:
         res, paths = write_export(store, Path(output) if output else None, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"

@@ -16,7 +16,7 @@ from hermes_keeper.cli.render import human_bytes
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.journal import Journal
 from hermes_keeper.lock import keeper_lock
-from hermes_keeper.run.execute import apply_plan
+from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, make_plan
 from hermes_keeper.run.policy import effective_policy
 from hermes_keeper.run.survey import shown, survey_profile
@@ -75,7 +75,7 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
             if dry_run:
                 schema.require_readable()
             else:
-                schema.require_actionable()
+                preflight(profile, schema, policy)  # before the lock and the journal: nothing changed
             now = time.time()
             if dry_run:
                 plan = make_plan(survey_profile(profile, schema, now), policy, now)

@@ -12,8 +12,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
 from hermes_keeper.backup.compact import compact
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import is_inside
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
@@ -128,6 +130,18 @@ def remove_files(profile: Profile, files: list[FileAction], journal: Journal | N
     return removed, size
 
 
+def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
+    """What must hold before a run changes anything (no zombie closed, no file removed, no
+    backup taken): state.db is one the keeper may change, and the archive it will write to
+    opens and is of a layout it knows (a :class:`KeeperError` otherwise)."""
+    schema.require_actionable()
+    path = profile.keeper_dir / ARCHIVE_NAME
+    if policy.archive and os.path.lexists(path):
+        if not path.exists():
+            raise KeeperError(f"{path} is a dangling symlink; move it aside and run again")
+        Archive(path, create=False).close()
+
+
 def apply_plan(
     profile: Profile,
     plan: Plan,
@@ -143,7 +157,7 @@ def apply_plan(
     ``schema``: the :func:`inspect` the plan was made from, so state.db is not scanned twice.
     """
     schema = schema or inspect(profile.db_path)
-    schema.require_actionable()
+    preflight(profile, schema, policy)
     res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
     if policy.backup and plan.prune:
         res.backup = take_backup(profile, journal=journal).name

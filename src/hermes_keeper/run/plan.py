@@ -23,6 +23,7 @@ def in_use(s: SessionRow, now: float) -> list[str]:
     the row is not one the keeper can address exactly."""
     checks = (
         (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
+        (s.nul_id, "id holds a NUL byte"),  # likewise
         (s.routed, "routed by the gateway"),
         (s.gateway_recoverable, "gateway-recoverable"),
         (s.lease_expires_at is not None and s.lease_expires_at > now, "live compression lease"),

@@ -69,6 +69,12 @@ class SessionRow:
         return shown(self.id) != self.id
 
     @property
+    def nul_id(self) -> bool:
+        """The id holds a NUL: SQLite's JSON and C-string paths, Hermes's file names and terminals
+        cut it short, so no change could be sure to address exactly this row: never touched."""
+        return "\x00" in self.id
+
+    @property
     def last_activity(self) -> float:
         """Latest sign of life: a message, the activity column, the end, else the start."""
         stamps = [self.started_at, self.last_message_at, self.last_activity_at, self.ended_at]
