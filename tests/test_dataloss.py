@@ -267,3 +267,37 @@ def test_checks_before_the_first_change(tmp_path, spoil):
     assert tree_digest(home) == before and dump.exists()
     assert not (home / "keeper" / "backups").exists() and not (home / "keeper" / "journal.jsonl").exists()
     assert (outside.read_bytes() if outside.exists() else None) == theirs
+
+
+# --- when unsure, keep --------------------------------------------------------------------------
+
+
+def test_unreadable_sessions_json_means_routing_unknown_and_keeps_what_could_be_routed(tmp_path):
+    # No session_key: only sessions.json could say the gateway routes to it.
+    zombie = {**_spec("tg_zombie", "hello", age_days=3), "source": "telegram", "ended_at": None}
+    old_tg = {**_spec("tg_old", "bye", age_days=400), "source": "telegram"}
+    home = _home(tmp_path, zombie, old_tg, _spec("cli_old", "plain"))
+    (home / "sessions" / "sessions.json").write_text('{"agent:main:telegram:dm:7": {"session_id": "tg_zo')
+    res = _cli("plan", "--home", str(home), "-v", "--json")
+    (plan,) = json.loads(res.stdout)["profiles"]
+    decisions = {d["session_id"]: d for d in plan["decisions"]}
+    assert plan["zombies"] == []
+    assert decisions["tg_old"]["action"] == "keep" and "routing unknown" in decisions["tg_old"]["reason"]
+    assert decisions["cli_old"]["action"] == "prune"  # nothing could route to it
+    assert any("routing unknown" in w for w in plan["warnings"])
+    assert "routing unknown" in _cli("plan", "--home", str(home)).output
+    _run(home)
+    assert {"tg_zombie", "tg_old"} <= set(_session_rows(home))
+    conn = sqlite3.connect(home / "state.db")
+    assert conn.execute("SELECT ended_at FROM sessions WHERE id = 'tg_zombie'").fetchone() == (None,)
+    conn.close()
+
+
+def test_sessions_dated_in_the_future_are_flagged_not_within_retention(tmp_path):
+    home = _home(tmp_path, _spec("later", "tomorrow", age_days=-30))
+    res = _cli("plan", "--home", str(home), "-v", "--json")
+    (plan,) = json.loads(res.stdout)["profiles"]
+    (d,) = [d for d in plan["decisions"] if d["session_id"] == "later"]
+    assert (d["action"], d["reason"]) == ("keep", "dated in the future")
+    assert plan["keep_reasons"]["dated in the future"] == 1
+    assert any("in the future" in w for w in plan["warnings"])

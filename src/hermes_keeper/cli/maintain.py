@@ -62,6 +62,8 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         for f in plan.files:
             console.print(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}")
     console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
+    for w in plan.warnings:
+        console.print(f"[yellow]warning: {w}[/]")
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):

@@ -16,6 +16,10 @@ from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 
 ZOMBIE_END_REASON = "keeper_zombie"
+#: Activity later than this past the plan's clock is a wrong date (clock skew, a bad import).
+FUTURE_SLACK_S = 3600.0
+ROUTING_UNKNOWN = "routing unknown (sessions/sessions.json unreadable)"
+FUTURE = "dated in the future"
 
 
 def in_use(s: SessionRow, now: float) -> list[str]:
@@ -25,6 +29,7 @@ def in_use(s: SessionRow, now: float) -> list[str]:
         (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
         (s.nul_id, "id holds a NUL byte"),  # likewise
         (s.routed, "routed by the gateway"),
+        (s.maybe_routed, ROUTING_UNKNOWN),
         (s.gateway_recoverable, "gateway-recoverable"),
         (s.lease_expires_at is not None and s.lease_expires_at > now, "live compression lease"),
         (s.handoff_state in LIVE_HANDOFF_STATES, "handoff in flight"),
@@ -40,6 +45,8 @@ def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
     if s.is_open:
         reasons.append("open" if now - s.last_activity >= policy.zombie_after_s else "open and active")
     reasons += in_use(s, now)
+    if s.last_activity > now + FUTURE_SLACK_S:
+        reasons.append(FUTURE)  # its age is unknown: kept, and said so (not "within retention")
     if s.pinned:
         reasons.append("pinned")
     if s.title and policy.keep_titled:
@@ -98,6 +105,7 @@ class Plan:
     est_freed_bytes: int = 0
     remaining_sessions: int = 0
     remaining_messages: int = 0
+    warnings: list[str] = field(default_factory=list)  # what the plan could not know
 
     @property
     def prune_messages(self) -> int:
@@ -131,6 +139,7 @@ class Plan:
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
+            "warnings": self.warnings,
         }
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
@@ -294,6 +303,13 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             action = f"request dump older than {_days(policy.files_max_age_s)}"
         if action:
             plan.files.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
+    if survey.routing_problem:
+        plan.warnings.append(
+            f"{survey.routing_problem}: routing unknown, every session the gateway could route to is kept"
+        )
+    future = sum(1 for s in sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
+    if future:
+        plan.warnings.append(f"{future} sessions dated in the future: kept, their age is unknown")
     plan.remaining_sessions = len(sessions) - len(pruned)
     plan.remaining_messages = survey.message_total - sum(sessions[s].messages for s in pruned)
     return plan

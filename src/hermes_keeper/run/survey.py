@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hermes_keeper.home import Profile
+from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
@@ -58,6 +59,7 @@ class SessionRow:
     handoff_state: str | None = None
     topic_bound: bool = False
     pending_delegation: bool = False
+    maybe_routed: bool = False  # sessions.json unreadable and the gateway could route to it
 
     @property
     def is_open(self) -> bool:
@@ -115,6 +117,7 @@ class Survey:
     sessions: dict[str, SessionRow] = field(default_factory=dict)
     files: list[SessionFile] = field(default_factory=list)
     routed_ids: set[str] = field(default_factory=set)
+    routing_problem: str | None = None  # sessions/sessions.json exists but cannot be read
     message_total: int = 0
 
 
@@ -199,17 +202,29 @@ def _session_ids_in(raw: str | None) -> set[str]:
     return set()
 
 
+class RoutingUnknown(Exception):
+    """``sessions.json`` is there but unreadable: which sessions it routes to is unknown."""
+
+
 def routed_from_sessions_json(sessions_dir: Path) -> set[str]:
-    """Session ids the gateway's ``sessions.json`` mirror routes to (unreadable file: none)."""
+    """Session ids the gateway's ``sessions.json`` mirror routes to (no file: none).
+
+    A file that cannot be read or is not the mirror's shape raises :class:`RoutingUnknown`:
+    reading it as "routes nothing" would let a routed session be closed or pruned.
+    """
+    path = sessions_dir / "sessions.json"
     try:
-        data = json.loads((sessions_dir / "sessions.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return set()
+    except (OSError, ValueError) as exc:
+        raise RoutingUnknown(f"{path} unreadable ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise RoutingUnknown(f"{path} is not a JSON object")
     ids: set[str] = set()
-    if isinstance(data, dict):
-        for key, entry in data.items():
-            if not key.startswith("_"):
-                ids |= _session_ids_in(entry)
+    for key, entry in data.items():
+        if not key.startswith("_"):
+            ids |= _session_ids_in(entry)
     return ids
 
 
@@ -335,7 +350,10 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
                     )
     finally:
         conn.close()
-    routed |= routed_from_sessions_json(profile.sessions_dir)
+    try:
+        routed |= routed_from_sessions_json(profile.sessions_dir)
+    except RoutingUnknown as exc:
+        survey.routing_problem = str(exc)
     survey.routed_ids = routed
     for r in rows:
         delegate, branch = _model_config_links(r.get("model_config"))
@@ -370,6 +388,8 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             handoff_state=r["handoff_state"],
             topic_bound=sid in topic,
             pending_delegation=sid in pending,
+            maybe_routed=survey.routing_problem is not None
+            and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
         )
     survey.files = scan_files(profile.sessions_dir, set(survey.sessions))
     return survey
