@@ -20,7 +20,7 @@ from hermes_keeper.home import Profile
 from hermes_keeper.run.survey import SessionRow, Survey, message_size_sql, shown, survey_profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -283,6 +283,7 @@ def build_report(
             "journal_mode": schema.journal_mode,
             "auto_vacuum": schema.auto_vacuum,
             "timestamp_problems": schema.timestamp_problems,
+            "quick_check": quick_check(profile.db_path),
         },
         "disk": disk,
         "database": db,

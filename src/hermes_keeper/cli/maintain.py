@@ -8,6 +8,7 @@ import time
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -20,7 +21,7 @@ from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, make_plan
 from hermes_keeper.run.policy import effective_policy
 from hermes_keeper.run.survey import shown, survey_profile
-from hermes_keeper.sqlite.schema import inspect
+from hermes_keeper.sqlite.schema import inspect, quick_check
 
 
 def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
@@ -63,7 +64,7 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
             console.print(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}")
     console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
     for w in plan.warnings:
-        console.print(f"[yellow]warning: {w}[/]")
+        console.print(f"[yellow]warning: {escape(w)}[/]")
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
@@ -81,6 +82,8 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
             now = time.time()
             if dry_run:
                 plan = make_plan(survey_profile(profile, schema, now), policy, now)
+                if (problem := quick_check(profile.db_path)) != "ok":
+                    plan.warnings.append(f"state.db fails quick_check ({problem}): a damaged page")
                 out.append(plan.to_dict(verbose))
                 if not as_json:
                     if schema.timestamp_problems:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hermes_keeper.report import AGE_BUCKETS
@@ -158,6 +159,11 @@ def render_report(rep: dict, console: Console | None = None) -> None:
         c.print(f"[red]timestamps: {p}[/]")
     if sch["timestamp_problems"]:
         c.print("[red]ages and growth below are unreliable; maintenance refuses this profile[/]")
+    if sch["quick_check"] != "ok":
+        c.print(
+            f"[red]state.db fails quick_check ({escape(sch['quick_check'])}): a damaged page; compact "
+            "refuses to write; restore a backup (hermes-keeper restore --latest)[/]"
+        )
 
     c.print(_database_table(rep))
     if not rep["database"]["per_object"]:

@@ -217,6 +217,22 @@ def _foreign_references(conn: sqlite3.Connection, tables: dict[str, list[str]]) 
     return out
 
 
+def quick_check(path: Path) -> str:
+    """``PRAGMA quick_check`` of a database, read-only: ``ok``, or the first problems in one line.
+
+    It reads every page, so it runs where a damaged page matters: before compact writes, and
+    in report and plan, which must not say all is well about a corrupt database.
+    """
+    conn = connect_ro(path)
+    try:
+        rows = conn.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    finally:
+        conn.close()
+    return "; ".join(r[0] for r in rows)[:300] or "ok"
+
+
 def _malformed_reason(exc: sqlite3.Error) -> str:
     """The one-line reason for a database SQLite would not read."""
     text = str(exc)
