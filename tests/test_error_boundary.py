@@ -44,12 +44,16 @@ def test_failures_are_one_line_and_debug_shows_the_traceback(tmp_path, monkeypat
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    """A real 12 MiB filesystem of its own (tmpfs), unmounted at teardown."""
+    """A real 32 MiB filesystem of its own (tmpfs), unmounted at teardown."""
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)], check=True)
     yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
+    for _ in range(50):  # a closing SQLite connection can keep it busy for a moment
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
+    subprocess.run(["umount", "--lazy", str(mnt)], check=True)
 
 
 def _fill(mnt, leave: int) -> None:
@@ -92,3 +96,38 @@ def test_disk_full_is_one_clear_line_and_nothing_is_lost(tiny_fs):
     listed = CliRunner().invoke(main, ["archive", "list", "--home", str(home), "--json"])
     archived = {r["session_id"] for r in json.loads(listed.stdout)["sessions"]}
     assert gone <= archived and before - _ids(home / "state.db") <= archived
+
+
+def test_control_characters_never_reach_the_terminal_raw(tmp_path):
+    """An id and a title with ESC sequences, a bell and a bidi override: escaped in every human
+    output (report, plan, run, archive list/show/search), exact in --json."""
+    from hermes_keeper.cli.text import term
+
+    evil_id, evil_title = "x\x1b]0;pwned\x07\x1b[2J", "t\x1b[31mred\u202eevil"
+    home = tmp_path / "home"
+    start = NOW - 400 * 86400
+    spec = {
+        "id": evil_id,
+        "source": "cli\x1b[5m",
+        "started_at": start,
+        "ended_at": start + 60,
+        "title": evil_title,
+        "messages": [["user", "walrus \x1b[1mbold\x1b[0m", start + 10] for _ in range(30)],
+    }
+    demo.build_home(home, demo.DemoSpec(NOW, sessions=[spec]))
+    (home / "keeper.toml").write_text("keep_titled = false\n")
+    runner = CliRunner()
+    outputs = [runner.invoke(main, ["report", "--home", str(home)]).output]
+    outputs.append(runner.invoke(main, ["plan", "-v", "--home", str(home)]).output)
+    outputs.append(runner.invoke(main, ["run", "--home", str(home)]).output)
+    for args in (["list"], ["show", evil_id], ["search", "walrus"]):
+        res = runner.invoke(main, ["archive", *args, "--home", str(home)])
+        assert res.exit_code == 0, res.output
+        outputs.append(res.output)
+    for out in outputs:
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert any("\\x1b" in out for out in outputs)
+    listed = runner.invoke(main, ["archive", "list", "--json", "--home", str(home)])
+    (row,) = json.loads(listed.stdout)["sessions"]
+    assert (row["session_id"], row["title"]) == (evil_id, evil_title)
+    assert term(evil_id) == "x\\x1b]0;pwned\\x07\\x1b[2J"

@@ -53,7 +53,9 @@ class KeeperGroup(click.Group):
                 raise
             homes = ctx.meta.get(HOMES_KEY) or [None]
             line, code = failure_line(exc, homes[0])
-            click.echo(f"hermes-keeper: {line}", err=True)
+            from hermes_keeper.cli.text import term  # only on this path: rich is not cheap to import
+
+            click.echo(f"hermes-keeper: {term(line)}", err=True)
             sys.exit(code)
 
 

@@ -30,6 +30,7 @@ from hermes_keeper.archive.restore import open_archive, restore_sessions
 from hermes_keeper.archive.store import ARCHIVE_NAME, Archive, ArchiveDamaged
 from hermes_keeper.cli.options import profile_options
 from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
@@ -107,7 +108,7 @@ def list_cmd(profiles, filters, as_json):
     repeated = {k for k, n in Counter((p.name, e.session_id) for p, e in rows).items() if n > 1}
     for p, e in rows:
         address = f"{e.session_id} #{e.entry}" if (p.name, e.session_id) in repeated else e.session_id
-        cells = [address, e.source, when(e.started_at), when(e.last_activity), e.title or ""]
+        cells = [cell(address), cell(e.source), when(e.started_at), when(e.last_activity), cell(e.title)]
         cells += [str(e.message_count), human_bytes(e.raw_bytes), e.state]
         t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
     Console().print(t)
@@ -131,7 +132,7 @@ def show(profiles, session_id, as_json, full, show_all):
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
         return
     for line in render_conversation(payload, full=full, inactive=show_all):
-        click.echo(line)
+        click.echo(term(line))
 
 
 @archive.command("search")
@@ -155,8 +156,8 @@ def search_cmd(profiles, text, filters, limit, as_json):
             more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
             inactive = " inactive" if h.inactive else ""
             head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
-            click.echo(f"{head} {h.role}{inactive}{more}")
-            click.echo(f"    {h.snippet}")
+            click.echo(term(f"{head} {h.role}{inactive}{more}"))
+            click.echo(f"    {term(h.snippet)}")
         shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
         click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
         if r.damaged:
@@ -188,13 +189,13 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
                 why = "" if m["session_id"] in asked else f" ({m['why']})"
                 resume = ", finishing an interrupted restore" if m["resume"] else ""
                 n = m["messages"]
-                click.echo(f"  {m['session_id']}{why}: {n} message{'' if n == 1 else 's'}{resume}")
+                click.echo(term(f"  {m['session_id']}{why}: {n} message{'' if n == 1 else 's'}{resume}"))
         for sid, title in res.retitled.items():
-            click.echo(f"  {sid}: title already taken, restored as {title!r}")
+            click.echo(term(f"  {sid}: title already taken, restored as {title!r}"))
     for w in res.warnings:
-        click.echo(f"hermes-keeper: warning: {w}", err=True)
+        click.echo(f"hermes-keeper: warning: {term(w)}", err=True)
     for sid, why in res.refused.items():
-        click.echo(f"hermes-keeper: {sid}: not restored: {why}", err=True)
+        click.echo(term(f"hermes-keeper: {sid}: not restored: {why}"), err=True)
     if res.refused:
         sys.exit(1)
 
@@ -228,12 +229,12 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
     for sid, why in res.too_big.items():
         click.echo(
-            f"hermes-keeper: warning: {sid}: {why}; Hermes's import refuses it (use `archive restore`)",
+            term(f"hermes-keeper: warning: {sid}: {why}; Hermes's import refuses it (use `archive restore`)"),
             err=True,
         )
     for sid in res.damaged:
         click.echo(
-            f"hermes-keeper: {sid}: archive row damaged, not exported (see `archive verify`)", err=True
+            term(f"hermes-keeper: {sid}: archive row damaged, not exported (see `archive verify`)"), err=True
         )
     if res.damaged:
         sys.exit(1)
@@ -253,6 +254,6 @@ def verify_cmd(profiles, as_json):
             db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
             click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
             for why in r.damaged.values():
-                click.echo(f"  damaged: {why}")
+                click.echo(term(f"  damaged: {why}"))
     if not all(r.ok for _, r in results):
         sys.exit(1)

@@ -8,19 +8,20 @@ import time
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from hermes_keeper.cli.options import profile_options
 from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.journal import Journal
 from hermes_keeper.lock import keeper_lock
 from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, make_plan
 from hermes_keeper.run.policy import effective_policy
-from hermes_keeper.run.survey import shown, survey_profile
+from hermes_keeper.run.survey import survey_profile
 from hermes_keeper.sqlite.schema import inspect, quick_check
 
 
@@ -37,7 +38,7 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         t.add_column(col, justify="left" if col == "source" else "right")
     for src, c in d["by_source"].items():
         t.add_row(
-            src,
+            cell(src),
             str(c.get("prune", 0)),
             str(c.get("keep", 0)),
             str(c.get("messages", 0)),
@@ -48,23 +49,23 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
     t.add_column("reason")
     t.add_column("sessions", justify="right")
     for reason, n in d["keep_reasons"].items():
-        t.add_row(reason, str(n))
+        t.add_row(cell(reason), str(n))
     console.print(t)
     if verbose:
         t = Table(title="Every session")
         for col in ("session", "source", "action", "reason"):
             t.add_column(col)
         for z in plan.zombies:
-            t.add_row(shown(z.session_id), z.source, "close", f"open, idle {z.idle_s / 86400:.1f}d")
+            t.add_row(cell(z.session_id), cell(z.source), "close", f"open, idle {z.idle_s / 86400:.1f}d")
         for sid in sorted(plan.decisions):
             x = plan.decisions[sid]
-            t.add_row(shown(sid), x.source, x.action, x.reason)
+            t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
         console.print(t)
         for f in plan.files:
-            console.print(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}")
+            console.print(cell(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}"))
     console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
     for w in plan.warnings:
-        console.print(f"[yellow]warning: {escape(w)}[/]")
+        console.print(Text(f"warning: {term(w)}", style="yellow"))
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
