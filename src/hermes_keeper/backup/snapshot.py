@@ -81,13 +81,39 @@ def backup_dir(profile: Profile, dest: Path | str | None = None) -> Path:
     return Path(dest) if dest else profile.keeper_dir / "backups"
 
 
+#: What each manifest field must be (bool is an int to Python: refused apart).
+_FIELD_TYPES = {
+    "name": str,
+    "profile": str,
+    "home": str,
+    "created_at": (int, float),
+    "bytes": int,
+    "raw_bytes": int,
+    "sha256": str,
+    "schema_version": (int, type(None)),
+    "source_bytes": int,
+}
+
+
+def _record(r: dict, folder: Path) -> BackupRecord:
+    """One manifest entry, checked: the types above, and a name that is a plain file in ``folder``."""
+    values = {k: r[k] for k in _STORED}
+    wrong = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, _FIELD_TYPES[k])]
+    if wrong:
+        raise TypeError(f"{', '.join(wrong)} of the wrong type")
+    name = values["name"]
+    if name in ("", ".", "..") or "/" in name or "\x00" in name:
+        raise ValueError(f"{name!r} is not a file name")
+    return BackupRecord(**values, folder=folder)
+
+
 def list_backups(dest_dir: Path) -> list[BackupRecord]:
     """Every backup the folder's manifest records, oldest first (files may be missing: verify)."""
     folder = Path(dest_dir)
     try:
         data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         return sorted(
-            (BackupRecord(**{k: r[k] for k in _STORED}, folder=folder) for r in data["backups"]),
+            (_record(r, folder) for r in data["backups"]),
             key=lambda r: r.created_at,  # stable: same-second backups stay in the order they were taken
         )
     except FileNotFoundError:
