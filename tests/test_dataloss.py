@@ -9,7 +9,9 @@ import json
 import os
 import sqlite3
 import time
+from importlib.resources import files
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -19,6 +21,7 @@ from hermes_keeper.cli import main
 from tests.conftest import tree_digest
 
 DAY = 86400.0
+REPORT_SCHEMA = json.loads(files("hermes_keeper").joinpath("data/report.schema.json").read_text())
 NOW = time.time()
 
 
@@ -286,6 +289,9 @@ def test_unreadable_sessions_json_means_routing_unknown_and_keeps_what_could_be_
     assert decisions["cli_old"]["action"] == "prune"  # nothing could route to it
     assert any("routing unknown" in w for w in plan["warnings"])
     assert "routing unknown" in _cli("plan", "--home", str(home)).output
+    report = _report(home)
+    assert "sessions.json" in report["sessions"]["routing_unknown"]
+    assert "routing unknown" in _cli("report", "--home", str(home)).output
     _run(home)
     assert {"tg_zombie", "tg_old"} <= set(_session_rows(home))
     conn = sqlite3.connect(home / "state.db")
@@ -301,3 +307,15 @@ def test_sessions_dated_in_the_future_are_flagged_not_within_retention(tmp_path)
     assert (d["action"], d["reason"]) == ("keep", "dated in the future")
     assert plan["keep_reasons"]["dated in the future"] == 1
     assert any("in the future" in w for w in plan["warnings"])
+    assert _report(home)["sessions"]["future"] == 1
+    assert "1 sessions dated in the future" in _cli("report", "--home", str(home)).output
+
+
+def _report(home) -> dict:
+    """The JSON report, validated against its published schema."""
+    res = _cli("report", "--json", "--home", str(home))
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    jsonschema.validate(data, REPORT_SCHEMA)
+    (profile,) = data["profiles"]
+    return profile

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from hermes_keeper import demo
 from hermes_keeper.cli import main
-from hermes_keeper.errors import EXIT_TRY_LATER
+from hermes_keeper.errors import EXIT_TRY_LATER, KeeperError, failure_line
 from hermes_keeper.run import survey
 
 NOW = time.time()
@@ -59,11 +59,10 @@ def tiny_fs(tmp_path):
 def _fill(mnt, leave: int) -> None:
     """Fill the filesystem, then free ``leave`` bytes."""
     filler = mnt / "filler"
-    with open(filler, "wb") as fh:
+    with open(filler, "wb", buffering=0) as fh:  # unbuffered: the last write fails here, not at close
         try:
             while True:
                 fh.write(b"\0" * 65536)
-                fh.flush()
         except OSError:
             pass
     os.truncate(filler, max(0, filler.stat().st_size - leave))
@@ -89,7 +88,16 @@ def test_disk_full_is_one_clear_line_and_nothing_is_lost(tiny_fs):
     (line,) = res.output.strip().splitlines()
     assert line.startswith(f"hermes-keeper: disk full on {tiny_fs}") and "nothing lost" in line
     assert "Traceback" not in res.output and "no transaction is active" not in line
+    # What SQLite says on a full disk besides SQLITE_FULL is read as what it is, there.
+    _fill(tiny_fs, leave=64 * 1024)  # full again, whatever the run gave back
+    for said in (
+        KeeperError(f"{home}/state.db: database is malformed: disk I/O error"),
+        sqlite3.OperationalError("disk I/O error"),
+    ):
+        text, code = failure_line(said, home)
+        assert text.startswith(f"disk full on {tiny_fs}") and code == EXIT_TRY_LATER
     (tiny_fs / "filler").unlink()
+    assert failure_line(sqlite3.OperationalError("disk I/O error"), home)[1] == 1  # space again: not full
     gone = before - _ids(home / "state.db")
     again = CliRunner().invoke(main, ["run", "--home", str(home), "--quiet"])
     assert again.exit_code == 0, again.output

@@ -45,9 +45,12 @@ def _mount_of(path: Path) -> Path:
 def _disk_full(exc: BaseException, where: Path | None) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
-    if not isinstance(exc, sqlite3.Error):
+    if isinstance(exc, KeeperError):  # a refusal read from SQLite's "disk I/O error" on a full disk
+        if not any(w in str(exc) for w in ("disk I/O error", "disk is full")):
+            return False
+    elif not isinstance(exc, sqlite3.Error):
         return False
-    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
+    elif getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
         return True
     try:  # SQLite reports some full-disk writes as I/O errors or even as a malformed database
         return where is not None and shutil.disk_usage(where).free < NEARLY_FULL_BYTES

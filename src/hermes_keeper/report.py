@@ -17,6 +17,7 @@ from pathlib import Path
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import is_inside
 from hermes_keeper.home import Profile
+from hermes_keeper.run.plan import FUTURE_SLACK_S
 from hermes_keeper.run.survey import SessionRow, Survey, message_size_sql, shown, survey_profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid
@@ -206,6 +207,8 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
         "archived": sum(s.archived for s in rows),
         "titled": sum(bool(s.title) for s in rows),
         "routed": sum(s.routed for s in rows),
+        "routing_unknown": survey.routing_problem,
+        "future": sum(s.last_activity > now + FUTURE_SLACK_S for s in rows),
         "zombie_after_s": zombie_after_s,
         "zombies": {"total": sum(zombies.values()), "by_source": dict(sorted(zombies.items()))},
         "by_source": {

@@ -178,6 +178,13 @@ def render_report(rep: dict, console: Console | None = None) -> None:
         f"(open, idle >= {_duration(s['zombie_after_s'])}) · routed {s['routed']} · "
         f"archived {s['archived']} · titled {s['titled']}"
     )
+    if s["routing_unknown"]:
+        c.print(
+            f"[yellow]routing unknown: {escape(term(s['routing_unknown']))}; plan and run keep every "
+            "session the gateway could route to[/]"
+        )
+    if s["future"]:
+        c.print(f"[yellow]{s['future']} sessions dated in the future: kept, their age is unknown[/]")
     if s["largest"]["messages"]:
         c.print(_largest_table(s, now))
     for r in s["runaways"][:RUNAWAYS_SHOWN]:
