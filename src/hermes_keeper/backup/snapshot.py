@@ -35,7 +35,7 @@ from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.holders import find_holders
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -170,14 +170,6 @@ def _stamp(now: float, folder: Path, recorded: set[str]) -> str:
     return stamp
 
 
-def _quick_check(path: Path) -> str:
-    conn = connect_ro(path)
-    try:
-        return conn.execute("PRAGMA quick_check").fetchone()[0]
-    finally:
-        conn.close()
-
-
 def _preflight(profile: Profile, schema: SchemaInfo, folder: Path) -> None:
     """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
     holders = find_holders(profile.db_path)
@@ -235,7 +227,7 @@ def take_backup(
                 conn.execute("VACUUM INTO ?", (str(snap),))
             finally:
                 conn.close()
-            check = _quick_check(snap)
+            check = quick_check(snap)
             if check != "ok":
                 raise KeeperError(f"backup of {profile.name} failed: the copy fails quick_check ({check})")
             sha, size = _compress(snap, comp)
