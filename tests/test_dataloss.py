@@ -319,3 +319,15 @@ def _report(home) -> dict:
     jsonschema.validate(data, REPORT_SCHEMA)
     (profile,) = data["profiles"]
     return profile
+
+
+def test_an_empty_archive_file_is_set_up_by_the_next_run(tmp_path):
+    """A first run killed between creating archive.db and its tables must not block every later run."""
+    home = _home(tmp_path, _spec("e1", "empty"))
+    (home / "keeper").mkdir(mode=0o700)
+    (home / "keeper" / ARCHIVE_NAME).touch(mode=0o600)
+    assert _cli("archive", "list", "--home", str(home)).exit_code == 2  # nothing to read yet, one line
+    assert (home / "keeper" / ARCHIVE_NAME).stat().st_size == 0  # and reading it wrote nothing
+    _run(home)
+    with Archive.for_home(home / "keeper", create=False) as store:
+        assert [e.session_id for e in store.entries()] == ["e1"]

@@ -259,11 +259,13 @@ class Archive:
             raise KeeperError(
                 f"{self.path} has layout {layout}, newer than this hermes-keeper knows ({LAYOUT}); upgrade it"
             )
+        if layout is None and not create:  # before the pragmas below, which would write to it
+            raise KeeperError(f"{self.path}: cannot open the archive (it holds no archive tables)")
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         if layout == 1:
             self._migrate_1()
-        elif layout is None and create:
+        elif layout is None:
             self.conn.executescript(_SCHEMA)
 
     def _layout(self) -> int | None:

@@ -139,7 +139,8 @@ def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
     if policy.archive and os.path.lexists(path):
         if not path.exists():
             raise KeeperError(f"{path} is a dangling symlink; move it aside and run again")
-        Archive(path, create=False).close()
+        if path.stat().st_size:  # empty: a first run killed before its tables; the run sets it up
+            Archive(path, create=False).close()
 
 
 def apply_plan(
