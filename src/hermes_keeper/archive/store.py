@@ -241,7 +241,9 @@ class Archive:
             raise KeeperError(
                 f"{self.path}: cannot open the archive (not SQLite); move it aside and run again"
             )
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
+        # Used by one thread at a time, but may be closed by another: a command's generator that
+        # an exception left suspended is finalised wherever the garbage collector runs.
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10, check_same_thread=False)
         try:
             self._open(create)
         except BaseException:
