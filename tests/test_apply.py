@@ -160,7 +160,7 @@ def test_run_prunes_what_the_plan_says_and_hermes_still_works(tmp_path, hermes):
     with Archive.for_home(home / "keeper") as store:
         entries = {e.session_id: e for e in store.entries()}
         assert set(entries) == pruned
-        assert all(e.state == PRUNED and store.verify(e.session_id) for e in entries.values())
+        assert all(e.state == PRUNED and store.verify(e.entry) for e in entries.values())
         assert len(store.get("cron_old")["messages"]) == 4
     assert (home / "keeper" / "archive.db").stat().st_mode & 0o777 == 0o600
     assert (home / "keeper").stat().st_mode & 0o777 == 0o700

@@ -131,7 +131,7 @@ def test_a_damaged_row_is_left_out_and_said(exported, tmp_path):
 
 
 def _entry(sid, parent=None, started=0.0):
-    return Entry(sid, "cli", None, parent, started, None, None, 0, 0, 0, "", 22, None, "pruned", 0.0)
+    return Entry(sid, "cli", None, parent, started, None, None, 0, 0, 0, "", 22, None, "pruned", 0.0, 0)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@ import hashlib
 import json
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -187,3 +189,80 @@ def test_a_symlinked_state_db_is_not_replaced(home, tmp_path):
     with pytest.raises(KeeperError, match="is a symlink"):
         restore_backup(select_profiles(home)[0], record)
     assert tree_digest(tmp_path) == before and (home / "state.db").is_symlink()
+
+
+_KILL_AFTER = """
+import os, signal, sys
+from hermes_keeper.backup import restore as r
+from hermes_keeper.home import select_profiles
+
+n, calls = int(sys.argv[3]), [0]
+
+
+def then_die(fn):
+    def step(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+    return step
+
+
+os.rename, os.link, r._checkpoint = then_die(os.rename), then_die(os.link), then_die(r._checkpoint)
+r.restore_backup(select_profiles(sys.argv[1])[0], sys.argv[2])
+"""
+
+_COMMIT_THEN_DIE = """
+import os, signal, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA wal_autocheckpoint=0")
+c.execute("INSERT INTO sessions (id, source, started_at) VALUES ('only_in_wal', 'cli', 1.7e9)")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _sessions_of(db) -> set[str]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        assert conn.execute("PRAGMA quick_check").fetchone() == ("ok",)
+        return {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    finally:
+        conn.close()
+
+
+def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path):
+    """Killed after each step, state.db is whole: the old one with every commit (its -wal's too),
+    or the backup."""
+    src = tmp_path / "src"
+    demo.build_home(src, demo.generate(time.time(), sessions=20))
+    record = take_backup(select_profiles(src)[0])
+    backup_ids = _sessions_of(src / "state.db")
+    conn = sqlite3.connect(src / "state.db")  # after the backup: the two differ
+    conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('after_backup', 'cli', 1.7e9)")
+    conn.commit()
+    conn.close()
+    for n in range(1, 20):
+        home = tmp_path / f"home{n}"
+        shutil.copytree(src, home)
+        subprocess.run([sys.executable, "-c", _COMMIT_THEN_DIE, str(home / "state.db")])
+        assert (home / "state.db-wal").stat().st_size > 0  # a commit that lives only in the -wal
+        old_ids = backup_ids | {"after_backup", "only_in_wal"}
+        done = subprocess.run([sys.executable, "-c", _KILL_AFTER, str(home), str(record.path), str(n)])
+        now = _sessions_of(home / "state.db")
+        assert now in (old_ids, backup_ids), f"killed after step {n}: state.db holds neither"
+        if now == backup_ids:  # swapped: the old one, commits and all, is the safety copy
+            (safety,) = [
+                p
+                for p in home.iterdir()
+                if p.name.startswith("state.db.keeper-before-restore-")
+                and not p.name.endswith(("-wal", "-shm"))
+            ]
+            copy = tmp_path / f"safety{n}.db"
+            shutil.copy(safety, copy)
+            assert _sessions_of(copy) == old_ids
+        if done.returncode == 0:
+            break
+    else:
+        raise AssertionError("the restore never finished")
+    assert n >= 4  # checkpoint, link, the -wal and -shm aside, the rename were each a kill point

@@ -122,3 +122,39 @@ def test_odd_timestamps_are_reported_and_refused(tmp_path, spoil):
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "not unix seconds" in res.stderr
     assert tree_digest(home) == before
+
+
+def _corrupt_a_page(db) -> None:
+    """Scribble over the header of a page of the full-text index (what the keeper's own reads
+    do not touch, but compact's FTS merges would)."""
+    conn = sqlite3.connect(db)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    (page,) = conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = 'messages_fts_data' AND pagetype = 'leaf'"
+        " ORDER BY pageno LIMIT 1 OFFSET 3"
+    ).fetchone()
+    conn.close()
+    with open(db, "r+b") as fh:
+        fh.seek((page - 1) * page_size)
+        fh.write(b"\xff" * 64)
+
+
+def test_a_corrupt_page_is_reported_and_compact_writes_nothing(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(1.79e9, sessions=80))
+    _corrupt_a_page(home / "state.db")
+    db_before = tree_digest(home)["state.db"]
+    res = keeper("compact", "--home", str(home))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "quick_check" in res.stderr and "Traceback" not in res.stderr
+    assert tree_digest(home)["state.db"] == db_before
+    rep = keeper("report", "--json", "--home", str(home))
+    assert rep.returncode == 0, rep.stderr
+    (profile,) = json.loads(rep.stdout)["profiles"]
+    jsonschema.validate(json.loads(rep.stdout), SCHEMA)
+    assert profile["schema"]["quick_check"] != "ok"
+    assert "fails quick_check" in keeper("report", "--home", str(home)).stdout
+    plan = keeper("plan", "--json", "--home", str(home))
+    assert any("quick_check" in w for w in json.loads(plan.stdout)["profiles"][0]["warnings"])
+    assert "fails quick_check" in keeper("plan", "--home", str(home)).stdout
+    assert tree_digest(home)["state.db"] == db_before

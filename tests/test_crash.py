@@ -91,13 +91,15 @@ def test_sigkill_anywhere(tmp_path):
         if missing:
             with Archive.for_home(home / "keeper") as store:
                 for sid in missing:
-                    assert store.verify(sid), f"kill {i}: {sid} gone from state.db but not verifiable"
+                    assert store.verify(store.entry(sid).entry), (
+                        f"kill {i}: {sid} gone from state.db but not verifiable"
+                    )
 
         subprocess.run(_keeper(home, "run", "--quiet"), check=True)
         after = _ids(home / "state.db")
         assert not (after & to_prune), f"kill {i}: rerun left planned sessions behind"
         with Archive.for_home(home / "keeper") as store:
-            assert all(store.verify(sid) for sid in original - after)
+            assert all(store.verify(store.entry(sid).entry) for sid in original - after)
             assert {e.session_id for e in store.entries()} >= to_prune
         shutil.rmtree(home)
     assert cut_mid_prune >= KILLS // 3, f"only {cut_mid_prune} kills landed mid-prune"

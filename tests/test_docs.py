@@ -29,3 +29,11 @@ def test_readme_policy_example_loads_and_shows_the_defaults(tmp_path):
     # The optional disk budget is an example, and the profile override applies to that profile only.
     assert shown.max_db_bytes == 2 * 1024**3 and defaults["max_db_bytes"] is None
     assert work.retention_s["cron"] == 3 * 86400 != shown.retention_s["cron"]
+
+
+def test_reliability_matrix_names_real_tests():
+    """Every ``tests/x.py::name`` in docs/reliability.md is a test function in that file."""
+    refs = re.findall(r"`(tests/\w+\.py)::(\w+)`", (ROOT / "docs" / "reliability.md").read_text())
+    assert len(refs) >= 20
+    missing = [f"{f}::{n}" for f, n in refs if f"def {n}(" not in (ROOT / f).read_text()]
+    assert not missing

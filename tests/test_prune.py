@@ -108,7 +108,7 @@ def _wake(monkeypatch, db, target: str) -> list[tuple[int, str]]:
     woken: list[tuple[int, str]] = []
 
     def archive_then_wake(store, payloads, result, journal):
-        original(store, payloads, result, journal)
+        entries = original(store, payloads, result, journal)
         if target in {p["session"]["id"] for p in payloads}:
             conn = sqlite3.connect(db, timeout=10, isolation_level=None)
             try:
@@ -124,6 +124,7 @@ def _wake(monkeypatch, db, target: str) -> list[tuple[int, str]]:
             finally:
                 conn.close()
             woken.append((nid, text))
+        return entries
 
     monkeypatch.setattr(prune, "_archive_verified", archive_then_wake)
     return woken
@@ -170,7 +171,7 @@ def test_session_woken_during_prune_is_put_back_exactly(tmp_path, monkeypatch):
         assert store.entry(target).state == RESTORED
         for sid in others:
             assert sid not in left and sid not in msgs
-            assert store.verify(sid) and store.entry(sid).state == PRUNED
+            assert store.verify(store.entry(sid).entry) and store.entry(sid).state == PRUNED
 
 
 def test_run_keeps_the_files_of_a_woken_session(tmp_path, monkeypatch):
@@ -298,7 +299,7 @@ def test_invalid_utf8_text_and_blobs_survive_archive_and_restore(tmp_path):
     assert result.pruned == ["odd_bytes"]
     assert "odd_bytes" not in _session_ids(db) and "odd_bytes" not in _message_ids(db)
     with Archive.for_home(profile.keeper_dir) as store:
-        assert store.verify("odd_bytes")
+        assert store.verify(store.entry("odd_bytes").entry)
 
     res = CliRunner().invoke(main, ["archive", "restore", "odd_bytes", "--home", str(home)])
     assert res.exit_code == 0, res.output

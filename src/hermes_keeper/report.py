@@ -17,7 +17,7 @@ from pathlib import Path
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
-from hermes_keeper.run.plan import hermes_auto_prunes, pinned_tails
+from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
 from hermes_keeper.run.survey import (
     SessionRow,
     Survey,
@@ -28,7 +28,7 @@ from hermes_keeper.run.survey import (
 )
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid
-from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect, quick_check
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -216,6 +216,8 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
         "hidden": sum(s.hidden for s in rows),
         "titled": sum(bool(s.title) for s in rows),
         "routed": sum(s.routed for s in rows),
+        "routing_unknown": survey.routing_problem,
+        "future": sum(s.last_activity > now + FUTURE_SLACK_S for s in rows),
         "zombie_after_s": zombie_after_s,
         "zombies": {"total": sum(zombies.values()), "by_source": dict(sorted(zombies.items()))},
         "by_source": {
@@ -310,6 +312,7 @@ def build_report(
             "timestamp_problems": schema.timestamp_problems,
             "generation": generation(schema.schema_version),
             "protections": schema_protections(schema),
+            "quick_check": quick_check(profile.db_path),
         },
         "hermes_auto_prune": auto_prune_section(survey, now),
         "disk": disk,

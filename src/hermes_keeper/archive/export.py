@@ -102,7 +102,7 @@ def export_sessions(
     entries = list_entries(store, filters)
     for entry in parents_first(entries, _linked_rows(store, entries)):
         try:
-            session = hermes_export(store.get(entry.session_id))
+            session = hermes_export(store.get_entry(entry.entry))
         except ArchiveDamaged:
             result.damaged.append(entry.session_id)
             continue

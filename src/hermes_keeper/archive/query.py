@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, RawText, decode_value
 from hermes_keeper.errors import KeeperError
 
 CONTENT_JSON_PREFIX = "\x00json:"
+#: ``#N``: one archive entry, when a session id has several (see :class:`Entry`).
+ENTRY_ADDRESS = re.compile(r"^#(\d+)$")
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([hdw])$")
 _UNIT_S = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
@@ -49,15 +51,25 @@ class Filters:
     until: float | None = None  # started before
     title: str | None = None  # title contains (case-insensitive)
     ids: tuple[str, ...] = ()
+    entries: tuple[int, ...] = ()  # addressed entries (``#N``), beside ``ids``
+    newest: bool = False  # of ``ids`` (or of all, without ``entries``): only each newest entry
 
     def where(self) -> tuple[str, tuple]:
         clauses, params = [], []
         if self.sources:
             clauses.append(f"source IN ({','.join('?' * len(self.sources))})")
             params += self.sources
+        chosen = (
+            ["entry IN (SELECT max(entry) FROM archived_sessions GROUP BY session_id)"] if self.newest else []
+        )
         if self.ids:
-            clauses.append(f"session_id IN ({','.join('?' * len(self.ids))})")
+            chosen.append(f"session_id IN ({','.join('?' * len(self.ids))})")
             params += self.ids
+        if self.entries:
+            either = f"({' AND '.join(chosen)}) OR " if self.ids else ""
+            chosen = [f"({either}entry IN ({','.join('?' * len(self.entries))}))"]
+            params += self.entries
+        clauses += chosen
         if self.since is not None:
             clauses.append("coalesce(last_activity, started_at) >= ?")
             params.append(self.since)
@@ -68,7 +80,13 @@ class Filters:
             clauses.append("instr(lower(title), lower(?)) > 0")
             params.append(self.title)
         sql = ("WHERE " + " AND ".join(clauses)) if clauses else ""
-        return sql + " ORDER BY last_activity DESC, session_id", tuple(params)
+        return sql + " ORDER BY last_activity DESC, session_id, entry DESC", tuple(params)
+
+    def addressed(self, texts: tuple[str, ...]) -> Filters:
+        """These filters narrowed to session ids and ``#N`` entry addresses."""
+        entries = tuple(int(t[1:]) for t in texts if ENTRY_ADDRESS.match(t))
+        ids = tuple(t for t in texts if not ENTRY_ADDRESS.match(t))
+        return replace(self, ids=ids, entries=entries, newest=True)
 
 
 ALL = Filters()
@@ -78,10 +96,13 @@ def list_entries(store: Archive, filters: Filters = ALL) -> list[Entry]:
     return list(store.entries(*filters.where()))
 
 
-def resolve_id(store: Archive, text: str) -> str:
-    """An exact archived id, else a unique prefix of one (like Hermes's ``resolve_session_id``)."""
-    if store.entry(text) is not None:
-        return text
+def resolve_id(store: Archive, text: str) -> Entry:
+    """The entry ``text`` names: an exact archived id (its newest entry), ``#N`` (entry N), else a
+    unique prefix of an id (like Hermes's ``resolve_session_id``)."""
+    if (e := store.entry(text)) is not None:
+        return e
+    if ENTRY_ADDRESS.match(text) and (e := store.by_entry(int(text[1:]))) is not None:
+        return e
     like = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     found = [
         r[0]
@@ -89,11 +110,11 @@ def resolve_id(store: Archive, text: str) -> str:
             "SELECT session_id FROM archived_sessions WHERE session_id LIKE ? ESCAPE '\\' LIMIT 6", (like,)
         )
     ]
-    if len(found) == 1:
-        return found[0]
+    if len(set(found)) == 1:
+        return store.entry(found[0])
     if not found:
         raise KeeperError(f"{text!r} is not in the archive (see `hermes-keeper archive list`)")
-    raise KeeperError(f"{text!r} matches several archived sessions: {', '.join(found[:5])}, ...")
+    raise KeeperError(f"{text!r} matches several archived sessions: {', '.join(sorted(set(found))[:5])}, ...")
 
 
 def content_text(value) -> str:
@@ -262,7 +283,7 @@ def search(store: Archive, text: str, filters: Filters = ALL, limit: int | None 
 @dataclass
 class VerifyResult:
     checked: int = 0
-    damaged: dict[str, str] = field(default_factory=dict)  # session id -> what is wrong
+    damaged: dict[str, str] = field(default_factory=dict)  # session id (``#N`` beside it if older) -> why
     database: str = "ok"  # PRAGMA quick_check of archive.db
 
     @property
@@ -278,20 +299,21 @@ def verify(store: Archive) -> VerifyResult:
     result = VerifyResult()
     rows = store.conn.execute("PRAGMA quick_check").fetchall()
     result.database = "; ".join(r[0] for r in rows)[:500] or "ok"
-    for (sid,) in store.conn.execute(
-        "SELECT session_id FROM archived_sessions ORDER BY session_id"
-    ).fetchall():
+    newest = {e.session_id: e.entry for e in store.entries("ORDER BY entry")}
+    for e in list(store.entries("ORDER BY session_id, entry DESC")):
         result.checked += 1
+        sid = e.session_id
+        key = sid if newest[sid] == e.entry else f"{sid} #{e.entry}"
         try:
-            payload = store.get(sid)
+            payload = store.get_entry(e.entry)
         except ArchiveDamaged as exc:
-            result.damaged[sid] = str(exc)
+            result.damaged[key] = str(exc)
             continue
         except ValueError as exc:  # checks out by sha256 but is not our JSON: written wrong
-            result.damaged[sid] = f"{sid}: payload is not valid JSON ({exc})"
+            result.damaged[key] = f"{sid}: payload is not valid JSON ({exc})"
             continue
         if payload.get("session", {}).get("id") != sid:
-            result.damaged[sid] = f"{sid}: payload holds another session"
+            result.damaged[key] = f"{sid}: payload holds another session"
     return result
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_keeper.archive import store as arch
+from hermes_keeper.archive.query import ENTRY_ADDRESS
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
@@ -59,7 +60,8 @@ class Member:
     payload: dict
     why: str
     existing: frozenset[int] | None = None  # message ids already back: finishing an interrupted restore
-    detach: bool = False  # its parent is not in state.db (gone, or another conversation): no link
+    detach: bool = False  # its parent is gone for good: restored without the link
+    entry: int = 0  # the archive entry it comes from
 
     @property
     def session_id(self) -> str:
@@ -132,7 +134,7 @@ class _Planner:
     def __init__(self, store: arch.Archive, target: _Target):
         self.store = store
         self.target = target
-        self.entries = {e.session_id: e for e in store.entries()}
+        self.entries = {e.session_id: e for e in store.entries("ORDER BY entry")}  # the newest of each
         self.children: dict[str, list[str]] = {}
         for e in self.entries.values():
             if e.parent_session_id:
@@ -140,10 +142,15 @@ class _Planner:
         self.payloads: dict[str, dict | None] = {}  # None: damaged
         self.planned: set[str] = set()  # members of groups planned so far
 
+    def pin(self, entry: arch.Entry) -> None:
+        """Restore this entry of its session rather than the newest (an address ``#N``)."""
+        self.entries[entry.session_id] = entry
+        self.payloads.pop(entry.session_id, None)
+
     def payload(self, sid: str) -> dict | None:
         if sid not in self.payloads:
             try:
-                self.payloads[sid] = self.store.get(sid)
+                self.payloads[sid] = self.store.get_entry(self.entries[sid].entry)
             except arch.ArchiveDamaged:
                 self.payloads[sid] = None
         return self.payloads[sid]
@@ -229,7 +236,7 @@ class _Planner:
                 and parent not in self.planned
                 and self.target.row(parent) is None
             )
-            out.append(Member(p, why, existing, detach))
+            out.append(Member(p, why, existing, detach, self.entries[sid].entry))
         self.planned.update(members)
         return Group([requested], out)
 
@@ -298,9 +305,19 @@ def plan_restore(store: arch.Archive, db_path: Path, schema: SchemaInfo, ids: li
         with read_txn(conn):
             planner = _Planner(store, _Target(conn, schema))
             covered: dict[str, Group] = {}
+            wanted: list[str] = []
+            for text in dict.fromkeys(ids):
+                if ENTRY_ADDRESS.match(text) and text not in planner.entries:
+                    entry = store.by_entry(int(text[1:]))
+                    if entry is None:
+                        plan.refused[text] = "no such archive entry"
+                        continue
+                    planner.pin(entry)
+                    text = entry.session_id
+                wanted.append(text)
             # Oldest first: a branch asked for with its parent keeps its link (the parent goes in first).
-            first = {e: planner.entries[e].started_at or 0.0 for e in ids if e in planner.entries}
-            for sid in sorted(dict.fromkeys(ids), key=lambda e: first.get(e, 0.0)):
+            first = {e: planner.entries[e].started_at or 0.0 for e in wanted if e in planner.entries}
+            for sid in sorted(dict.fromkeys(wanted), key=lambda e: first.get(e, 0.0)):
                 if sid in covered:
                     covered[sid].requested.append(sid)
                 elif sid not in planner.entries:
@@ -419,7 +436,7 @@ def apply_restore(
             if journal:
                 journal.write("restore-failed", sessions=ids, error=str(exc))
             continue
-        store.set_state(ids, arch.RESTORED)
+        store.set_state([m.entry for m in g.members], arch.RESTORED)
         result.restored += ids
         result.messages += n
         if journal:

@@ -1,10 +1,15 @@
 """The per-profile archive: every pruned session, restorable, in ``<home>/keeper/archive.db``.
 
-One row per session: a few columns to list and filter by, and a zstd-compressed JSON
-payload holding the session row, *all* its messages (``active=0`` included, with their
-original ids), its ``session_model_usage`` rows and ``state_meta`` keys naming it. The
-sha256 of the uncompressed payload is stored beside it and checked on every read, so a
-damaged row is refused rather than restored wrong.
+One row (an *entry*) per archived version of a session: a few columns to list and filter
+by, and a zstd-compressed JSON payload holding the session row, *all* its messages
+(``active=0`` included, with their original ids), its ``session_model_usage`` rows and
+``state_meta`` keys naming it. The sha256 of the uncompressed payload is stored beside it
+and checked on every read, so a damaged row is refused rather than restored wrong.
+
+An entry is never overwritten with other content. Hermes reuses session ids (imports,
+client-supplied ids) and a backup restore hands message ids out again, so a session that
+comes back with the same id but new content gets an entry of its own (``entry``, newest
+last); identity is the content an entry holds, not the ids (:func:`message_keys`).
 
 Text SQLite cannot decode as UTF-8 and BLOB values survive the JSON round trip as
 tagged base64 (see :func:`encode_value`).
@@ -23,10 +28,14 @@ from pathlib import Path
 import orjson
 import zstandard
 
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import HomeFS
+from hermes_keeper.sqlite.connect import write_txn
 from hermes_keeper.sqlite.schema import SchemaInfo
 
 FORMAT = 1
+#: Layout of archive.db itself: 1 = one row per session id (before entries), 2 = entries.
+LAYOUT = 2
 ZSTD_LEVEL = 3
 ARCHIVE_NAME = "archive.db"
 
@@ -35,10 +44,8 @@ ARCHIVE_NAME = "archive.db"
 #: state.db. ``restored``: put back; the row stays as history until archived again.
 ARCHIVED, PRUNED, RESTORED = "archived", "pruned", "restored"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS archived_sessions (
-    session_id TEXT PRIMARY KEY,
+_COLUMNS = """
+    session_id TEXT NOT NULL,
     source TEXT NOT NULL,
     title TEXT,
     parent_session_id TEXT,
@@ -55,9 +62,26 @@ CREATE TABLE IF NOT EXISTS archived_sessions (
     state TEXT NOT NULL,
     archived_at REAL NOT NULL,
     payload BLOB NOT NULL
-);
+"""
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS idx_archived_sessions_id ON archived_sessions(session_id, entry);
 CREATE INDEX IF NOT EXISTS idx_archived_sessions_source ON archived_sessions(source, last_activity);
 CREATE INDEX IF NOT EXISTS idx_archived_sessions_state ON archived_sessions(state);
+"""
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS archived_sessions (entry INTEGER PRIMARY KEY AUTOINCREMENT, {_COLUMNS});
+{_INDEXES}
+INSERT OR IGNORE INTO archive_meta VALUES ('layout', '{LAYOUT}');
+"""
+#: Layout 1 -> 2 in one transaction: the same rows, each now an entry (oldest first).
+_MIGRATE_1 = f"""
+CREATE TABLE archived_sessions_2 (entry INTEGER PRIMARY KEY AUTOINCREMENT, {_COLUMNS});
+INSERT INTO archived_sessions_2 ({{cols}}) SELECT {{cols}} FROM archived_sessions ORDER BY archived_at, rowid;
+DROP TABLE archived_sessions;
+ALTER TABLE archived_sessions_2 RENAME TO archived_sessions;
+{_INDEXES}
+INSERT OR REPLACE INTO archive_meta VALUES ('layout', '{LAYOUT}');
 """
 
 
@@ -162,7 +186,7 @@ def canonical_bytes(payload: dict) -> bytes:
 
 @dataclass(frozen=True)
 class Entry:
-    """An archive row without its payload."""
+    """An archive entry without its payload; ``entry`` addresses it, ``session_id`` may repeat."""
 
     session_id: str
     source: str
@@ -179,26 +203,92 @@ class Entry:
     reason: str | None
     state: str
     archived_at: float
+    entry: int
 
 
 _ENTRY_COLUMNS = ", ".join(Entry.__dataclass_fields__)
+_INSERT_COLUMNS = (
+    "session_id, source, title, parent_session_id, started_at, ended_at, last_activity, message_count,"
+    " raw_bytes, stored_bytes, sha256, schema_version, format, reason, state, archived_at, payload"
+)
+
+
+def message_keys(payload: dict) -> set[bytes]:
+    """What identifies a message in the archive: all of it (id, content, every column), not the id."""
+    return {canonical_bytes(m) for m in payload["messages"]}
 
 
 class Archive:
-    """``archive.db`` of one profile. Owner-only; WAL with synchronous=FULL so a commit is on disk."""
+    """``archive.db`` of one profile. Owner-only; WAL with synchronous=FULL so a commit is on disk.
+
+    Opening checks the file before anything is written anywhere: not SQLite, or a layout
+    newer than :data:`LAYOUT`, is a :class:`KeeperError`; layout 1 is migrated in place
+    (one transaction).
+    """
 
     def __init__(self, path: Path, create: bool = True):
         self.path = Path(path)
         # Its folder (``keeper/``) and the file through the door: SQLite itself follows symlinks.
+        # Not SQLite, or a layout this keeper does not know, is refused in ``_open``, by SQLite
+        # (never by reading the file ourselves: closing such a descriptor would drop the POSIX
+        # locks another connection of this process holds on it).
         folder = self.path.absolute().parent
         HomeFS(folder.parent).sqlite_file(folder.name, self.path.name, create=create)
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        if create:
-            self.conn.executescript(_SCHEMA)
+        # Used by one thread at a time, but may be closed by another: a command's generator that
+        # an exception left suspended is finalised wherever the garbage collector runs.
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10, check_same_thread=False)
+        try:
+            self._open(create)
+        except BaseException:
+            self.conn.close()
+            raise
         self._zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
         self._zd = zstandard.ZstdDecompressor()
+
+    def _open(self, create: bool) -> None:
+        try:
+            layout = self._layout()
+        except sqlite3.DatabaseError as exc:
+            raise KeeperError(f"{self.path}: cannot open the archive ({exc})") from None
+        if layout is not None and layout > LAYOUT:
+            raise KeeperError(
+                f"{self.path} has layout {layout}, newer than this hermes-keeper knows ({LAYOUT}); upgrade it"
+            )
+        if layout is None and not create:  # before the pragmas below, which would write to it
+            raise KeeperError(f"{self.path}: cannot open the archive (it holds no archive tables)")
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        if layout == 1:
+            self._migrate_1()
+        elif layout is None:
+            self.conn.executescript(_SCHEMA)
+
+    def _layout(self) -> int | None:
+        """None for a new (empty) file; else the layout recorded, or 1 for the old one-row-per-id table."""
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "archived_sessions" not in tables:
+            return None
+        row = None
+        if "archive_meta" in tables:
+            row = self.conn.execute("SELECT value FROM archive_meta WHERE key = 'layout'").fetchone()
+        if row is not None:
+            try:
+                return int(row[0])
+            except (TypeError, ValueError):
+                raise KeeperError(f"{self.path}: unknown archive layout {row[0]!r}") from None
+        cols = {r[1] for r in self.conn.execute("PRAGMA table_info(archived_sessions)")}
+        return LAYOUT if "entry" in cols else 1
+
+    def _migrate_1(self) -> None:
+        """Layout 1 -> 2 in one transaction: a crash leaves the old layout, whole."""
+        with write_txn(self.conn):
+            if self._layout() == 1:  # another keeper process may have migrated it meanwhile
+                self.conn.execute(
+                    "CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value TEXT)"
+                )
+                for stmt in _MIGRATE_1.format(cols=_INSERT_COLUMNS).split(";"):
+                    if stmt.strip():
+                        self.conn.execute(stmt)
 
     @classmethod
     def for_home(cls, keeper_dir: Path, create: bool = True) -> Archive:
@@ -213,33 +303,34 @@ class Archive:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def put(self, payloads: Iterable[dict], reason: str | None = None) -> list[str]:
-        """Store payloads in one transaction (replacing older rows of the same ids); returns ids.
+    def put(self, payloads: Iterable[dict], reason: str | None = None) -> list[int]:
+        """Store payloads in one transaction; returns the entry of each, in order.
 
-        Every row ends up ``archived``; see :meth:`_holds_all_of` for the one row not replaced.
-        Serialising and compressing happen before the transaction, so the archive's write lock
-        (which the prune's state changes also need) is held only for the inserts.
+        Never overwrites other content: a payload the session's newest entry already holds
+        reuses that entry (see :meth:`_holder`); otherwise a new entry is added, and the newest
+        one is dropped only when it is not ``pruned`` and every message of it is in the new
+        payload (a session that woke up mid-prune, archived again: nothing of it is lost).
+        Every entry returned ends up ``archived``. Serialising and compressing happen before
+        the transaction, so the archive's write lock is held only for the inserts.
         """
         now = time.time()
         rows = [(p, self._row(p, reason, now)) for p in payloads]
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        out = []
+        with write_txn(self.conn):
             for p, row in rows:
-                if self._holds_all_of(p):
-                    self.set_state([row[0]], ARCHIVED)
+                held, superseded = self._holder(p, row[10])
+                if held is not None:
+                    self.set_state([held], ARCHIVED)
+                    out.append(held)
                     continue
-                self.conn.execute(
-                    "INSERT OR REPLACE INTO archived_sessions (session_id, source, title, parent_session_id,"
-                    " started_at, ended_at, last_activity, message_count, raw_bytes, stored_bytes, sha256,"
-                    " schema_version, format, reason, state, archived_at, payload)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                if superseded is not None:
+                    self.conn.execute("DELETE FROM archived_sessions WHERE entry = ?", (superseded,))
+                cur = self.conn.execute(
+                    f"INSERT INTO archived_sessions ({_INSERT_COLUMNS}) VALUES ({','.join('?' * len(row))})",
                     row,
                 )
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        return [row[0] for _, row in rows]
+                out.append(cur.lastrowid)
+        return out
 
     def _row(self, p: dict, reason: str | None, now: float) -> tuple:
         """The ``archived_sessions`` row of one payload: columns to list by, sha256, zstd payload."""
@@ -271,43 +362,63 @@ class Archive:
             blob,
         )
 
-    def _holds_all_of(self, p: dict) -> bool:
-        """A ``pruned`` row that already has every message of ``p`` is kept as it is.
+    def _holder(self, p: dict, sha: str) -> tuple[int | None, int | None]:
+        """(entry that already holds ``p``, entry ``p`` may replace) among the session's newest.
 
-        A session that is in state.db while its row says ``pruned`` is only part of it: an
-        ``archive restore`` was interrupted. Replacing the row would lose the rest.
+        The newest entry holds ``p`` when it is byte for byte the same, or when it is ``pruned``
+        and has every message of ``p`` (by content): the session is in state.db only in part
+        because an ``archive restore`` was interrupted, and replacing it would lose the rest.
         """
-        sid = p["session"]["id"]
         row = self.conn.execute(
-            "SELECT sha256, payload FROM archived_sessions WHERE session_id = ? AND state = ?", (sid, PRUNED)
+            "SELECT entry, sha256, payload, state FROM archived_sessions WHERE session_id = ?"
+            " ORDER BY entry DESC LIMIT 1",
+            (p["session"]["id"],),
         ).fetchone()
         if row is None:
-            return False
+            return None, None
+        entry, old_sha, blob, state = row
+        if old_sha == sha:
+            return entry, None
         try:
-            old = orjson.loads(self._checked(sid, row[0], row[1]))
+            old = orjson.loads(self._checked(p["session"]["id"], old_sha, blob))
         except ArchiveDamaged:
-            return False
-        return {m["id"] for m in p["messages"]} <= {m["id"] for m in old["messages"]}
+            return None, None  # kept as it is; the new content gets an entry of its own
+        new_keys, old_keys = message_keys(p), message_keys(old)
+        if state == PRUNED and new_keys <= old_keys:
+            return entry, None
+        if state != PRUNED and old_keys <= new_keys:
+            return None, entry
+        return None, None
 
     def get(self, session_id: str) -> dict:
-        """The verified payload of one session; :class:`ArchiveDamaged` if it does not check out."""
-        return orjson.loads(self._verified_bytes(session_id))
+        """The verified payload of a session's newest entry (else :class:`ArchiveDamaged`)."""
+        return self.get_entry(self._newest(session_id))
 
-    def verify(self, session_id: str) -> bool:
+    def get_entry(self, entry: int) -> dict:
+        """The verified payload of one entry."""
+        return orjson.loads(self._verified_bytes(entry))
+
+    def verify(self, entry: int) -> bool:
         """The stored payload decompresses to exactly the bytes whose sha256 was recorded."""
         try:
-            self._verified_bytes(session_id)
+            self._verified_bytes(entry)
         except ArchiveDamaged:
             return False
         return True
 
-    def _verified_bytes(self, session_id: str) -> bytes:
+    def _newest(self, session_id: str) -> int:
+        e = self.entry(session_id)
+        if e is None:
+            raise KeyError(session_id)
+        return e.entry
+
+    def _verified_bytes(self, entry: int) -> bytes:
         row = self.conn.execute(
-            "SELECT sha256, payload FROM archived_sessions WHERE session_id = ?", (session_id,)
+            "SELECT session_id, sha256, payload FROM archived_sessions WHERE entry = ?", (entry,)
         ).fetchone()
         if row is None:
-            raise KeyError(session_id)
-        return self._checked(session_id, row[0], row[1])
+            raise KeyError(entry)
+        return self._checked(*row)
 
     def _checked(self, session_id: str, sha: str, blob: bytes) -> bytes:
         try:
@@ -318,18 +429,27 @@ class Archive:
             raise ArchiveDamaged(f"{session_id}: sha256 mismatch")
         return raw
 
-    def set_state(self, session_ids: Iterable[str], state: str) -> None:
-        ids = list(session_ids)
+    def set_state(self, entries: Iterable[int], state: str) -> None:
+        ids = list(entries)
         if not ids:
             return
         with_marks = ",".join("?" * len(ids))
         self.conn.execute(
-            f"UPDATE archived_sessions SET state = ? WHERE session_id IN ({with_marks})", [state, *ids]
+            f"UPDATE archived_sessions SET state = ? WHERE entry IN ({with_marks})", [state, *ids]
         )
 
     def entry(self, session_id: str) -> Entry | None:
+        """The newest entry of a session."""
         row = self.conn.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions WHERE session_id = ?", (session_id,)
+            f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions WHERE session_id = ?"
+            " ORDER BY entry DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        return Entry(*row) if row else None
+
+    def by_entry(self, entry: int) -> Entry | None:
+        row = self.conn.execute(
+            f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions WHERE entry = ?", (entry,)
         ).fetchone()
         return Entry(*row) if row else None
 

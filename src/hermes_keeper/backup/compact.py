@@ -24,7 +24,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_rw
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import find_holders, refuse_during_maintenance
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
@@ -205,6 +205,12 @@ def compact(
     schema.require_actionable()
     refuse_during_maintenance(schema)
     db = profile.db_path
+    problem = quick_check(db)
+    if problem != "ok":  # FTS merges and vacuum would write into damaged pages
+        raise KeeperError(
+            f"{db} fails quick_check ({problem}); compact changed nothing. Restore a backup "
+            "(hermes-keeper restore --latest) or let Hermes repair it"
+        )
     res = ReclaimResult(
         profile=profile.name,
         auto_vacuum_before=schema.auto_vacuum,

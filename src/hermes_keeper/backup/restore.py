@@ -2,9 +2,14 @@
 
 Refuse while any process holds the database (unless forced); verify the sha256 the
 manifest recorded; decompress next to ``state.db``; ``integrity_check`` and
-schema-check the result; only then move the current ``state.db`` with its
-``-wal``/``-shm`` aside as a safety copy (0600) and rename the restored file into
-place. A bad backup is refused before anything moves.
+schema-check the result; only then keep the current ``state.db`` aside as a safety copy
+(0600) and rename the restored file into place. A bad backup is refused before anything moves.
+
+The swap is safe against SIGKILL at every step (:func:`_swap`): the current ``-wal`` is
+checkpointed into ``state.db`` first, so ``state.db`` alone holds every commit, and the old
+file is kept by a hard link while the restored one replaces it in one rename. There is never
+a moment without a complete ``state.db``, nor one with a ``-wal`` beside a file it does not
+belong to.
 """
 
 from __future__ import annotations
@@ -112,13 +117,7 @@ def restore_backup(
             _refuse_if_held(profile)  # Hermes may have started while we decompressed
         _same_owner_and_mode(tmp, profile.db_path)
         fsync_file(tmp)
-        safety, moved = _move_aside(profile)
-        try:
-            os.rename(tmp, profile.db_path)
-        except OSError:
-            _undo(moved)
-            raise
-        fsync_dir(profile.home)
+        safety = _swap(profile, tmp)
     except OSError as exc:
         raise KeeperError(
             f"restore of {record.name} failed: {os_error_line(exc)}; nothing was changed"
@@ -150,34 +149,51 @@ def _same_owner_and_mode(new: Path, old: Path) -> None:
     os.chmod(new, st.st_mode & 0o777)
 
 
-def _move_aside(profile: Profile) -> tuple[str | None, list[tuple[Path, Path]]]:
-    """Rename state.db and its -wal/-shm to one new safety name (SQLite pairs them by name), 0600.
+def _checkpoint(db: Path) -> None:
+    """Every commit of the ``-wal`` into ``state.db`` and the ``-wal`` emptied (TRUNCATE).
 
-    All or nothing: if a rename fails the ones already done are undone, so a ``-wal`` never
-    ends up beside a database it does not belong to. Returns the name and the renames done.
+    A checkpoint that cannot finish (a reader or writer got in) is a refusal: the swap must
+    not start while the ``-wal`` still holds commits.
     """
-    if not profile.db_path.exists():
-        return None, []
+    side = db.with_name(db.name + "-wal")
+    if not side.exists():
+        return
+    conn = sqlite3.connect(f"file:{db}?mode=rw", uri=True, isolation_level=None, timeout=5)
+    try:
+        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.close()
+    if busy or (side.exists() and side.stat().st_size):
+        raise KeeperError(f"{db}: its -wal could not be checkpointed (in use?); nothing was changed")
+
+
+def _swap(profile: Profile, restored: Path) -> str | None:
+    """Put ``restored`` in place of state.db, keeping the current one as a safety copy (0600).
+
+    Each step leaves a consistent home if the process dies right after it:
+    checkpoint (state.db alone holds every commit, its -wal is empty) -> hard link
+    state.db to the safety name (the same file under two names) -> rename the empty -wal
+    and the -shm aside -> rename the restored file over state.db (atomic). Returns the
+    safety name (None when there was no state.db).
+    """
+    db = profile.db_path
+    if not db.exists():
+        os.rename(restored, db)
+        fsync_dir(profile.home)
+        return None
+    _checkpoint(db)
     base = f"{SAFETY_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     safety, n = base, 1
     while any((profile.home / f"{safety}{s}").exists() for s in ("", "-wal", "-shm")):
         n += 1
         safety = f"{base}-{n}"
-    moved: list[tuple[Path, Path]] = []
-    try:
-        for suffix in ("-wal", "-shm", ""):
-            src = profile.home / f"state.db{suffix}"
-            if src.exists():
-                dst = profile.home / f"{safety}{suffix}"
-                os.chmod(src, FILE_MODE)
-                os.rename(src, dst)
-                moved.append((src, dst))
-    except OSError:
-        _undo(moved)
-        raise
-    return safety, moved
-
-
-def _undo(moved: list[tuple[Path, Path]]) -> None:
-    for src, dst in reversed(moved):
-        os.rename(dst, src)
+    os.link(db, profile.home / safety)
+    os.chmod(profile.home / safety, FILE_MODE)
+    fsync_dir(profile.home)
+    for suffix in ("-wal", "-shm"):
+        side = profile.home / f"state.db{suffix}"
+        if side.exists():
+            os.rename(side, profile.home / f"{safety}{suffix}")
+    os.rename(restored, db)
+    fsync_dir(profile.home)
+    return safety

@@ -36,7 +36,7 @@ from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.holders import find_holders
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
 
 MANIFEST = "manifest.json"
 LOCK = ".manifest.lock"
@@ -85,6 +85,32 @@ def backup_dir(profile: Profile, dest: Path | str | None = None) -> Path:
     return Path(dest) if dest else profile.keeper_dir / "backups"
 
 
+#: What each manifest field must be (bool is an int to Python: refused apart).
+_FIELD_TYPES = {
+    "name": str,
+    "profile": str,
+    "home": str,
+    "created_at": (int, float),
+    "bytes": int,
+    "raw_bytes": int,
+    "sha256": str,
+    "schema_version": (int, type(None)),
+    "source_bytes": int,
+}
+
+
+def _record(r: dict, folder: Path) -> BackupRecord:
+    """One manifest entry, checked: the types above, and a name that is a plain file in ``folder``."""
+    values = {k: r[k] for k in _STORED}
+    wrong = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, _FIELD_TYPES[k])]
+    if wrong:
+        raise TypeError(f"{', '.join(wrong)} of the wrong type")
+    name = values["name"]
+    if name in ("", ".", "..") or "/" in name or "\x00" in name:
+        raise ValueError(f"{name!r} is not a file name")
+    return BackupRecord(**values, folder=folder)
+
+
 def list_backups(dest_dir: Path) -> list[BackupRecord]:
     """Every backup the folder's manifest records, oldest first (files may be missing: verify)."""
     folder = Path(dest_dir)
@@ -94,7 +120,7 @@ def list_backups(dest_dir: Path) -> list[BackupRecord]:
             return []
         data = json.loads(raw)
         return sorted(
-            (BackupRecord(**{k: r[k] for k in _STORED}, folder=folder) for r in data["backups"]),
+            (_record(r, folder) for r in data["backups"]),
             key=lambda r: r.created_at,  # stable: same-second backups stay in the order they were taken
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -148,14 +174,6 @@ def _stamp(now: float, folder: Path, recorded: set[str]) -> str:
         n += 1
         stamp = f"{base}-{n}"
     return stamp
-
-
-def _quick_check(path: Path) -> str:
-    conn = connect_ro(path)
-    try:
-        return conn.execute("PRAGMA quick_check").fetchone()[0]
-    finally:
-        conn.close()
 
 
 def _preflight(profile: Profile, schema: SchemaInfo, folder: Path) -> None:
@@ -217,7 +235,7 @@ def take_backup(
                 conn.execute("VACUUM INTO ?", (str(snap),))
             finally:
                 conn.close()
-            check = _quick_check(snap)
+            check = quick_check(snap)
             if check != "ok":
                 raise KeeperError(f"backup of {profile.name} failed: the copy fails quick_check ({check})")
             sha, size = _compress(snap, comp)

@@ -2,7 +2,7 @@
 
 Each command group lives in its own module here and is registered below by name, and
 imported only when used: ``run`` from cron should not pay for the report's renderer.
-Errors the user can act on (:class:`KeeperError`) print one line and exit 2.
+Every failure prints one line and exits with its code (:func:`errors.failure_line`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import sys
 import click
 
 from hermes_keeper import __version__
-from hermes_keeper.errors import KeeperError, os_error_line
+from hermes_keeper.cli.options import HOMES_KEY
+from hermes_keeper.errors import failure_line
 
 #: command name -> "module:attribute" under this package.
 COMMANDS = {
@@ -42,17 +43,25 @@ class KeeperGroup(click.Group):
         return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
 
     def invoke(self, ctx: click.Context):
+        """The one error boundary: every failure is one line and an exit code, no traceback
+        unless ``--debug`` (click's own usage errors keep their handling)."""
         try:
             return super().invoke(ctx)
-        except KeeperError as exc:
-            click.echo(f"hermes-keeper: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except OSError as exc:  # read-only home, full disk, permissions: one line, not a traceback
-            click.echo(f"hermes-keeper: {os_error_line(exc)}", err=True)
-            sys.exit(KeeperError.exit_code)
+        except (click.exceptions.ClickException, click.exceptions.Abort, click.exceptions.Exit):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            homes = ctx.meta.get(HOMES_KEY) or [None]
+            line, code = failure_line(exc, homes[0])
+            from hermes_keeper.cli.text import term  # only on this path: rich is not cheap to import
+
+            click.echo(f"hermes-keeper: {term(line)}", err=True)
+            sys.exit(code)
 
 
 @click.group(cls=KeeperGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hermes-keeper")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of a failure.")
+def main(debug: bool) -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import click
@@ -29,6 +30,7 @@ from hermes_keeper.archive.restore import open_archive, restore_sessions
 from hermes_keeper.archive.store import ARCHIVE_NAME, Archive, ArchiveDamaged
 from hermes_keeper.cli.options import profile_options
 from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
@@ -103,8 +105,10 @@ def list_cmd(profiles, filters, as_json):
         t.add_column("profile")
     for col in ("id", "source", "started", "last activity", "title", "msgs", "size", "state"):
         t.add_column(col, overflow="fold", justify="right" if col in ("msgs", "size") else "left")
+    repeated = {k for k, n in Counter((p.name, e.session_id) for p, e in rows).items() if n > 1}
     for p, e in rows:
-        cells = [e.session_id, e.source, when(e.started_at), when(e.last_activity), e.title or ""]
+        address = f"{e.session_id} #{e.entry}" if (p.name, e.session_id) in repeated else e.session_id
+        cells = [cell(address), cell(e.source), when(e.started_at), when(e.last_activity), cell(e.title)]
         cells += [str(e.message_count), human_bytes(e.raw_bytes), e.state]
         t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
     Console().print(t)
@@ -117,18 +121,18 @@ def list_cmd(profiles, filters, as_json):
 @click.option("--full", is_flag=True, help="Unfold tool calls, tool results and long messages.")
 @click.option("--all", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
 def show(profiles, session_id, as_json, full, show_all):
-    """One archived conversation, for reading (ID or a unique prefix of it)."""
+    """One archived conversation, for reading (ID or a unique prefix of it: its newest entry; #N: entry N)."""
     with open_archive(_one(profiles)) as store:
-        sid = resolve_id(store, session_id)
+        entry = resolve_id(store, session_id)
         try:
-            payload = store.get(sid)
+            payload = store.get_entry(entry.entry)
         except ArchiveDamaged as exc:
             raise KeeperError(f"archive row damaged: {exc}") from None
     if as_json:
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
         return
     for line in render_conversation(payload, full=full, inactive=show_all):
-        click.echo(line)
+        click.echo(term(line))
 
 
 @archive.command("search")
@@ -152,8 +156,8 @@ def search_cmd(profiles, text, filters, limit, as_json):
             more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
             inactive = " inactive" if h.inactive else ""
             head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
-            click.echo(f"{head} {h.role}{inactive}{more}")
-            click.echo(f"    {h.snippet}")
+            click.echo(term(f"{head} {h.role}{inactive}{more}"))
+            click.echo(f"    {term(h.snippet)}")
         shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
         click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
         if r.damaged:
@@ -185,13 +189,13 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
                 why = "" if m["session_id"] in asked else f" ({m['why']})"
                 resume = ", finishing an interrupted restore" if m["resume"] else ""
                 n = m["messages"]
-                click.echo(f"  {m['session_id']}{why}: {n} message{'' if n == 1 else 's'}{resume}")
+                click.echo(term(f"  {m['session_id']}{why}: {n} message{'' if n == 1 else 's'}{resume}"))
         for sid, title in res.retitled.items():
-            click.echo(f"  {sid}: title already taken, restored as {title!r}")
+            click.echo(term(f"  {sid}: title already taken, restored as {title!r}"))
     for w in res.warnings:
-        click.echo(f"hermes-keeper: warning: {w}", err=True)
+        click.echo(f"hermes-keeper: warning: {term(w)}", err=True)
     for sid, why in res.refused.items():
-        click.echo(f"hermes-keeper: {sid}: not restored: {why}", err=True)
+        click.echo(term(f"hermes-keeper: {sid}: not restored: {why}"), err=True)
     if res.refused:
         sys.exit(1)
 
@@ -217,8 +221,7 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     """
     if split and not output:
         raise click.UsageError("--split needs -o FILE")
-    if session_ids:
-        filters = Filters(filters.sources, filters.since, filters.until, filters.title, tuple(session_ids))
+    filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
     with open_archive(_one(profiles)) as store:
         res, paths = write_export(store, Path(output) if output else None, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"
@@ -226,12 +229,12 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
     for sid, why in res.too_big.items():
         click.echo(
-            f"hermes-keeper: warning: {sid}: {why}; Hermes's import refuses it (use `archive restore`)",
+            term(f"hermes-keeper: warning: {sid}: {why}; Hermes's import refuses it (use `archive restore`)"),
             err=True,
         )
     for sid in res.damaged:
         click.echo(
-            f"hermes-keeper: {sid}: archive row damaged, not exported (see `archive verify`)", err=True
+            term(f"hermes-keeper: {sid}: archive row damaged, not exported (see `archive verify`)"), err=True
         )
     if res.damaged:
         sys.exit(1)
@@ -251,6 +254,6 @@ def verify_cmd(profiles, as_json):
             db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
             click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
             for why in r.damaged.values():
-                click.echo(f"  damaged: {why}")
+                click.echo(term(f"  damaged: {why}"))
     if not all(r.ok for _, r in results):
         sys.exit(1)

@@ -23,6 +23,7 @@ from hermes_keeper.backup.snapshot import (
 )
 from hermes_keeper.cli.options import profile_options
 from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.cli.text import cell
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.journal import Journal
 from hermes_keeper.lock import keeper_lock
@@ -154,7 +155,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
             t.add_column(col, overflow="fold")
         for b in o["backups"]:
             t.add_row(
-                b["name"],
+                cell(b["name"]),
                 human_bytes(b["bytes"]),
                 human_bytes(b["raw_bytes"]),
                 f"{(now - b['created_at']) / 86400:.1f}d",
@@ -163,13 +164,13 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
             )
         console.print(t)
         for name in o["removed"]:
-            console.print(f"removed {name}")
+            console.print(cell(f"removed {name}"))
         for lo in o["leftovers"]:
             verb = "removed" if lo["removed"] else "can be removed with --remove-leftovers"
-            console.print(f"Hermes leftover {lo['name']} ({human_bytes(lo['bytes'])}): {verb}")
+            console.print(cell(f"Hermes leftover {lo['name']} ({human_bytes(lo['bytes'])}): {verb}"))
         for lo in o["killed_backup_files"]:
             size = human_bytes(lo["bytes"])
-            console.print(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it")
+            console.print(cell(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it"))
 
 
 @click.command()

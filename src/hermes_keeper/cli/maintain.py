@@ -10,17 +10,19 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from hermes_keeper.cli.options import profile_options
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
+from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.journal import Journal
 from hermes_keeper.lock import keeper_lock
-from hermes_keeper.run.execute import apply_plan
+from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, make_plan
 from hermes_keeper.run.policy import effective_policy
-from hermes_keeper.run.survey import shown, survey_profile
-from hermes_keeper.sqlite.schema import inspect
+from hermes_keeper.run.survey import survey_profile
+from hermes_keeper.sqlite.schema import inspect, quick_check
 
 
 def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
@@ -37,7 +39,7 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         t.add_column(col, justify="left" if col == "source" else "right")
     for src, c in d["by_source"].items():
         t.add_row(
-            src,
+            cell(src),
             str(c.get("prune", 0)),
             str(c.get("keep", 0)),
             str(c.get("messages", 0)),
@@ -48,26 +50,28 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
     t.add_column("reason")
     t.add_column("sessions", justify="right")
     for reason, n in d["keep_reasons"].items():
-        t.add_row(reason, str(n))
+        t.add_row(cell(reason), str(n))
     console.print(t)
     if verbose:
         t = Table(title="Every session")
         for col in ("session", "source", "action", "reason"):
             t.add_column(col)
         for z in plan.zombies:
-            t.add_row(shown(z.session_id), z.source, "close", f"open, idle {z.idle_s / 86400:.1f}d")
+            t.add_row(cell(z.session_id), cell(z.source), "close", f"open, idle {z.idle_s / 86400:.1f}d")
         for sid in sorted(plan.decisions):
             x = plan.decisions[sid]
-            t.add_row(shown(sid), x.source, x.action, x.reason)
+            t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
         console.print(t)
         for f in plan.files:
-            console.print(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}")
+            console.print(cell(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}"))
         for f in plan.kept_files:
-            console.print(f"keep {f.path} ({human_bytes(f.bytes)}): {f.reason}")
+            console.print(cell(f"keep {f.path} ({human_bytes(f.bytes)}): {f.reason}"))
     console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
     if d["hermes_auto_prune"]:
         what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
         console.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
+    for w in plan.warnings:
+        console.print(Text(f"warning: {term(w)}", style="yellow"))
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
@@ -81,10 +85,12 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
             if dry_run:
                 schema.require_readable()
             else:
-                schema.require_actionable()
+                preflight(profile, schema, policy)  # before the lock and the journal: nothing changed
             now = time.time()
             if dry_run:
                 plan = make_plan(survey_profile(profile, schema, now), policy, now)
+                if (problem := quick_check(profile.db_path)) != "ok":
+                    plan.warnings.append(f"state.db fails quick_check ({problem}): a damaged page")
                 out.append(plan.to_dict(verbose))
                 if not as_json:
                     if schema.timestamp_problems:

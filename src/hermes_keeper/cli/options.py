@@ -8,6 +8,9 @@ import click
 
 from hermes_keeper.home import Profile, select_profiles
 
+#: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
+HOMES_KEY = "hermes_keeper.homes"
+
 
 def profile_options(fn):
     """``--home``, ``--profile``, ``--all-profiles``; passes ``profiles: list[Profile]``."""
@@ -23,6 +26,7 @@ def profile_options(fn):
     @functools.wraps(fn)
     def wrapper(*args, home, profile_name, all_profiles, **kwargs):
         profiles: list[Profile] = select_profiles(home, profile_name, all_profiles)
+        click.get_current_context().meta[HOMES_KEY] = [p.home for p in profiles]
         return fn(*args, profiles=profiles, **kwargs)
 
     return wrapper

@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from hermes_keeper.cli.text import cell, term
 from hermes_keeper.report import AGE_BUCKETS
 
 GROUP_LABELS = {
@@ -82,7 +84,7 @@ def _files_table(files: dict) -> Table:
     t.add_row("  of these: orphans (session gone)", str(o["files"]), human_bytes(o["bytes"]))
     for d, v in files["other"].items():
         if v["files"]:
-            t.add_row(f"{d}/", str(v["files"]), human_bytes(v["bytes"]))
+            t.add_row(cell(f"{d}/"), str(v["files"]), human_bytes(v["bytes"]))
     if copies := files["malformed_copies"]:
         t.add_row(
             "state.db.malformed-backup-* (never removed)",
@@ -101,7 +103,7 @@ def _sources_table(s: dict) -> Table:
     t.add_column("zombies", justify="right")
     for src, row in s["by_source"].items():
         t.add_row(
-            src,
+            cell(src),
             *(str(row[b]) for b, _ in AGE_BUCKETS),
             str(row["total"]),
             str(s["zombies"]["by_source"].get(src, 0)),
@@ -113,8 +115,8 @@ def _largest_table(s: dict, now: float) -> Table:
     """Top sessions by messages; token and cost columns only where Hermes recorded any."""
     rows = s["largest"]["messages"][:LARGEST_SHOWN]
     cells = {
-        "id": lambda r: r["id"],
-        "source": lambda r: r["source"],
+        "id": lambda r: cell(r["id"]),
+        "source": lambda r: cell(r["source"]),
         "messages": lambda r: str(r["messages"]),
         "text": lambda r: human_bytes(r["bytes"]),
         "tokens": lambda r: str(r["tokens"]),
@@ -175,6 +177,11 @@ def render_report(rep: dict, console: Console | None = None) -> None:
         c.print(f"[red]timestamps: {p}[/]")
     if sch["timestamp_problems"]:
         c.print("[red]ages and growth below are unreliable; maintenance refuses this profile[/]")
+    if sch["quick_check"] != "ok":
+        c.print(
+            f"[red]state.db fails quick_check ({escape(sch['quick_check'])}): a damaged page; compact "
+            "refuses to write; restore a backup (hermes-keeper restore --latest)[/]"
+        )
 
     c.print(_database_table(rep))
     if not rep["database"]["per_object"]:
@@ -189,11 +196,19 @@ def render_report(rep: dict, console: Console | None = None) -> None:
         f"archived {s['archived']} (by Hermes's idle sweep {s['auto_archived']}) · hidden {s['hidden']} · "
         f"titled {s['titled']}"
     )
+    if s["routing_unknown"]:
+        c.print(
+            f"[yellow]routing unknown: {escape(term(s['routing_unknown']))}; plan and run keep every "
+            "session the gateway could route to[/]"
+        )
+    if s["future"]:
+        c.print(f"[yellow]{s['future']} sessions dated in the future: kept, their age is unknown[/]")
     if s["largest"]["messages"]:
         c.print(_largest_table(s, now))
     for r in s["runaways"][:RUNAWAYS_SHOWN]:
         c.print(
-            f"[yellow]runaway:[/] {r['id']} ({r['source']}): {r['messages']} messages in {r['seconds']:.0f} s"
+            f"[yellow]runaway:[/] {escape(term(r['id']))} ({escape(term(r['source']))}): "
+            f"{r['messages']} messages in {r['seconds']:.0f} s"
         )
     if len(s["runaways"]) > RUNAWAYS_SHOWN:
         c.print(f"[yellow]... and {len(s['runaways']) - RUNAWAYS_SHOWN} more runaways (--json lists all)[/]")
@@ -208,7 +223,7 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     what = f"{ap['deletes']} sessions ({ap['deletes_messages']} messages, {ap['deletes_titled']} titled)"
     c.print(auto_prune_line(ap, now, what))
     h = rep["holders"]
-    who = [f"pid {p['pid']} ({p['name']})" for p in h["processes"]]
+    who = [f"pid {p['pid']} ({escape(term(p['name']))})" for p in h["processes"]]
     if h["gateway_pid"] and h["gateway_pid"] not in {p["pid"] for p in h["processes"]}:
         who.append(f"gateway pid {h['gateway_pid']}")
     if who:

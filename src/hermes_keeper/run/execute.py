@@ -7,10 +7,12 @@ remove stale files and compact.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
 from hermes_keeper.backup.compact import compact
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
 from hermes_keeper.home import Profile
@@ -125,6 +127,19 @@ def remove_files(profile: Profile, files: list[FileAction], journal: Journal | N
     return removed, size
 
 
+def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
+    """What must hold before a run changes anything (no zombie closed, no file removed, no
+    backup taken): state.db is one the keeper may change, and the archive it will write to
+    opens and is of a layout it knows (a :class:`KeeperError` otherwise)."""
+    schema.require_actionable()
+    refuse_during_maintenance(schema)
+    path = profile.keeper_dir / ARCHIVE_NAME
+    # A link (dangling too) is refused by the door; an empty file is a first run killed before
+    # its tables, which this run sets up.
+    if policy.archive and os.path.lexists(path) and (path.is_symlink() or path.lstat().st_size):
+        Archive(path, create=False).close()
+
+
 def apply_plan(
     profile: Profile,
     plan: Plan,
@@ -140,8 +155,7 @@ def apply_plan(
     ``schema``: the :func:`inspect` the plan was made from, so state.db is not scanned twice.
     """
     schema = schema or inspect(profile.db_path)
-    schema.require_actionable()
-    refuse_during_maintenance(schema)
+    preflight(profile, schema, policy)
     res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
     if policy.backup and plan.prune:
         res.backup = take_backup(profile, journal=journal).name

@@ -16,6 +16,10 @@ from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 
 ZOMBIE_END_REASON = "keeper_zombie"
+#: Activity later than this past the plan's clock is a wrong date (clock skew, a bad import).
+FUTURE_SLACK_S = 3600.0
+ROUTING_UNKNOWN = "routing unknown (sessions/sessions.json unreadable)"
+FUTURE = "dated in the future"
 
 
 def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
@@ -28,7 +32,9 @@ def in_use(s: SessionRow, now: float) -> list[str]:
     that the row is not one the keeper can address exactly."""
     checks = (
         (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
+        (s.nul_id, "id holds a NUL byte"),  # likewise
         (s.routed, "routed by the gateway"),
+        (s.maybe_routed, ROUTING_UNKNOWN),
         (s.gateway_recoverable, "gateway-recoverable"),
         (_live(s.lease_expires_at, s.lease_holder_dead, now), "live compression lease"),
         (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), "live turn lease"),
@@ -46,6 +52,8 @@ def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
     if s.is_open:
         reasons.append("open" if now - s.last_activity >= policy.zombie_after_s else "open and active")
     reasons += in_use(s, now)
+    if s.last_activity > now + FUTURE_SLACK_S:
+        reasons.append(FUTURE)  # its age is unknown: kept, and said so (not "within retention")
     if s.pinned:
         reasons.append("pinned")
     if s.title and policy.keep_titled:
@@ -162,6 +170,7 @@ class Plan:
     est_freed_bytes: int = 0
     remaining_sessions: int = 0
     remaining_messages: int = 0
+    warnings: list[str] = field(default_factory=list)  # what the plan could not know
 
     def prune_conversations(self) -> list[list[str]]:
         """:attr:`prune` cut into its conversations: the sets prune deletes (or puts back) whole."""
@@ -208,6 +217,7 @@ class Plan:
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "hermes_auto_prune": self.hermes_auto_prune
             and {**self.hermes_auto_prune, "deletes_kept": len(self.hermes_deletes_kept)},
+            "warnings": self.warnings,
         }
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
@@ -327,6 +337,13 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             action = f"request dump older than {_days(policy.files_max_age_s)}"
         if action:
             plan.files.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
+    if survey.routing_problem:
+        plan.warnings.append(
+            f"{survey.routing_problem}: routing unknown, every session the gateway could route to is kept"
+        )
+    future = sum(1 for s in sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
+    if future:
+        plan.warnings.append(f"{future} sessions dated in the future: kept, their age is unknown")
     plan.remaining_sessions = len(sessions) - len(pruned)
     plan.remaining_messages = survey.message_total - sum(sessions[s].messages for s in pruned)
     return plan

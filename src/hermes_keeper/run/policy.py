@@ -232,6 +232,8 @@ def load_config(path: Path) -> dict:
         return {}
     except tomllib.TOMLDecodeError as exc:
         raise KeeperError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise KeeperError(f"{path}: invalid TOML: not UTF-8 text") from None
     except OSError as exc:
         raise KeeperError(f"{path}: cannot read: {exc.strerror}") from None
 

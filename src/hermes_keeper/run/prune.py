@@ -91,7 +91,8 @@ class _Pending:
     payload: dict
     ids: list[int]
     costs: list[int]
-    unit: str = ""  # the conversation it belongs to (see :mod:`conversations`)
+    unit: str = ""  # the conversation it belongs to (see :func:`conversations`)
+    entry: int | None = None  # its verified archive entry (None: not archived, ``archive=False``)
     batch: int = -1  # set by the deleter when it takes the batch
     done: int = 0  # messages of it deleted so far
 
@@ -100,10 +101,10 @@ class _Pending:
         return self.payload["session"]["id"]
 
     @classmethod
-    def of(cls, payload: dict, costs: dict[int, int], units: dict[str, str]) -> _Pending:
+    def of(cls, payload: dict, costs: dict[int, int], units: dict[str, str], entry: int | None) -> _Pending:
         ids = [m["id"] for m in payload["messages"]]
         sid = payload["session"]["id"]
-        return cls(payload, ids, [costs.get(i, ROW_COST) for i in ids], units.get(sid, sid))
+        return cls(payload, ids, [costs.get(i, ROW_COST) for i in ids], units.get(sid, sid), entry)
 
 
 class _Deleter:
@@ -234,9 +235,9 @@ class _Deleter:
 
     def _settle(self, items: list[_Pending]) -> None:
         """Record a finished batch: pruned, or put back as it was where a session woke up."""
-        gone = [p.payload for p in items if self.outcome[p.sid]]
         if self.store is not None:
-            self.store.set_state([p["session"]["id"] for p in gone], arch.PRUNED)
+            self.store.set_state([p.entry for p in items if self.outcome[p.sid]], arch.PRUNED)
+        gone = [p.payload for p in items if self.outcome[p.sid]]
         self.result.pruned += [p["session"]["id"] for p in gone]
         self.result.messages_deleted += sum(len(p["messages"]) for p in gone)
         if self.journal and gone:
@@ -250,18 +251,18 @@ class _Deleter:
             self.on_pruned([p["session"]["id"] for p in gone])
         for p in items:
             if not self.outcome[p.sid]:
-                self._put_back(p.payload, self.why[p.sid])  # the whole conversation goes back
+                self._put_back(p, self.why[p.sid])  # the whole conversation goes back
         if self.progress:
             self.progress("prune", len(items))
 
-    def _put_back(self, payload: dict, why: str) -> None:
+    def _put_back(self, p: _Pending, why: str) -> None:
         """New messages arrived after archiving: the conversation is alive. Put it back as it was."""
-        sid = payload["session"]["id"]
+        sid, payload = p.sid, p.payload
         if payload["messages"]:
             _reinsert_messages(self.w, self.schema, payload)
         unmark(self.w, self.schema, sid, int(payload["session"].get("archived") or 0))
         if self.store is not None:
-            self.store.set_state([sid], arch.RESTORED)
+            self.store.set_state([p.entry], arch.RESTORED)
         self.result.skipped[sid] = why
         if self.journal:
             self.journal.write("skipped", session=sid, reason=why)
@@ -367,9 +368,12 @@ class _Archiver(threading.Thread):
                     with read_txn(conn):
                         payloads = [p for p in (arch.read_payload(conn, self.schema, s) for s in ids) if p]
                         costs = message_costs(conn, self.schema, ids)
+                    entries = [None] * len(payloads)
                     if store is not None:
-                        _archive_verified(store, payloads, self.result, self.journal)
-                    self._put([_Pending.of(p, costs, self.units) for p in payloads])
+                        entries = _archive_verified(store, payloads, self.result, self.journal)
+                    self._put(
+                        [_Pending.of(p, costs, self.units, e) for p, e in zip(payloads, entries, strict=True)]
+                    )
             finally:
                 conn.close()
                 if store is not None:
@@ -433,10 +437,10 @@ def _state_store(profile: Profile) -> arch.Archive:
 
 def _archive_verified(
     store: arch.Archive, payloads: list[dict], result: PruneResult, journal: Journal | None
-):
-    """Archive a batch and read every row back; nothing of it may be deleted unless all verify."""
-    store.put(payloads, reason="retention")
-    bad = [p["session"]["id"] for p in payloads if not store.verify(p["session"]["id"])]
+) -> list[int]:
+    """Archive a batch and read every entry back; nothing of it may be deleted unless all verify."""
+    entries = store.put(payloads, reason="retention")
+    bad = [e for e in entries if not store.verify(e)]
     if bad:  # never delete what we could not read back
         raise arch.ArchiveDamaged(f"archive read-back failed for {len(bad)} sessions")
     result.archived.extend(p["session"]["id"] for p in payloads)
@@ -446,6 +450,7 @@ def _archive_verified(
             sessions=[p["session"]["id"] for p in payloads],
             messages=sum(len(p["messages"]) for p in payloads),
         )
+    return entries
 
 
 def _delete_all(
@@ -532,32 +537,41 @@ def resume_pending(
     if not path.exists():
         return 0
     with _state_store(profile) as store:
-        pending = [e.session_id for e in store.entries("WHERE state = ?", (arch.ARCHIVED,))]
+        pending = list(store.entries("WHERE state = ? ORDER BY entry", (arch.ARCHIVED,)))
         if not pending:
             return 0
         conn = connect_ro(profile.db_path)
         try:
-            sql, arg = _in(pending)
-            present = {r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id {sql}", arg)}
-            costs = message_costs(conn, schema, list(present))
+            with read_txn(conn):
+                ids = [e.session_id for e in pending]
+                current = {sid: arch.read_payload(conn, schema, sid) for sid in dict.fromkeys(ids)}
+                costs = message_costs(conn, schema, ids)
         finally:
             conn.close()
-        payloads = []
-        for sid in pending:
-            if sid not in present:
-                store.set_state([sid], arch.PRUNED)
+        items = []
+        for e in pending:
+            now = current[e.session_id]
+            if now is None:
+                store.set_state([e.entry], arch.PRUNED)
                 continue
             try:
-                payloads.append(store.get(sid))
+                archived = store.get_entry(e.entry)
             except arch.ArchiveDamaged:
                 # The archive copy is bad: the session must stay in state.db, visible again.
-                unmark(writer, schema, sid, 0)
-                store.set_state([sid], arch.RESTORED)
+                unmark(writer, schema, e.session_id, 0)
+                store.set_state([e.entry], arch.RESTORED)
+                continue
+            # Only rows whose content the entry holds go: a reused id with other content stays,
+            # and so puts the conversation back whole (the deleter sees it as woken up).
+            held = arch.message_keys(archived)
+            same = [m for m in now["messages"] if arch.canonical_bytes(m) in held]
+            payload = {**archived, "messages": same}
+            items.append((payload, e.entry))
         result = PruneResult()
-        if payloads:
+        if items:
             # The crashed run's conversations, by the same model over the rows it archived.
-            units = conversations(Facts.of_row(p["session"]) for p in payloads).root
-            feed = [[_Pending.of(p, costs, units) for p in payloads]]
+            units = conversations(Facts.of_row(p["session"]) for p, _ in items).root
+            feed = [[_Pending.of(p, costs, units, entry) for p, entry in items]]
             _delete_all(profile, writer, schema, store, feed, result, journal, None, hold)
     if journal and pending:
         journal.write("resumed", sessions=len(result.pruned), skipped=len(result.skipped))

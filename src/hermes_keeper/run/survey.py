@@ -19,6 +19,7 @@ from pathlib import Path
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
+from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import lease_holder_dead, process_gone
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -91,6 +92,7 @@ class SessionRow:
     handoff_state: str | None = None
     topic_bound: bool = False
     pending_delegation: bool = False
+    maybe_routed: bool = False  # sessions.json unreadable and the gateway could route to it
 
     @property
     def is_open(self) -> bool:
@@ -100,6 +102,12 @@ class SessionRow:
     def odd_id(self) -> bool:
         """The id holds bytes that are not UTF-8 (see :func:`lossless_text`): never touched."""
         return shown(self.id) != self.id
+
+    @property
+    def nul_id(self) -> bool:
+        """The id holds a NUL: SQLite's JSON and C-string paths, Hermes's file names and terminals
+        cut it short, so no change could be sure to address exactly this row: never touched."""
+        return "\x00" in self.id
 
     @property
     def last_activity(self) -> float:
@@ -142,6 +150,7 @@ class Survey:
     sessions: dict[str, SessionRow] = field(default_factory=dict)
     files: list[SessionFile] = field(default_factory=list)
     routed_ids: set[str] = field(default_factory=set)
+    routing_problem: str | None = None  # sessions/sessions.json exists but cannot be read
     message_total: int = 0
     #: (started_at, last_heartbeat) of every ``gateway_heartbeats`` row
     heartbeats: list[tuple[float, float]] = field(default_factory=list)
@@ -232,17 +241,29 @@ def _session_ids_in(raw: str | None) -> set[str]:
     return set()
 
 
+class RoutingUnknown(Exception):
+    """``sessions.json`` is there but unreadable: which sessions it routes to is unknown."""
+
+
 def routed_from_sessions_json(sessions_dir: Path) -> set[str]:
-    """Session ids the gateway's ``sessions.json`` mirror routes to (unreadable file: none)."""
+    """Session ids the gateway's ``sessions.json`` mirror routes to (no file: none).
+
+    A file that cannot be read or is not the mirror's shape raises :class:`RoutingUnknown`:
+    reading it as "routes nothing" would let a routed session be closed or pruned.
+    """
+    path = sessions_dir / "sessions.json"
     try:
-        data = json.loads((sessions_dir / "sessions.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return set()
+    except (OSError, ValueError) as exc:
+        raise RoutingUnknown(f"{path} unreadable ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise RoutingUnknown(f"{path} is not a JSON object")
     ids: set[str] = set()
-    if isinstance(data, dict):
-        for key, entry in data.items():
-            if not key.startswith("_"):
-                ids |= _session_ids_in(entry)
+    for key, entry in data.items():
+        if not key.startswith("_"):
+            ids |= _session_ids_in(entry)
     return ids
 
 
@@ -434,7 +455,10 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
                     )
     finally:
         conn.close()
-    routed |= routed_from_sessions_json(profile.sessions_dir)
+    try:
+        routed |= routed_from_sessions_json(profile.sessions_dir)
+    except RoutingUnknown as exc:
+        survey.routing_problem = str(exc)
     survey.routed_ids = routed
     survey.auto_prune = read_auto_prune(profile.home, schema.schema_version, last_auto_prune)
     leased = runtime_leases(profile.home)
@@ -478,6 +502,8 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             handoff_state=r["handoff_state"],
             topic_bound=sid in topic,
             pending_delegation=sid in pending,
+            maybe_routed=survey.routing_problem is not None
+            and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
         )
     from hermes_keeper.run.conversations import lineage_root  # it reads the rows made here
 

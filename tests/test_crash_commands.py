@@ -1,0 +1,105 @@
+"""SIGKILL ``backup`` and ``compact`` after each step they take: state.db stays whole, every
+backup the manifest lists verifies, and the command run again finishes.
+
+Steps are the calls that change something on disk (renames, fsyncs, unlinks, the keeper's
+budgeted write transactions, compression, the manifest write); the kill lands right after
+the Nth one, for every N until the command completes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hermes_keeper import demo
+from hermes_keeper.backup.snapshot import backup_dir, list_backups, verify_backup
+from hermes_keeper.home import select_profiles
+from hermes_keeper.sqlite.schema import quick_check
+
+_KILL_AFTER = """
+import os, signal, sys
+from hermes_keeper.backup import compact, snapshot
+from hermes_keeper.cli import main
+from hermes_keeper.sqlite.writer import Writer
+
+n, calls = int(sys.argv[1]), [0]
+
+
+def then_die(fn):
+    def step(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+    return step
+
+
+for name in ("rename", "replace", "fsync", "unlink"):
+    setattr(os, name, then_die(getattr(os, name)))
+for name in ("quick_check", "_compress", "_write_manifest"):
+    setattr(snapshot, name, then_die(getattr(snapshot, name)))
+compact._convert = then_die(compact._convert)
+Writer.step = then_die(Writer.step)
+main(sys.argv[2:])
+"""
+
+FTS = ("messages_fts", "messages_fts_trigram")
+
+
+def _state(db) -> tuple[int, int]:
+    """(sessions, messages) of a database that passes quick_check and both FTS integrity checks."""
+    assert quick_check(db) == "ok"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        for t in FTS:
+            conn.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")
+        return tuple(
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("sessions", "messages")
+        )
+    finally:
+        conn.close()
+
+
+def _home(tmp_path):
+    home = tmp_path / "src"
+    demo.build_home(home, demo.generate(time.time(), sessions=60))
+    conn = sqlite3.connect(home / "state.db")  # free pages and FTS tombstones for compact to work on
+    conn.execute("DELETE FROM messages WHERE id % 3 = 0")
+    conn.commit()
+    conn.close()
+    return home
+
+
+@pytest.mark.parametrize("command", [["backup"], ["compact"]])
+def test_sigkill_after_each_step(tmp_path, command):
+    src = _home(tmp_path)
+    before = _state(src / "state.db")
+    for n in range(1, 200):
+        home = tmp_path / f"home{n}"
+        shutil.copytree(src, home)
+        done = subprocess.run(
+            [sys.executable, "-c", _KILL_AFTER, str(n), *command, "--home", str(home)], capture_output=True
+        )
+        assert _state(home / "state.db") == before, f"killed after step {n}"
+        folder = backup_dir(select_profiles(str(home))[0])
+        assert all(verify_backup(r) for r in list_backups(folder)), f"killed after step {n}"
+        again = subprocess.run(
+            [sys.executable, "-m", "hermes_keeper", *command, "--home", str(home)],
+            capture_output=True,
+            text=True,
+        )
+        assert again.returncode == 0, (n, again.stderr)
+        assert _state(home / "state.db") == before
+        assert not (home / "keeper" / "fts-hold.json").exists()
+        shutil.rmtree(home)
+        if done.returncode == 0:
+            break
+    else:
+        raise AssertionError("the command never finished")
+    assert n > 3
