@@ -134,10 +134,10 @@ def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
     schema.require_actionable()
     refuse_during_maintenance(schema)
     path = profile.keeper_dir / ARCHIVE_NAME
-    # A link (dangling too) is refused by the door; an empty file is a first run killed before
-    # its tables, which this run sets up.
-    if policy.archive and os.path.lexists(path) and (path.is_symlink() or path.lstat().st_size):
-        Archive(path, create=False).close()
+    # A link (dangling too) is refused by the door, a file that is not SQLite or of a newer
+    # layout by the archive; one without tables (a first run killed before them) is set up.
+    if policy.archive and os.path.lexists(path):
+        Archive(path).close()
 
 
 def apply_plan(
