@@ -477,11 +477,12 @@ def test_a_turn_lease_taken_during_the_prune_puts_its_conversation_back(tmp_path
     original = prune._archive_verified
 
     def archive_then_resume(store, payloads, result, journal):
-        original(store, payloads, result, journal)
+        entries = original(store, payloads, result, journal)
         if "old3" in {p["session"]["id"] for p in payloads}:
             assert iot.call(
                 tmp_path, "try_acquire_session_turn_lease", "old3", _live_holder("turn=r"), ttl_seconds=600
             )
+        return entries
 
     monkeypatch.setattr(prune, "_archive_verified", archive_then_resume)
     result = _run(tmp_path)

@@ -105,9 +105,7 @@ def _record(r: dict, folder: Path) -> BackupRecord:
     wrong = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, _FIELD_TYPES[k])]
     if wrong:
         raise TypeError(f"{', '.join(wrong)} of the wrong type")
-    name = values["name"]
-    if name in ("", ".", "..") or "/" in name or "\x00" in name:
-        raise ValueError(f"{name!r} is not a file name")
+    HomeFS(folder).path(values["name"])  # one plain name, or refused: it never leaves the folder
     return BackupRecord(**values, folder=folder)
 
 
