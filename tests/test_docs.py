@@ -6,7 +6,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from hermes_keeper.run.policy import Policy, effective_policy
+from hermes_keeper.run.policy import Policy, effective_policy, settings_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,3 +29,10 @@ def test_readme_policy_example_loads_and_shows_the_defaults(tmp_path):
     # The optional disk budget is an example, and the profile override applies to that profile only.
     assert shown.max_db_bytes == 2 * 1024**3 and defaults["max_db_bytes"] is None
     assert work.retention_s["cron"] == 3 * 86400 != shown.retention_s["cron"]
+
+
+def test_docs_policy_table_is_the_settings_table():
+    """docs/run.md shows SETTINGS itself: a key added, renamed or re-ranged there must show here."""
+    text = (ROOT / "docs" / "run.md").read_text()
+    start = text.index("| key | type | default | range | meaning |")
+    assert text[start : text.index("\n\n", start) + 1] == settings_table()

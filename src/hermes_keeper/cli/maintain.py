@@ -178,16 +178,6 @@ def config_show(profiles, config_path, as_json):
         t = Table(title=f"policy for {d['profile']}")
         for col in ("key", "value", "from"):
             t.add_column(col, overflow="fold")
-        origin = d["origin"]
-        flat = {k: v for k, v in d.items() if k not in ("origin", "retention_s", "profile")}
-        for k, v in flat.items():
-            key = {
-                "zombie_after_s": "zombie_after",
-                "files_max_age_s": "files.max_age",
-                "max_db_bytes": "disk.max_db_bytes",
-                "low_water": "disk.low_water",
-            }.get(k, k)
-            t.add_row(key, str(v), origin.get(key, "default"))
-        for src, v in sorted(d["retention_s"].items()):
-            t.add_row(f"retention.{src}", f"{v / 86400:g}d", origin.get(f"retention.{src}", "default"))
+        for row in d["settings"]:
+            t.add_row(row["key"], row["value"], row["from"])
         Console().print(t)

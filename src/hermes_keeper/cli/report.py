@@ -23,7 +23,13 @@ from hermes_keeper.run.policy import parse_duration
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable (data/report.schema.json).")
 @click.option("--zombie-after", default="1d", show_default=True, help="Open and idle this long = zombie.")
-@click.option("--top", default=10, show_default=True, help="How many largest sessions to list.")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="How many largest sessions to list.",
+)
 def report(profiles, as_json, zombie_after, top):
     """Where every byte goes: database, full-text indexes, files, sessions, growth.
 
