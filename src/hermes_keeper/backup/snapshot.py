@@ -21,7 +21,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -130,6 +130,16 @@ def verify_backup(record: BackupRecord) -> bool:
     try:
         path = record.path
         return path.stat().st_size == record.bytes and sha256_file(path) == record.sha256
+    except OSError:
+        return False
+
+
+def backup_present(record: BackupRecord) -> bool:
+    """The file is there with the recorded size: what rotation trusts, so a new backup does not
+    re-read every earlier one (their sha256 was checked when written; restore and `backups`
+    verify it again)."""
+    try:
+        return record.path.stat().st_size == record.bytes
     except OSError:
         return False
 
@@ -294,16 +304,20 @@ def decompress_to(record: BackupRecord, dst_path: Path) -> None:
 
 
 def rotation(
-    folder: Path, home: Path | str | None = None, now: float | None = None, **rules: int
+    folder: Path,
+    home: Path | str | None = None,
+    now: float | None = None,
+    check: Callable[[BackupRecord], bool] = verify_backup,
+    **rules: int,
 ) -> list[tuple[BackupRecord, Decision, bool]]:
-    """Each backup (of ``home``, or of every home) with its decision and verification, newest first.
+    """Each backup (of ``home``, or of every home) with its decision and ``check``, newest first.
 
     ``rules`` are :func:`plan_rotation`'s (keep_last, daily, weekly, monthly) and its defaults.
 
     Rules apply per home: one home's backups never push another's out of a shared folder.
     """
     records = [r for r in list_backups(folder) if home is None or r.home == str(home)]
-    verified = {r.name: verify_backup(r) for r in records}
+    verified = {r.name: check(r) for r in records}
     by_name = {r.name: r for r in records}
     rows = []
     for h in sorted({r.home for r in records}):
@@ -321,7 +335,11 @@ def apply_rotation(
     if not (folder / MANIFEST).exists():
         return []
     with _manifest_lock(folder):
-        drop = {r.name: r for r, d, _ in rotation(folder, home, now=time.time(), **rules) if not d.keep}
+        drop = {
+            r.name: r
+            for r, d, _ in rotation(folder, home, time.time(), backup_present, **rules)
+            if not d.keep
+        }
         if not drop:
             return []
         for r in drop.values():
