@@ -97,6 +97,8 @@ class Plan:
     est_freed_bytes: int = 0
     remaining_sessions: int = 0
     remaining_messages: int = 0
+    #: why a run would refuse what this dry run shows (timestamps that are not unix seconds)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def prune_messages(self) -> int:
