@@ -14,7 +14,9 @@ from pathlib import Path
 
 from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.home import Profile, select_profiles
+from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import prune_sessions
+from hermes_keeper.run.policy import Policy
 
 DAY = 86400.0
 NOW = time.time()
@@ -105,7 +107,8 @@ def profile(home: Path) -> Profile:
 
 def prune(home: Path, ids: list[str] = PRUNED) -> None:
     """The keeper's own archive-then-delete (what ``hermes-keeper run`` does for these ids)."""
-    result = prune_sessions(profile(home), ids, pause_ms=0)
+    with open_run(profile(home), Policy(pause_ms=0)) as ctx:
+        result = prune_sessions(ctx, ids)
     assert sorted(result.pruned) == sorted(ids), result
 
 

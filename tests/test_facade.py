@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import sys
 import time
 
 import pytest
@@ -12,6 +14,8 @@ from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import NEW_PROFILE, Home
+from hermes_keeper.sqlite import holders as holders_mod
+from hermes_keeper.sqlite import schema as schema_mod
 from tests.conftest import tree_digest
 
 JUNK = b"not a database at all" * 100
@@ -99,3 +103,39 @@ def test_the_facade_plans_and_runs_without_click(tmp_path):
     assert profile.backups()["backups"][0]["verified"]
     with pytest.raises(KeeperError, match="profile 'nope' not found"):
         home.profile("nope")
+
+
+def _count_calls(monkeypatch, module, name: str) -> list:
+    """Wrap ``module.name`` and every keeper module's reference to it; returns the call log."""
+    original, calls = getattr(module, name), []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    for mod in list(sys.modules.values()):
+        if mod and mod.__name__.startswith("hermes_keeper") and getattr(mod, name, None) is original:
+            monkeypatch.setattr(mod, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("auto_vacuum", ["none", "incremental"])
+def test_a_run_inspects_the_schema_once_and_scans_holders_at_most_twice(tmp_path, monkeypatch, auto_vacuum):
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=40))
+    if auto_vacuum == "incremental":
+        conn = sqlite3.connect(tmp_path / "state.db")
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("VACUUM")
+        conn.close()
+    import hermes_keeper.backup.compact  # noqa: F401  (every step's module loaded before counting)
+    import hermes_keeper.run.execute  # noqa: F401
+
+    inspected = _count_calls(monkeypatch, schema_mod, "inspect")
+    scanned = _count_calls(monkeypatch, holders_mod, "find_holders")
+    res = cli("run", "--home", tmp_path, "--json")
+    assert res.exit_code == 0, res.output
+    [out] = json.loads(res.stdout)["profiles"]
+    assert out["pruned"] > 0 and out["backup"] and out["compact"]["auto_vacuum_after"] == "incremental"
+    assert out["compact"]["vacuumed"] == (auto_vacuum == "none")
+    assert len(inspected) == 1
+    assert 1 <= len(scanned) <= 2

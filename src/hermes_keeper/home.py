@@ -101,6 +101,7 @@ class Profile:
         ``dry_run`` returns the :meth:`plan` instead. ``progress(kind, n)`` gets ``("plan", total)``
         once the plan is made, then ``("prune", sessions)`` as they go.
         """
+        from hermes_keeper.run.context import open_run
         from hermes_keeper.run.execute import apply_plan
         from hermes_keeper.run.plan import make_plan
         from hermes_keeper.run.survey import survey_profile
@@ -109,15 +110,15 @@ class Profile:
         if dry_run:
             return self.plan(policy)
         policy = policy or self.config()
-        schema = inspect(self.db_path)
+        schema = inspect(self.db_path)  # the run's one inspection: every step reuses it
         schema.require_actionable()  # before the lock: a refusal changes nothing
-        with self._changing() as journal:
+        with self._changing() as journal, open_run(self, policy, schema, journal) as ctx:
             now = time.time()
             plan = make_plan(survey_profile(self, schema, now), policy, now)
             journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
             if progress:
                 progress("plan", len(plan.prune))
-            return apply_plan(self, plan, policy=policy, journal=journal, progress=progress, schema=schema)
+            return apply_plan(ctx, plan, progress)
 
     def backup(self, dest: str | os.PathLike | None = None, rotate: dict | None = None) -> BackupDone:
         """A verified snapshot of state.db; then the older ones ``rotate`` rules drop (None: keep all)."""

@@ -34,7 +34,7 @@ from hermes_keeper.fs import durable_rename, private_dir, private_file
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
-from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 MANIFEST = "manifest.json"
@@ -162,9 +162,9 @@ def _quick_check(path: Path) -> str:
         conn.close()
 
 
-def _preflight(profile: Profile, schema: SchemaInfo, folder: Path) -> None:
+def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None) -> None:
     """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
-    holders = find_holders(profile.db_path)
+    holders = find_holders(profile.db_path) if holders is None else holders
     if schema.journal_mode != "wal" and holders:
         raise KeeperError(
             f"state.db is in {schema.journal_mode} journal mode and open by "
@@ -189,15 +189,21 @@ def take_backup(
     dest_dir: Path | str | None = None,
     now: float | None = None,
     journal: Journal | None = None,
+    *,
+    schema: SchemaInfo | None = None,
+    holders: list[Holder] | None = None,
 ) -> BackupRecord:
-    """Snapshot, check, compress and record; raises KeeperError (cleaned up) on any failure."""
-    schema = inspect(profile.db_path, check_timestamps=False)
+    """Snapshot, check, compress and record; raises KeeperError (cleaned up) on any failure.
+
+    ``schema`` and ``holders``: a run's, so a backup inside it reads neither again.
+    """
+    schema = schema or inspect(profile.db_path, check_timestamps=False)
     schema.require_readable()
     now = time.time() if now is None else now
     folder = backup_dir(profile, dest_dir)
     snap = comp = None
     try:
-        _preflight(profile, schema, folder)
+        _preflight(profile, schema, folder, holders)
         private_dir(folder)
         with _manifest_lock(folder):  # one backup at a time per folder
             for stale in folder.glob(".state-*"):  # left by a backup that was killed

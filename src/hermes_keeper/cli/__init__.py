@@ -15,6 +15,11 @@ import click
 from hermes_keeper import __version__
 from hermes_keeper.errors import KeeperError, os_error_line
 
+#: The keeper's deleter holds SQLite's write lock while its archiver thread runs Python: hand
+#: the interpreter lock over this often (seconds), not every 5 ms, so no transaction waits
+#: for it. Set for the command's process only; a library user chooses for their own.
+SWITCH_INTERVAL_S = 0.0005
+
 #: command name -> "module:attribute" under this package.
 COMMANDS = {
     "report": "report:report",
@@ -55,3 +60,4 @@ class KeeperGroup(click.Group):
 @click.version_option(__version__, prog_name="hermes-keeper")
 def main() -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
