@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from hermes_keeper.journal import Journal
     from hermes_keeper.run.plan import Plan
     from hermes_keeper.run.policy import Policy
+    from hermes_keeper.sqlite.schema import SchemaInfo
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_PROFILE = "default"
@@ -75,17 +76,21 @@ class Profile:
             self, now=now, zombie_after_s=DAY if zombie_after_s is None else zombie_after_s, top=top
         )
 
-    def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
-        """What a run would do and why (read-only)."""
+    def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None) -> Plan:
         from hermes_keeper.run.plan import make_plan
         from hermes_keeper.run.survey import survey_profile
+
+        now = time.time() if now is None else now
+        return make_plan(survey_profile(self, schema, now), policy, now)
+
+    def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
+        """What a run would do and why (read-only)."""
         from hermes_keeper.sqlite.schema import inspect
 
         policy = policy or self.config()
         schema = inspect(self.db_path)
         schema.require_readable()
-        now = time.time() if now is None else now
-        plan = make_plan(survey_profile(self, schema, now), policy, now)
+        plan = self._plan(schema, policy, now)
         if schema.timestamp_problems:
             plan.warnings.append("timestamps are not unix seconds; a run would refuse this profile")
         return plan
@@ -103,8 +108,6 @@ class Profile:
         """
         from hermes_keeper.run.context import open_run
         from hermes_keeper.run.execute import apply_plan
-        from hermes_keeper.run.plan import make_plan
-        from hermes_keeper.run.survey import survey_profile
         from hermes_keeper.sqlite.schema import inspect
 
         if dry_run:
@@ -113,23 +116,24 @@ class Profile:
         schema = inspect(self.db_path)  # the run's one inspection: every step reuses it
         schema.require_actionable()  # before the lock: a refusal changes nothing
         with self._changing() as journal, open_run(self, policy, schema, journal) as ctx:
-            now = time.time()
-            plan = make_plan(survey_profile(self, schema, now), policy, now)
+            plan = self._plan(schema, policy, None)
             journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
             if progress:
                 progress("plan", len(plan.prune))
             return apply_plan(ctx, plan, progress)
 
-    def backup(self, dest: str | os.PathLike | None = None, rotate: dict | None = None) -> BackupDone:
-        """A verified snapshot of state.db; then the older ones ``rotate`` rules drop (None: keep all)."""
+    def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
+        """A verified snapshot of state.db, then rotation: the default rules, ``rotate``'s
+        (``keep_last``, ``daily``, ``weekly``, ``monthly``), or none (False)."""
         from hermes_keeper.backup.snapshot import apply_rotation, take_backup
 
         with self._changing() as journal:
             t0 = time.perf_counter()
             record = take_backup(self, dest, journal=journal)
             seconds = round(time.perf_counter() - t0, 2)
+            rules = {} if rotate is True else rotate
             removed = (
-                [] if rotate is None else apply_rotation(record.folder, self.home, journal=journal, **rotate)
+                [] if rules is False else apply_rotation(record.folder, self.home, journal=journal, **rules)
             )
         return BackupDone(record, seconds, removed)
 

@@ -62,7 +62,7 @@ def backup(profiles, dest, rules, no_rotate, as_json):
     """
     for_each(
         profiles,
-        lambda p: p.backup(dest, rotate=None if no_rotate else rules),
+        lambda p: p.backup(dest, rotate=False if no_rotate else rules),
         as_json,
         lambda _p, done: click.echo(
             f"{done.record.profile}: {done.record.path} {human_bytes(done.record.bytes)} (database"
