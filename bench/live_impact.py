@@ -82,19 +82,17 @@ def used_bytes(home: Path) -> int:
 #: The keeper with its FTS5 merges skipped: not a mode it has (it would leave Hermes's next
 #: writes to merge the run's tombstones), only what the merges cost, measured.
 WITHOUT_MERGES = (
-    "import sys; from hermes_keeper import fts; from hermes_keeper.cli import main;"
+    "import sys; from hermes_keeper.sqlite import fts; from hermes_keeper.cli import main;"
     " fts.MergeHold._merge = lambda *a, **k: None; sys.argv[0] = 'hermes-keeper'; main()"
 )
 
 
 def keeper(home: Path, *args: str, merges: bool = True) -> subprocess.CompletedProcess:
     run = ["-m", "hermes_keeper"] if merges else ["-c", WITHOUT_MERGES]
-    return subprocess.run(
-        [sys.executable, *run, *args, "--home", str(home)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = subprocess.run([sys.executable, *run, *args, "--home", str(home)], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"hermes-keeper {' '.join(args)} exited {out.returncode}:\n{out.stderr}")
+    return out
 
 
 def merge_summary(rounds: list[dict]) -> str:

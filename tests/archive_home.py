@@ -14,8 +14,10 @@ from pathlib import Path
 
 from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.home import Profile, select_profiles
+from hermes_keeper.run.context import open_run
 from hermes_keeper.run.conversations import conversations
 from hermes_keeper.run.execute import prune_sessions
+from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import survey_profile
 
 DAY = 86400.0
@@ -111,7 +113,8 @@ def prune(home: Path, ids: list[str] = PRUNED) -> None:
     prof = profile(home)
     convs = conversations(survey_profile(prof).sessions.values())
     units = [[m for m in convs.children_first(r) if m in ids] for r in convs.members]
-    result = prune_sessions(prof, [u for u in units if u], pause_ms=0)
+    with open_run(prof, Policy(pause_ms=0)) as ctx:
+        result = prune_sessions(ctx, [u for u in units if u])
     assert sorted(result.pruned) == sorted(ids), result
 
 

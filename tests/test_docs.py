@@ -6,7 +6,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from hermes_keeper.run.policy import Policy, effective_policy
+from hermes_keeper.run.policy import Policy, effective_policy, settings_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,3 +37,10 @@ def test_reliability_matrix_names_real_tests():
     assert len(refs) >= 20
     missing = [f"{f}::{n}" for f, n in refs if f"def {n}(" not in (ROOT / f).read_text()]
     assert not missing
+
+
+def test_docs_policy_table_is_the_settings_table():
+    """docs/run.md shows SETTINGS itself: a key added, renamed or re-ranged there must show here."""
+    text = (ROOT / "docs" / "run.md").read_text()
+    start = text.index("| key | type | default | range | meaning |")
+    assert text[start : text.index("\n\n", start) + 1] == settings_table()

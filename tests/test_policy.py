@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
 
+from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.run.policy import DAY, effective_policy, parse_duration, parse_size
@@ -42,12 +44,29 @@ def test_file_and_profile_overrides_with_provenance(tmp_path):
 @pytest.mark.parametrize(
     "text, fragment",
     [
-        ('zombie_after = "soon"', "not a duration"),
-        ("[retention]\ncron = -1", "negative"),
-        ("keep_titled = 1", "true or false"),
-        ("colour = 3", "unknown key"),
-        ("[disk]\nlow_water = 2", "fraction"),
-        ('[disk]\nmax_db_bytes = "lots"', "not a size"),
+        ('zombie_after = "soon"', "zombie_after: not a duration"),
+        ('[retention]\ncron = "-1d"', "retention.cron: not a duration"),
+        ("[retention]\ncron = 7", 'retention.cron: a duration needs a unit: write "7d"'),
+        ("[retention]\ncron = nan", "retention.cron: a duration needs a unit"),
+        ("zombie_after = 1.5", 'zombie_after: a duration needs a unit: write "1.5d"'),
+        ("keep_titled = 1", "keep_titled: must be true or false"),
+        ("colour = 3", "unknown key colour"),
+        ("retention = 3", r"\[retention\] must be a table"),
+        ("[disk]\nlow_water = 2", r"disk.low_water: must be in \(0, 1\]"),
+        ("[disk]\nlow_water = 0", r"disk.low_water: must be in \(0, 1\]"),
+        ("[disk]\nlow_water = nan", "disk.low_water: must be a finite number"),
+        ('[disk]\nmax_db_bytes = "lots"', "disk.max_db_bytes: not a size"),
+        ("[disk]\nmax_db_bytes = inf", "disk.max_db_bytes: must be a finite number"),
+        ("[disk]\nmax_db_bytes = nan", "disk.max_db_bytes: must be a finite number"),
+        ("[disk]\nmax_db_bytes = -5", "disk.max_db_bytes: must be >= 0"),
+        ("budget_ms = nan", "budget_ms: must be a finite number"),
+        ("budget_ms = inf", "budget_ms: must be a finite number"),
+        ("budget_ms = 0.5", r"budget_ms: must be in \[1, 1000\]"),
+        ("budget_ms = 5000", r"budget_ms: must be in \[1, 1000\]"),
+        ("pause_ms = -1", r"pause_ms: must be in \[0, 1000\]"),
+        ('[files]\nmax_age = "7"', "files.max_age: not a duration"),
+        ('[files]\nkeep = "7d"', "unknown key files.keep"),
+        ("[profiles.default]\nbudget_ms = nan", r"\[profiles.default\]: budget_ms: must be a finite"),
         ("this is = = not toml", "invalid TOML"),
     ],
 )
@@ -57,9 +76,33 @@ def test_invalid(tmp_path, text, fragment):
         effective_policy(tmp_path, "default")
 
 
+def test_invalid_value_is_one_line_exit_2_and_nothing_changed(tmp_path):
+    """A bad keeper.toml stops `run` before it touches anything: same bytes, no keeper/ folder."""
+    demo_home = tmp_path / "home"
+    demo.build_home(demo_home, demo.generate(time.time(), sessions=20))
+    (demo_home / "keeper.toml").write_text("[retention]\ncron = nan\n")
+    before = (demo_home / "state.db").read_bytes()
+    res = CliRunner().invoke(main, ["run", "--home", str(demo_home)])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        f'hermes-keeper: {demo_home / "keeper.toml"}: retention.cron: a duration needs a unit: write "7d"'
+        " (or h, m, s, w)"
+    ]
+    assert (demo_home / "state.db").read_bytes() == before and not (demo_home / "keeper").exists()
+
+
 def test_units():
-    assert parse_duration("90s") == 90 and parse_duration("2w") == 14 * DAY and parse_duration(5) == 5
+    assert (
+        parse_duration("90s") == 90 and parse_duration("2w") == 14 * DAY and parse_duration(" 12h ") == 43200
+    )
     assert parse_size("500MB") == 500 * 1024**2 and parse_size(10) == 10
+    with pytest.raises(KeeperError, match="--wait-idle: a duration needs a unit"):
+        parse_duration(600, "--wait-idle")
+
+
+def test_report_refuses_a_negative_top(tmp_path):
+    res = CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--top", "-5"])
+    assert res.exit_code == 2 and "-5 is not in the range x>=0" in res.output
 
 
 def test_config_show_names_the_source(tmp_path):
@@ -69,8 +112,19 @@ def test_config_show_names_the_source(tmp_path):
     prof = json.loads(res.output)["profiles"][0]
     assert prof["retention_s"]["cron"] == 3 * DAY
     assert prof["origin"]["retention.cron"] == str(tmp_path / "keeper.toml")
+    rows = {r["key"]: r for r in prof["settings"]}
+    assert rows["retention.cron"] == {
+        "key": "retention.cron",
+        "value": "3d",
+        "from": str(tmp_path / "keeper.toml"),
+    }
+    assert rows["zombie_after"] == {"key": "zombie_after", "value": "1d", "from": "default"}
+    assert rows["disk.max_db_bytes"]["value"] == "none" and rows["keep_titled"]["value"] == "true"
     res = CliRunner().invoke(main, ["config", "show", "--home", str(tmp_path)])
-    assert "retention.cron" in res.output and "3d" in res.output
+    lines = {line.split("│")[1].strip(): line for line in res.output.splitlines() if line.count("│") == 4}
+    assert "3d" in lines["retention.cron"] and "7d" in lines["retention.subagent"]
+    assert "none" in lines["disk.max_db_bytes"] and "true" in lines["keep_titled"]
+    assert "604800" not in res.output and "None" not in res.output and "True" not in res.output
     res = CliRunner().invoke(
         main, ["config", "show", "--home", str(tmp_path), "--config", str(tmp_path / "no")]
     )

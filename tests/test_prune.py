@@ -15,10 +15,10 @@ from hermes_keeper.archive.store import PRUNED, RESTORED, Archive
 from hermes_keeper.cli import main
 from hermes_keeper.home import select_profiles
 from hermes_keeper.run import prune
+from hermes_keeper.run.context import open_run
 from hermes_keeper.run.plan import make_plan
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import safe_filename_component, survey_profile
-from hermes_keeper.sqlite.writer import Writer
 from tests.test_plan import NOW as PLAN_NOW
 from tests.test_plan import row, survey_of
 
@@ -29,6 +29,12 @@ FTS = ("messages_fts", "messages_fts_trigram")
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def prune_ids(profile, ids, **kwargs):
+    """The keeper's prune of ``ids`` alone, in a run context of its own (no rest between steps)."""
+    with open_run(profile, Policy(pause_ms=0)) as ctx:
+        return prune.prune_sessions(ctx, ids, **kwargs)
 
 
 def _home(tmp_path, sessions: int = 60):
@@ -147,7 +153,7 @@ def test_session_woken_during_prune_is_put_back_exactly(tmp_path, monkeypatch):
     others = [s for s in plan.prune if s != target]
     woken = _wake(monkeypatch, db, target)
 
-    result = prune.prune_sessions(profile, plan.prune_conversations(), pause_ms=0, message_counts=counts)
+    result = prune_ids(profile, plan.prune_conversations(), message_counts=counts)
 
     assert len(woken) == 1
     assert result.skipped == {target: WOKE}
@@ -248,7 +254,7 @@ def test_woken_chain_tail_keeps_its_compression_chain(tmp_path, monkeypatch):
     head_messages = _message_ids(db)["chain_head"]
     _wake(monkeypatch, db, "chain_tail")
 
-    result = prune.prune_sessions(profile, plan.prune_conversations(), pause_ms=0)
+    result = prune_ids(profile, plan.prune_conversations())
 
     assert result.skipped == {"chain_tail": WOKE, "chain_head": f"conversation member chain_tail had {WOKE}"}
     assert "chain_head" in _session_ids(db), "the head of a live compression chain was pruned"
@@ -295,7 +301,7 @@ def test_invalid_utf8_text_and_blobs_survive_archive_and_restore(tmp_path):
     assert content_before[:3] == [("text", "66FF6F"), ("blob", "00FF10"), ("blob", "")]
 
     profile = select_profiles(str(home))[0]
-    result = prune.prune_sessions(profile, [["odd_bytes"]], pause_ms=0)
+    result = prune_ids(profile, [["odd_bytes"]])
     assert result.pruned == ["odd_bytes"]
     assert "odd_bytes" not in _session_ids(db) and "odd_bytes" not in _message_ids(db)
     with Archive.for_home(profile.keeper_dir) as store:
@@ -443,12 +449,12 @@ def test_deletes_are_budgeted_transactions_and_sessions_end_whole_or_gone(tmp_pa
                 seen_partial.add(sid)
                 assert marks[sid] == 1, f"{sid} half deleted but not marked archived"
 
-    w = Writer(db, budget_ms=2, pause_ms=0)
-    w.after_step.append(check_committed_state)
     try:
-        result = prune.prune_sessions(profile, plan.prune_conversations(), writer=w, message_counts=counts)
+        with open_run(profile, Policy(budget_ms=2, pause_ms=0)) as ctx:
+            w = ctx.writer
+            w.after_step.append(check_committed_state)
+            result = prune.prune_sessions(ctx, plan.prune_conversations(), message_counts=counts)
     finally:
-        w.close()
         reader.close()
 
     assert w.stats.transactions > 5

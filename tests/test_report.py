@@ -103,10 +103,23 @@ def test_all_profiles_reports_the_healthy_ones_when_one_is_broken(tmp_path):
     demo.build_home(tmp_path, demo.generate(time.time(), sessions=20))
     demo.build_home(tmp_path / "profiles" / "work", demo.generate(time.time(), sessions=10, seed=3))
     (tmp_path / "profiles" / "empty").mkdir()
+    (tmp_path / "profiles" / "junk").mkdir()
+    (tmp_path / "profiles" / "junk" / "state.db").write_bytes(b"not a database" * 100)
     reps = report_json(tmp_path, "--all-profiles", exit_code=1)
-    assert [r["profile"] for r in reps] == ["default", "empty", "work"]
-    assert "state.db not found" in reps[1]["error"]
-    assert reps[2]["sessions"]["total"] > 0 and reps[0]["sessions"]["total"] > reps[2]["sessions"]["total"]
+    assert [r["profile"] for r in reps] == ["default", "empty", "junk", "work"]
+    assert reps[1]["skipped_because"].startswith("no state.db yet") and "error" not in reps[1]
+    assert reps[2]["error"].endswith("junk/state.db: not a SQLite database")
+    assert reps[3]["sessions"]["total"] > 0 and reps[0]["sessions"]["total"] > reps[3]["sessions"]["total"]
+
+
+def test_all_profiles_with_only_a_new_profile_beside_is_not_a_failure(tmp_path):
+    """A profile folder Hermes just made (no state.db yet) is a note, and the exit stays 0."""
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=10))
+    (tmp_path / "profiles" / "fresh").mkdir(parents=True)
+    res = CliRunner().invoke(main, ["report", "--home", str(tmp_path), "--all-profiles"])
+    assert res.exit_code == 0, res.output
+    assert "hermes-keeper: fresh: no state.db yet (a new profile), skipped" in res.stderr
+    assert "Sessions by source" in res.stdout
 
 
 def test_human_report_fits_100_columns(tmp_path):

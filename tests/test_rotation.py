@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.rotation import Candidate, plan_rotation
-from hermes_keeper.backup.snapshot import apply_rotation, list_backups, take_backup
+from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, list_backups, take_backup
 from hermes_keeper.home import select_profiles
 
 
@@ -112,3 +113,18 @@ def test_apply_rotation_per_home_in_a_shared_folder(tmp_path):
     assert removed == sorted(r.name for r in of_a[:2])
     assert [r.name for r in list_backups(dest)] == [only_b.name, of_a[-1].name]  # b's old one stays
     assert sorted(p.name for p in dest.glob("*.zst")) == sorted([only_b.name, of_a[-1].name])
+
+
+def test_a_new_backup_does_not_rehash_the_earlier_ones(tmp_path, monkeypatch):
+    """Rotation trusts the manifest's size; only the backup being written is hashed."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(ts("2026-11-01T00:00"), sessions=5))
+    [p] = select_profiles(home)
+    for day in (1, 2, 3):
+        take_backup(p, now=ts(f"2026-11-0{day}T00:00"))
+    hashed = []
+    monkeypatch.setattr(snapshot, "sha256_file", lambda path: hashed.append(path) or "x")
+    removed = apply_rotation(backup_dir(p), p.home, keep_last=1, daily=0, weekly=0, monthly=0)
+    assert len(removed) == 2 and hashed == []
+    assert [r.name for r, _, ok in snapshot.rotation(backup_dir(p), p.home) if ok] == []  # listing verifies
+    assert len(hashed) == 1

@@ -1,16 +1,33 @@
-"""Where Hermes homes and profiles are (``$HERMES_HOME``, ``~/.hermes``, ``profiles/<name>``)."""
+"""The library's front door: a Hermes home, its profiles, and everything the keeper does to one.
+
+``Home(path)`` finds the profiles (``$HERMES_HOME``, ``~/.hermes``, ``profiles/<name>``);
+``Profile`` reports, plans, runs, backs up, restores, compacts and reads its archive, taking
+the keeper lock and writing the journal where it changes something. The CLI, a scheduler or
+a monitoring check drive the same methods; :func:`each` runs one action on many profiles.
+The steps' modules are imported inside the methods: they import :class:`Profile` themselves.
+"""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS
+
+if TYPE_CHECKING:
+    from hermes_keeper.archive.query import Filters
+    from hermes_keeper.journal import Journal
+    from hermes_keeper.run.plan import Plan
+    from hermes_keeper.run.policy import Policy
+    from hermes_keeper.sqlite.schema import SchemaInfo
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_PROFILE = "default"
@@ -41,6 +58,245 @@ class Profile:
     def fs(self) -> HomeFS:
         """The door every keeper read, write and delete under this home goes through."""
         return HomeFS(self.home)
+
+    @contextmanager
+    def _changing(self) -> Iterator[Journal]:
+        """One keeper per home (the lock), and every change journaled."""
+        from hermes_keeper.journal import Journal
+        from hermes_keeper.lock import keeper_lock
+
+        with keeper_lock(self.root), Journal(self.keeper_dir) as journal:
+            yield journal
+
+    def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
+        """The effective policy: defaults, ``keeper.toml`` (or ``config_path``), this profile's section."""
+        from hermes_keeper.run.policy import effective_policy
+
+        return effective_policy(self.root, self.name, config_path, overrides)
+
+    def report(self, zombie_after_s: float | None = None, top: int = 10, now: float | None = None) -> dict:
+        """Where every byte goes (read-only; ``data/report.schema.json``)."""
+        from hermes_keeper.report import build_report
+        from hermes_keeper.run.policy import DAY
+
+        return build_report(
+            self, now=now, zombie_after_s=DAY if zombie_after_s is None else zombie_after_s, top=top
+        )
+
+    def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None) -> Plan:
+        from hermes_keeper.run.plan import make_plan
+        from hermes_keeper.run.survey import survey_profile
+
+        now = time.time() if now is None else now
+        return make_plan(survey_profile(self, schema, now), policy, now)
+
+    def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
+        """What a run would do and why (read-only)."""
+        from hermes_keeper.sqlite.schema import inspect, quick_check
+
+        policy = policy or self.config()
+        schema = inspect(self.db_path)
+        schema.require_readable()
+        plan = self._plan(schema, policy, now)
+        if (problem := quick_check(self.db_path)) != "ok":
+            plan.warnings.append(f"state.db fails quick_check ({problem}): a damaged page")
+        if schema.timestamp_problems:
+            plan.warnings.append("timestamps are not unix seconds; a run would refuse this profile")
+        return plan
+
+    def run(
+        self,
+        policy: Policy | None = None,
+        dry_run: bool = False,
+        progress: Callable[[str, int], None] | None = None,
+    ):
+        """Backup, close zombies, archive + prune, remove stale files, compact: a ``RunResult``.
+
+        ``dry_run`` returns the :meth:`plan` instead. ``progress(kind, n)`` gets ``("plan", total)``
+        once the plan is made, then ``("prune", sessions)`` as they go.
+        """
+        from hermes_keeper.run.context import open_run
+        from hermes_keeper.run.execute import apply_plan, preflight
+        from hermes_keeper.sqlite.schema import inspect
+
+        if dry_run:
+            return self.plan(policy)
+        policy = policy or self.config()
+        schema = inspect(self.db_path)  # the run's one inspection: every step reuses it
+        preflight(self, schema, policy)  # before the lock and the journal: a refusal changes nothing
+        with self._changing() as journal, open_run(self, policy, schema, journal) as ctx:
+            plan = self._plan(schema, policy, None)
+            journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
+            if progress:
+                progress("plan", len(plan.prune))
+            return apply_plan(ctx, plan, progress)
+
+    def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
+        """A verified snapshot of state.db, then rotation: the default rules, ``rotate``'s
+        (``keep_last``, ``daily``, ``weekly``, ``monthly``), or none (False)."""
+        from hermes_keeper.backup.snapshot import apply_rotation, take_backup
+
+        with self._changing() as journal:
+            t0 = time.perf_counter()
+            record = take_backup(self, dest, journal=journal)
+            seconds = round(time.perf_counter() - t0, 2)
+            rules = {} if rotate is True else rotate
+            removed = (
+                [] if rules is False else apply_rotation(record.folder, self.home, journal=journal, **rules)
+            )
+        return BackupDone(record, seconds, removed)
+
+    def backups(
+        self,
+        dest: str | os.PathLike | None = None,
+        rules: dict | None = None,
+        prune: bool = False,
+        remove_leftovers: bool = False,
+    ) -> dict:
+        """Every backup with size, verification and why it is kept; Hermes's leftover copies.
+
+        Changes nothing unless ``prune`` (rotate out what ``rules`` drop) or ``remove_leftovers``.
+        """
+        from hermes_keeper.backup.snapshot import (
+            apply_rotation,
+            backup_dir,
+            find_malformed_copies,
+            killed_backup_leftovers,
+            remove_malformed_copies,
+            rotation,
+        )
+
+        rules = rules or {}
+        folder = backup_dir(self, dest)
+        removed: list[str] = []
+        leftovers = find_malformed_copies(self)
+        if prune or remove_leftovers:
+            with self._changing() as journal:
+                if prune:
+                    removed = apply_rotation(folder, self.home, journal=journal, **rules)
+                if remove_leftovers:
+                    leftovers = remove_malformed_copies(self, journal=journal)
+        rows = rotation(folder, self.home, now=time.time(), **rules)
+        return {
+            "profile": self.name,
+            "folder": str(folder),
+            "backups": [
+                r.to_dict() | {"verified": ok, "keep": d.keep, "reasons": d.reasons} for r, d, ok in rows
+            ],
+            "removed": removed,
+            "leftovers": [
+                {"name": lo.path.name, "bytes": lo.bytes, "removed": remove_leftovers} for lo in leftovers
+            ],
+            "killed_backup_files": [
+                {"name": lo.path.name, "bytes": lo.bytes} for lo in killed_backup_leftovers(folder)
+            ],
+        }
+
+    def restore(
+        self,
+        name: str | os.PathLike | None = None,
+        dest: str | os.PathLike | None = None,
+        force: bool = False,
+    ):
+        """Replace state.db with a verified backup (``name``: file name or path; None: the newest)."""
+        from hermes_keeper.backup.restore import find_backup, restore_backup
+
+        with self._changing() as journal:
+            return restore_backup(self, find_backup(self, name, dest), force=force, journal=journal)
+
+    def compact(self, wait_idle_s: float | None = None, allow_full_vacuum: bool = True):
+        """Free pages back to the disk in budgeted steps; the one-time full VACUUM only when idle."""
+        from hermes_keeper.backup.compact import compact
+
+        with self._changing() as journal:
+            return compact(
+                self, wait_idle_s=wait_idle_s, allow_full_vacuum=allow_full_vacuum, journal=journal
+            )
+
+    @property
+    def archive(self) -> ProfileArchive:
+        return ProfileArchive(self)
+
+
+@dataclass(frozen=True)
+class BackupDone:
+    """A backup just taken, how long it took, and the older backups rotation removed."""
+
+    record: Any  # backup.snapshot.BackupRecord
+    seconds: float
+    rotated_out: list[str]
+
+    def to_dict(self) -> dict:
+        return self.record.to_dict() | {"seconds": self.seconds, "rotated_out": self.rotated_out}
+
+
+@dataclass(frozen=True)
+class ProfileArchive:
+    """The sessions the keeper pruned from one profile: read, search, restore, export, verify."""
+
+    profile: Profile
+
+    @property
+    def exists(self) -> bool:
+        from hermes_keeper.archive.store import ARCHIVE_NAME
+
+        return (self.profile.keeper_dir / ARCHIVE_NAME).exists()
+
+    @contextmanager
+    def _store(self):
+        from hermes_keeper.archive.restore import open_archive
+
+        with open_archive(self.profile) as store:
+            yield store
+
+    def list(self, filters: Filters | None = None) -> list:
+        from hermes_keeper.archive.query import ALL, list_entries
+
+        with self._store() as store:
+            return list_entries(store, filters or ALL)
+
+    def show(self, session_id: str) -> dict:
+        """One archived session's payload: ``session_id`` or a unique prefix of it (its newest
+        entry), or ``#N`` (archive entry N)."""
+        from hermes_keeper.archive.query import resolve_id
+        from hermes_keeper.archive.store import ArchiveDamaged
+
+        with self._store() as store:
+            entry = resolve_id(store, session_id)
+            try:
+                return store.get_entry(entry.entry)
+            except ArchiveDamaged as exc:
+                raise KeeperError(f"archive row damaged: {exc}") from None
+
+    def search(self, text: str, filters: Filters | None = None, limit: int | None = 50):
+        from hermes_keeper.archive.query import ALL, search
+
+        with self._store() as store:
+            return search(store, text, filters or ALL, limit=limit)
+
+    def restore(self, session_ids: Sequence[str], dry_run: bool = False):
+        """Put archived sessions back (whole conversations); ``dry_run`` only says what would."""
+        from hermes_keeper.archive.restore import restore_sessions
+
+        with self.profile._changing() as journal:
+            return restore_sessions(self.profile, list(session_ids), journal=journal, dry_run=dry_run)
+
+    def export(
+        self, output: str | os.PathLike | None = None, filters: Filters | None = None, split: bool = False
+    ):
+        """Hermes's ``export_session`` JSONL to ``output`` (None: stdout); (result, files written)."""
+        from hermes_keeper.archive.export import write_export
+        from hermes_keeper.archive.query import ALL
+
+        with self._store() as store:
+            return write_export(store, Path(output) if output else None, filters or ALL, split=split)
+
+    def verify(self):
+        """Decompress every payload and recompute its sha256; plus a quick_check of archive.db."""
+        from hermes_keeper.archive.query import verify
+
+        with self._store() as store:
+            return verify(store)
 
 
 def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path:
@@ -105,3 +361,71 @@ def select_profiles(
         known = ", ".join(sorted(by_name))
         raise KeeperError(f"profile {profile!r} not found under {root} (known: {known})")
     return [by_name[profile]]
+
+
+class Home:
+    """A Hermes home (``path``, else ``$HERMES_HOME``, else ``~/.hermes``) and its profiles."""
+
+    def __init__(self, path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None):
+        self.env = os.environ if env is None else env
+        self.path = path
+        self.root = resolve_root(path, self.env)
+
+    def profiles(self) -> list[Profile]:
+        return discover_profiles(self.root)
+
+    def profile(self, name: str | None = None) -> Profile:
+        """``name``, else the profile Hermes itself is on."""
+        return select_profiles(self.path, name, env=self.env)[0]
+
+
+@dataclass
+class Outcome:
+    """What one action did to one profile: its ``value``, or the one-line ``error``, or ``skipped``."""
+
+    profile: Profile
+    value: Any = None
+    error: str | None = None
+    exit_code: int = 0
+    skipped: str | None = None
+
+
+NEW_PROFILE = "no state.db yet (a new profile), skipped"
+
+
+class Skipped(Exception):
+    """Raised by an action of :func:`each`: nothing to do in this profile (a note, not a failure)."""
+
+
+def each(profiles: Sequence[Profile], action: Callable[[Profile], Any]) -> Iterator[Outcome]:
+    """``action`` on every profile, each on its own: a refusal in one never stops the others.
+
+    With one profile the error is raised as it is (one line, its exit code); with several,
+    each becomes an :class:`Outcome`, and a profile folder without ``state.db`` is skipped.
+    """
+    if len(profiles) == 1:
+        yield Outcome(profiles[0], action(profiles[0]))
+        return
+    for p in profiles:
+        if not p.db_path.exists():
+            yield Outcome(p, skipped=NEW_PROFILE)
+            continue
+        try:
+            yield Outcome(p, action(p))
+        except Skipped as note:
+            yield Outcome(p, skipped=str(note))
+        except KeeperError as exc:
+            yield Outcome(p, error=str(exc), exit_code=exc.exit_code)
+        except OSError as exc:  # read-only home, full disk: this profile only
+            yield Outcome(p, error=os_error_line(exc), exit_code=KeeperError.exit_code)
+
+
+def exit_code(outcomes: Sequence[Outcome]) -> int:
+    """0 all done; 1 some failed and others ran; else (nothing ran) the failures' own code (2, or 75)."""
+    failed = [o for o in outcomes if o.error is not None]
+    if not failed:
+        return 0
+    if any(o.error is None and o.skipped is None for o in outcomes):
+        return 1
+    codes = {o.exit_code for o in failed}
+    return codes.pop() if len(codes) == 1 else KeeperError.exit_code

@@ -14,7 +14,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
@@ -331,20 +330,3 @@ def build_report(
             "gateway_pid": gateway_pid(profile.home),
         },
     }
-
-
-def build_reports(profiles: Iterable[Profile], now: float | None = None, **kwargs) -> list[dict]:
-    """One report per profile; one that cannot be read becomes ``{profile, home, error}``.
-
-    So ``--all-profiles`` still reports on every healthy profile when one is broken.
-    """
-    now = time.time() if now is None else now
-    out = []
-    for p in profiles:
-        try:
-            out.append(build_report(p, now=now, **kwargs))
-        except KeeperError as exc:
-            out.append({"profile": p.name, "home": str(p.home), "error": str(exc)})
-        except OSError as exc:
-            out.append({"profile": p.name, "home": str(p.home), "error": os_error_line(exc)})
-    return out

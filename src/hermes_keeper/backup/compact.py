@@ -21,9 +21,10 @@ from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.run.context import RunContext
 from hermes_keeper.sqlite.connect import connect_rw
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
-from hermes_keeper.sqlite.holders import find_holders, refuse_during_maintenance
+from hermes_keeper.sqlite.holders import Holder, find_holders, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
 
@@ -136,16 +137,20 @@ def _wait_idle(db_path: Path, wait_s: float | None) -> list:
 
 def _convert(
     profile: Profile,
+    schema: SchemaInfo,
     res: ReclaimResult,
     allow_full_vacuum: bool,
     backup: bool,
     journal: Journal | None,
-) -> None:
-    """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL, only when nobody holds the db."""
+) -> list[Holder]:
+    """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL, only when nobody holds the db.
+
+    Returns the holders it found: the scan the VACUUM was decided on (again after a backup).
+    """
     db = profile.db_path
     holders = find_holders(db)
     res.holders = [h.describe() for h in holders]
-    info = inspect(db, check_timestamps=False)
+    info = schema.resized()
     reclaimable = f"{info.free_bytes} bytes reclaimable"
     later = (
         "the one-time switch to incremental auto_vacuum (a full VACUUM) runs "
@@ -153,23 +158,24 @@ def _convert(
     )
     if not allow_full_vacuum:
         res.note = f"{reclaimable}; full VACUUM not allowed, so {later}"
-        return
+        return holders
     if holders:
         res.note = f"{reclaimable}; {later} (now held by {'; '.join(res.holders)})"
-        return
+        return holders
     need, free = 2 * info.used_bytes + RESERVE_BYTES, shutil.disk_usage(db.parent).free
     if free < need:
         res.note = (
             f"{reclaimable}; VACUUM needs about {need >> 20} MiB free and {free >> 20} MiB are; skipped"
         )
-        return
+        return holders
     if backup:
-        res.backup = take_backup(profile, journal=journal).name
+        res.backup = take_backup(profile, journal=journal, schema=info, holders=holders).name
+        holders = find_holders(db)  # the backup took a while: Hermes may have opened it since
+        if holders:
+            res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
+            return holders
     conn = connect_rw(db, busy_timeout_s=5)
     try:
-        if find_holders(db):
-            res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
-            return
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("VACUUM")
@@ -180,6 +186,7 @@ def _convert(
     finally:
         conn.close()
     res.vacuumed = True
+    return holders
 
 
 def compact(
@@ -189,28 +196,55 @@ def compact(
     pause_ms: float = DEFAULT_PAUSE_MS,
     wait_idle_s: float | None = None,
     allow_full_vacuum: bool = True,
-    backup: bool = True,
     journal: Journal | None = None,
 ) -> ReclaimResult:
     """FTS merges and incremental vacuum in budgeted steps; the one-time conversion only when idle.
 
     What runs depends on whether another process holds the database (after waiting up to
     ``wait_idle_s`` for it to let go): live, only Hermes-style FTS merges, no VACUUM, no WAL
-    truncation; idle, a full FTS merge in steps, the VACUUM if still needed, WAL truncated.
-
-    ``backup=False`` when the caller has just taken one (a maintenance run backs up first).
+    truncation; idle, a full FTS merge in steps, the VACUUM (after a backup) if still needed,
+    WAL truncated.
     """
     t0 = time.perf_counter()
     schema = inspect(profile.db_path)
     schema.require_actionable()
     refuse_during_maintenance(schema)
-    db = profile.db_path
-    problem = quick_check(db)
+    problem = quick_check(profile.db_path)
     if problem != "ok":  # FTS merges and vacuum would write into damaged pages
         raise KeeperError(
-            f"{db} fails quick_check ({problem}); compact changed nothing. Restore a backup "
-            "(hermes-keeper restore --latest) or let Hermes repair it"
+            f"{profile.db_path} fails quick_check ({problem}); compact changed nothing. Restore a "
+            "backup (hermes-keeper restore --latest) or let Hermes repair it"
         )
+    # --wait-idle: give Hermes up to that long to stop, so the full work (VACUUM, FTS merge) can run.
+    live = bool(_wait_idle(profile.db_path, wait_idle_s))
+    with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms) as w:
+        return _compact(profile, w, schema, live, allow_full_vacuum, journal, standalone=True, t0=t0)
+
+
+def compact_run(ctx: RunContext) -> ReclaimResult:
+    """A run's last step, on the run's writer, schema and holder scan; its backup is the run's."""
+    w = ctx.writer
+    return _compact(ctx.profile, w, ctx.schema.resized(w.conn), bool(ctx.holders()), True, ctx.journal)
+
+
+def _compact(
+    profile: Profile,
+    w: Writer,
+    schema: SchemaInfo,
+    live: bool,
+    allow_full_vacuum: bool,
+    journal: Journal | None,
+    standalone: bool = False,
+    t0: float | None = None,
+) -> ReclaimResult:
+    """Merges and incremental vacuum through ``w``, which it then closes: a VACUUM must be the
+    only connection of ours. The WAL is truncated only when a scan made here found nobody.
+
+    ``standalone``: the ``compact`` command (a backup before a VACUUM, one more look before
+    truncating); in a run, the run took the backup and scanned for holders.
+    """
+    t0 = time.perf_counter() if t0 is None else t0
+    db = profile.db_path
     res = ReclaimResult(
         profile=profile.name,
         auto_vacuum_before=schema.auto_vacuum,
@@ -220,17 +254,17 @@ def compact(
         wal_bytes_before=_wal(db),
         wal_bytes_after=0,
         free_bytes_after=0,
+        live=live,
     )
-    # --wait-idle: give Hermes up to that long to stop, so the full work (VACUUM, FTS merge) can run.
-    res.live = bool(_wait_idle(db, wait_idle_s))
-    with Writer(db, budget_ms=budget_ms, pause_ms=pause_ms) as w:
-        w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
-        release_leftover_hold(w, schema, profile.keeper_dir, journal)  # a killed run's, if any
-        res.fts_merge_steps, res.fts_left = _merge_fts(w, schema, res.live)
-        if schema.auto_vacuum == "incremental":
-            res.pages_freed = _incremental(w)
+    w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+    release_leftover_hold(w, schema, profile.keeper_dir, journal)  # a killed run's, if any
+    res.fts_merge_steps, res.fts_left = _merge_fts(w, schema, res.live)
+    if schema.auto_vacuum == "incremental":
+        res.pages_freed = _incremental(w)
+    w.close()
+    holders = None
     if schema.auto_vacuum == "none":
-        _convert(profile, res, allow_full_vacuum, backup, journal)
+        holders = _convert(profile, schema, res, allow_full_vacuum, standalone, journal)
     if res.live:
         res.note = "; ".join(
             filter(
@@ -244,13 +278,15 @@ def compact(
                 ],
             )
         )
-    holders = find_holders(db)
+    if holders is None and standalone:
+        holders = find_holders(db)
     conn = connect_rw(db)
     try:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)" if holders else "PRAGMA wal_checkpoint(TRUNCATE)")
+        idle = holders is not None and not holders
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if idle else "PRAGMA wal_checkpoint(PASSIVE)")
     finally:
         conn.close()
-    after = inspect(db, check_timestamps=False)
+    after = schema.resized()
     res.auto_vacuum_after = after.auto_vacuum
     res.db_bytes_after = after.db_bytes
     res.free_bytes_after = after.free_bytes

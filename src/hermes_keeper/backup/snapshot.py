@@ -22,7 +22,7 @@ import shutil
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -35,7 +35,7 @@ from hermes_keeper.fs import HomeFS, durable_rename, open_private, private_dir, 
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
-from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
 
 MANIFEST = "manifest.json"
@@ -164,6 +164,16 @@ def verify_backup(record: BackupRecord) -> bool:
         return False
 
 
+def backup_present(record: BackupRecord) -> bool:
+    """The file is there with the recorded size: what rotation trusts, so a new backup does not
+    re-read every earlier one (their sha256 was checked when written; restore and `backups`
+    verify it again)."""
+    try:
+        return record.path.stat().st_size == record.bytes
+    except OSError:
+        return False
+
+
 def _stamp(now: float, folder: Path, recorded: set[str]) -> str:
     """The UTC timestamp for a new backup's name, unique among files and manifest entries."""
     base = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
@@ -174,9 +184,9 @@ def _stamp(now: float, folder: Path, recorded: set[str]) -> str:
     return stamp
 
 
-def _preflight(profile: Profile, schema: SchemaInfo, folder: Path) -> None:
+def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None) -> None:
     """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
-    holders = find_holders(profile.db_path)
+    holders = find_holders(profile.db_path) if holders is None else holders
     if schema.journal_mode != "wal" and holders:
         raise KeeperError(
             f"state.db is in {schema.journal_mode} journal mode and open by "
@@ -201,15 +211,21 @@ def take_backup(
     dest_dir: Path | str | None = None,
     now: float | None = None,
     journal: Journal | None = None,
+    *,
+    schema: SchemaInfo | None = None,
+    holders: list[Holder] | None = None,
 ) -> BackupRecord:
-    """Snapshot, check, compress and record; raises KeeperError (cleaned up) on any failure."""
-    schema = inspect(profile.db_path, check_timestamps=False)
+    """Snapshot, check, compress and record; raises KeeperError (cleaned up) on any failure.
+
+    ``schema`` and ``holders``: a run's, so a backup inside it reads neither again.
+    """
+    schema = schema or inspect(profile.db_path, check_timestamps=False)
     schema.require_readable()
     now = time.time() if now is None else now
     folder = backup_dir(profile, dest_dir)
     snap = comp = None
     try:
-        _preflight(profile, schema, folder)
+        _preflight(profile, schema, folder, holders)
         profile.fs.folder(folder)  # inside the home: no symlinked keeper/ or backups/ on the way
         with _manifest_lock(folder):  # one backup at a time per folder
             for lo in _temp_files(folder):  # left by a backup that was killed
@@ -318,16 +334,20 @@ def decompress_to(record: BackupRecord, dst_path: Path) -> None:
 
 
 def rotation(
-    folder: Path, home: Path | str | None = None, now: float | None = None, **rules: int
+    folder: Path,
+    home: Path | str | None = None,
+    now: float | None = None,
+    check: Callable[[BackupRecord], bool] = verify_backup,
+    **rules: int,
 ) -> list[tuple[BackupRecord, Decision, bool]]:
-    """Each backup (of ``home``, or of every home) with its decision and verification, newest first.
+    """Each backup (of ``home``, or of every home) with its decision and ``check``, newest first.
 
     ``rules`` are :func:`plan_rotation`'s (keep_last, daily, weekly, monthly) and its defaults.
 
     Rules apply per home: one home's backups never push another's out of a shared folder.
     """
     records = [r for r in list_backups(folder) if home is None or r.home == str(home)]
-    verified = {r.name: verify_backup(r) for r in records}
+    verified = {r.name: check(r) for r in records}
     by_name = {r.name: r for r in records}
     rows = []
     for h in sorted({r.home for r in records}):
@@ -346,7 +366,11 @@ def apply_rotation(
         return []
     private_dir(folder)  # never rotate through a symlinked backup folder
     with _manifest_lock(folder):
-        drop = {r.name: r for r, d, _ in rotation(folder, home, now=time.time(), **rules) if not d.keep}
+        drop = {
+            r.name: r
+            for r, d, _ in rotation(folder, home, time.time(), backup_present, **rules)
+            if not d.keep
+        }
         if not drop:
             return []
         for name in drop:

@@ -16,6 +16,11 @@ from hermes_keeper import __version__
 from hermes_keeper.cli.options import HOMES_KEY
 from hermes_keeper.errors import failure_line
 
+#: The keeper's deleter holds SQLite's write lock while its archiver thread runs Python: hand
+#: the interpreter lock over this often (seconds), not every 5 ms, so no transaction waits
+#: for it. Set for the command's process only; a library user chooses for their own.
+SWITCH_INTERVAL_S = 0.0005
+
 #: command name -> "module:attribute" under this package.
 COMMANDS = {
     "report": "report:report",
@@ -65,3 +70,4 @@ class KeeperGroup(click.Group):
 @click.option("--debug", is_flag=True, help="Show the traceback of a failure.")
 def main(debug: bool) -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -6,35 +6,24 @@ import functools
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from hermes_keeper.archive import hermes_import
-from hermes_keeper.archive.export import write_export
 from hermes_keeper.archive.query import (
     Filters,
-    list_entries,
     parse_when,
     render_conversation,
-    resolve_id,
-    search,
-    verify,
     when,
 )
-from hermes_keeper.archive.restore import open_archive, restore_sessions
-from hermes_keeper.archive.store import ARCHIVE_NAME, Archive, ArchiveDamaged
-from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import human_bytes
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.home import Profile
-from hermes_keeper.journal import Journal
-from hermes_keeper.lock import keeper_lock
+from hermes_keeper.home import Profile, ProfileArchive, Skipped
 
 
 def _when_option(value: str | None, end_of_day: bool) -> float | None:
@@ -75,13 +64,15 @@ def _one(profiles: list[Profile]) -> Profile:
     return profiles[0]
 
 
-def _stores(profiles: list[Profile]) -> Iterator[tuple[Profile, Archive]]:
+def _archives(profiles: list[Profile]) -> list[ProfileArchive]:
     """Each selected profile's archive; with one profile, a missing archive is an error."""
-    for p in profiles:
-        if len(profiles) > 1 and not (p.keeper_dir / ARCHIVE_NAME).exists():
-            continue
-        with open_archive(p) as store:
-            yield p, store
+    return [p.archive for p in profiles if len(profiles) == 1 or p.archive.exists]
+
+
+def _by_profile(rows: list[dict], several: bool) -> dict:
+    """Archive JSON is keyed by profile name with several profiles, the one result with one."""
+    by_name = {r.pop("profile"): r for r in rows}
+    return by_name if several else next(iter(by_name.values()))
 
 
 @click.group()
@@ -95,7 +86,7 @@ def archive():
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(profiles, filters, as_json):
     """Archived sessions with source, dates, title, message count and size."""
-    rows = [(p, e) for p, store in _stores(profiles) for e in list_entries(store, filters)]
+    rows = [(a.profile, e) for a in _archives(profiles) for e in a.list(filters)]
     if as_json:
         out = [{"profile": p.name, **asdict(e)} for p, e in rows]
         click.echo(json.dumps({"sessions": out}, indent=2, ensure_ascii=False))
@@ -122,12 +113,7 @@ def list_cmd(profiles, filters, as_json):
 @click.option("--all", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
 def show(profiles, session_id, as_json, full, show_all):
     """One archived conversation, for reading (ID or a unique prefix of it: its newest entry; #N: entry N)."""
-    with open_archive(_one(profiles)) as store:
-        entry = resolve_id(store, session_id)
-        try:
-            payload = store.get_entry(entry.entry)
-        except ArchiveDamaged as exc:
-            raise KeeperError(f"archive row damaged: {exc}") from None
+    payload = _one(profiles).archive.show(session_id)
     if as_json:
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
         return
@@ -143,7 +129,7 @@ def show(profiles, session_id, as_json, full, show_all):
 @click.option("--json", "as_json", is_flag=True)
 def search_cmd(profiles, text, filters, limit, as_json):
     """Archived sessions whose messages contain TEXT (case-insensitive), with a snippet."""
-    results = [(p, search(store, text, filters, limit=limit)) for p, store in _stores(profiles)]
+    results = [(a.profile, a.search(text, filters, limit)) for a in _archives(profiles)]
     if as_json:
         out = {p.name: r.to_dict() for p, r in results}
         click.echo(
@@ -174,9 +160,7 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
 
     Exit 1 when a session was refused (damaged, already in state.db, not archived).
     """
-    p = _one(profiles)
-    with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-        res = restore_sessions(p, list(session_ids), journal=journal, dry_run=dry_run)
+    res = _one(profiles).archive.restore(session_ids, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -222,8 +206,7 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     if split and not output:
         raise click.UsageError("--split needs -o FILE")
     filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
-    with open_archive(_one(profiles)) as store:
-        res, paths = write_export(store, Path(output) if output else None, filters, split=split)
+    res, paths = _one(profiles).archive.export(output, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"
     click.echo(f"exported {res.sessions} sessions ({res.messages} messages) to {where}", err=True)
     click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
@@ -245,15 +228,24 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(profiles, as_json):
     """Decompress every payload and recompute its sha256; exit 1 if anything is damaged."""
-    results = [(p, verify(store)) for p, store in _stores(profiles)]
-    if as_json:
-        out = {p.name: r.to_dict() for p, r in results}
-        click.echo(json.dumps(out if len(profiles) > 1 else out[profiles[0].name], indent=2))
-    else:
-        for p, r in results:
-            db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
-            click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
-            for why in r.damaged.values():
-                click.echo(term(f"  damaged: {why}"))
-    if not all(r.ok for _, r in results):
+
+    def action(p: Profile):
+        if len(profiles) > 1 and not p.archive.exists:
+            raise Skipped("no archive yet")
+        return p.archive.verify()
+
+    def show(p: Profile, r) -> None:
+        db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
+        click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
+        for why in r.damaged.values():
+            click.echo(term(f"  damaged: {why}"))
+
+    outcomes = for_each(
+        profiles,
+        action,
+        as_json,
+        show,
+        shape=lambda rows: _by_profile(rows, len(profiles) > 1),
+    )
+    if not all(o.value.ok for o in outcomes if o.value is not None):
         sys.exit(1)

@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import functools
-import json
 import time
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from hermes_keeper.backup.compact import compact as compact_profile
-from hermes_keeper.backup.restore import find_backup, restore_backup
-from hermes_keeper.backup.snapshot import (
-    apply_rotation,
-    backup_dir,
-    find_malformed_copies,
-    killed_backup_leftovers,
-    remove_malformed_copies,
-    rotation,
-    take_backup,
-)
-from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import human_bytes
 from hermes_keeper.cli.text import cell
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.journal import Journal
-from hermes_keeper.lock import keeper_lock
 from hermes_keeper.run.policy import parse_duration
 
 dest_option = click.option(
@@ -64,14 +50,6 @@ def rotation_options(fn):
     return wrapper
 
 
-def _emit(as_json: bool, rows: list[dict], line) -> None:
-    if as_json:
-        click.echo(json.dumps({"profiles": rows}, indent=2))
-    else:
-        for r in rows:
-            click.echo(line(r))
-
-
 @click.command()
 @profile_options
 @dest_option
@@ -83,20 +61,14 @@ def backup(profiles, dest, rules, no_rotate, as_json):
 
     Older backups of the same home are then rotated (see `backups` for why each is kept).
     """
-    rows = []
-    for p in profiles:
-        with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-            t0 = time.perf_counter()
-            rec = take_backup(p, dest, journal=journal)
-            seconds = round(time.perf_counter() - t0, 2)
-            removed = [] if no_rotate else apply_rotation(rec.folder, p.home, journal=journal, **rules)
-        rows.append(rec.to_dict() | {"seconds": seconds, "rotated_out": removed})
-    _emit(
+    for_each(
+        profiles,
+        lambda p: p.backup(dest, rotate=False if no_rotate else rules),
         as_json,
-        rows,
-        lambda r: (
-            f"{r['profile']}: {r['path']} {human_bytes(r['bytes'])} (database {human_bytes(r['raw_bytes'])},"
-            f" {r['seconds']} s); rotated out: {', '.join(r['rotated_out']) or 'none'}"
+        lambda _p, done: click.echo(
+            f"{done.record.profile}: {done.record.path} {human_bytes(done.record.bytes)} (database"
+            f" {human_bytes(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
+            f" {', '.join(done.rotated_out) or 'none'}"
         ),
     )
 
@@ -117,39 +89,9 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
 
     Changes nothing unless --prune or --remove-leftovers is given.
     """
-    out = []
-    for p in profiles:
-        folder = backup_dir(p, dest)
-        removed: list[str] = []
-        leftovers = find_malformed_copies(p)
-        if prune or remove_leftovers:
-            with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-                if prune:
-                    removed = apply_rotation(folder, p.home, journal=journal, **rules)
-                if remove_leftovers:
-                    leftovers = remove_malformed_copies(p, journal=journal)
-        rows = rotation(folder, p.home, now=time.time(), **rules)
-        out.append(
-            {
-                "profile": p.name,
-                "folder": str(folder),
-                "backups": [
-                    r.to_dict() | {"verified": ok, "keep": d.keep, "reasons": d.reasons} for r, d, ok in rows
-                ],
-                "removed": removed,
-                "leftovers": [
-                    {"name": lo.path.name, "bytes": lo.bytes, "removed": remove_leftovers} for lo in leftovers
-                ],
-                "killed_backup_files": [
-                    {"name": lo.path.name, "bytes": lo.bytes} for lo in killed_backup_leftovers(folder)
-                ],
-            }
-        )
-    if as_json:
-        click.echo(json.dumps({"profiles": out}, indent=2))
-        return
-    console, now = Console(), time.time()
-    for o in out:
+
+    def show(_profile, o: dict) -> None:
+        console, now = Console(), time.time()
         t = Table(title=f"{o['profile']}: backups in {o['folder']}")
         for col in ("backup", "size", "database", "age", "verified", "kept because"):
             t.add_column(col, overflow="fold")
@@ -172,6 +114,14 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
             size = human_bytes(lo["bytes"])
             console.print(cell(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it"))
 
+    for_each(
+        profiles,
+        lambda p: p.backups(dest, rules, prune=prune, remove_leftovers=remove_leftovers),
+        as_json,
+        show,
+        to_dict=lambda o: o,
+    )
+
 
 @click.command()
 @profile_options
@@ -191,15 +141,13 @@ def restore(profiles, backup_name, latest, dest, force, as_json):
         raise KeeperError("name a backup (file name or path) or pass --latest")
     if len(profiles) != 1:
         raise KeeperError("restore one profile at a time")
-    p = profiles[0]
-    with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-        res = restore_backup(p, find_backup(p, backup_name, dest), force=force, journal=journal)
-    _emit(
+    for_each(
+        profiles,
+        lambda p: p.restore(backup_name, dest, force=force),
         as_json,
-        [res.to_dict() | {"profile": p.name}],
-        lambda r: (
-            f"{r['profile']}: restored {r['restored']} ({r['sessions']} sessions, {r['messages']} messages);"
-            f" previous state.db kept as {r['safety_copy'] or '(there was none)'}"
+        lambda p, r: click.echo(
+            f"{p.name}: restored {r.restored} ({r.sessions} sessions, {r.messages} messages);"
+            f" previous state.db kept as {r.safety_copy or '(there was none)'}"
         ),
     )
 
@@ -216,15 +164,17 @@ def compact(profiles, wait_idle, no_vacuum, as_json):
     backup, and only when no process holds it.
     """
     wait = parse_duration(wait_idle, "--wait-idle") if wait_idle else None
-    rows = []
-    for p in profiles:
-        with keeper_lock(p.root), Journal(p.keeper_dir) as journal:
-            res = compact_profile(p, wait_idle_s=wait, allow_full_vacuum=not no_vacuum, journal=journal)
-        rows.append(res.to_dict())
-    _emit(
+    for_each(
+        profiles,
+        lambda p: p.compact(wait, allow_full_vacuum=not no_vacuum),
         as_json,
-        rows,
-        lambda r: (
+        lambda _p, res: _compact_line(res.to_dict()),
+    )
+
+
+def _compact_line(r: dict) -> None:
+    click.echo(
+        (
             f"{r['profile']}: freed {human_bytes(r['freed_bytes'])} (database "
             f"{human_bytes(r['db_bytes_before'])} -> {human_bytes(r['db_bytes_after'])}, WAL "
             f"{human_bytes(r['wal_bytes_before'])} -> {human_bytes(r['wal_bytes_after'])}, auto_vacuum "

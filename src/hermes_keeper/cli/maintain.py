@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 
 import click
 from rich.console import Console
@@ -12,17 +10,10 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.cli.text import cell, term
-from hermes_keeper.errors import KeeperError
-from hermes_keeper.journal import Journal
-from hermes_keeper.lock import keeper_lock
-from hermes_keeper.run.execute import apply_plan, preflight
-from hermes_keeper.run.plan import Plan, make_plan
-from hermes_keeper.run.policy import effective_policy
-from hermes_keeper.run.survey import survey_profile
-from hermes_keeper.sqlite.schema import inspect, quick_check
+from hermes_keeper.run.plan import Plan
 
 
 def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
@@ -76,58 +67,28 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
     console = Console(stderr=False, quiet=quiet and not as_json)
-    out, failures = [], 0
-    for profile in profiles:
-        try:
-            overrides = {"archive": False} if no_archive else None
-            policy = effective_policy(profile.root, profile.name, config, overrides)
-            schema = inspect(profile.db_path)
-            if dry_run:
-                schema.require_readable()
-            else:
-                preflight(profile, schema, policy)  # before the lock and the journal: nothing changed
-            now = time.time()
-            if dry_run:
-                plan = make_plan(survey_profile(profile, schema, now), policy, now)
-                if (problem := quick_check(profile.db_path)) != "ok":
-                    plan.warnings.append(f"state.db fails quick_check ({problem}): a damaged page")
-                out.append(plan.to_dict(verbose))
-                if not as_json:
-                    if schema.timestamp_problems:
-                        console.print(
-                            f"[red]{profile.name}: timestamps are not unix seconds; "
-                            "a run would refuse this profile[/]"
-                        )
-                    _render_plan(plan, verbose, console)
-                continue
-            with keeper_lock(profile.root), Journal(profile.keeper_dir) as journal:
-                plan = make_plan(survey_profile(profile, schema, now), policy, now)
-                journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
-                show = sys.stdout.isatty() and not quiet and not as_json
-                with Progress(console=console, disable=not show, transient=True) as bar:
-                    task = bar.add_task(f"{profile.name}: pruning", total=len(plan.prune))
-                    result = apply_plan(
-                        profile,
-                        plan,
-                        policy=policy,
-                        journal=journal,
-                        progress=lambda _kind, n, task=task: bar.advance(task, n),
-                        schema=schema,
-                    )
-            out.append(result.to_dict())
-            if not as_json:
-                click.echo(result.summary())
-        except KeeperError as exc:
-            if len(profiles) == 1:
-                raise
-            failures += 1
-            out.append({"profile": profile.name, "error": str(exc)})
-            click.echo(f"hermes-keeper: {profile.name}: {exc}", err=True)
-    if as_json:
-        click.echo(json.dumps({"profiles": out}, indent=2))
-    if failures:
-        # 1: some profiles failed, the others ran; 2: a refusal everywhere, nothing ran.
-        sys.exit(2 if failures == len(profiles) else 1)
+    overrides = {"archive": False} if no_archive else None
+
+    def action(profile):
+        policy = profile.config(config, overrides)
+        if dry_run:
+            return profile.plan(policy)
+        show = sys.stdout.isatty() and not quiet and not as_json
+        with Progress(console=console, disable=not show, transient=True) as bar:
+            task = bar.add_task(f"{profile.name}: pruning", total=None)
+
+            def progress(kind: str, n: int) -> None:
+                bar.update(task, total=n) if kind == "plan" else bar.advance(task, n)
+
+            return profile.run(policy, progress=progress)
+
+    def show(_profile, value) -> None:
+        if not dry_run:
+            click.echo(value.summary())
+            return
+        _render_plan(value, verbose, console)
+
+    for_each(profiles, action, as_json, show, lambda v: v.to_dict(verbose) if dry_run else v.to_dict())
 
 
 _run_options = [
@@ -177,29 +138,13 @@ def config():
 @click.option("--json", "as_json", is_flag=True)
 def config_show(profiles, config_path, as_json):
     """Print the effective policy per profile and where each value came from."""
-    data = []
-    for p in profiles:
-        pol = effective_policy(p.root, p.name, config_path)
-        d = pol.to_dict()
-        d["profile"] = p.name
-        data.append(d)
-    if as_json:
-        click.echo(json.dumps({"profiles": data}, indent=2))
-        return
-    for d in data:
-        t = Table(title=f"policy for {d['profile']}")
+
+    def show(profile, policy) -> None:
+        t = Table(title=f"policy for {profile.name}")
         for col in ("key", "value", "from"):
             t.add_column(col, overflow="fold")
-        origin = d["origin"]
-        flat = {k: v for k, v in d.items() if k not in ("origin", "retention_s", "profile")}
-        for k, v in flat.items():
-            key = {
-                "zombie_after_s": "zombie_after",
-                "files_max_age_s": "files.max_age",
-                "max_db_bytes": "disk.max_db_bytes",
-                "low_water": "disk.low_water",
-            }.get(k, k)
-            t.add_row(key, str(v), origin.get(key, "default"))
-        for src, v in sorted(d["retention_s"].items()):
-            t.add_row(f"retention.{src}", f"{v / 86400:g}d", origin.get(f"retention.{src}", "default"))
+        for row in policy.settings():
+            t.add_row(row["key"], row["value"], row["from"])
         Console().print(t)
+
+    for_each(profiles, lambda p: p.config(config_path), as_json, show)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import functools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
-from hermes_keeper.home import Profile, select_profiles
+from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profiles
 
 #: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
 HOMES_KEY = "hermes_keeper.homes"
@@ -30,3 +34,41 @@ def profile_options(fn):
         return fn(*args, profiles=profiles, **kwargs)
 
     return wrapper
+
+
+def for_each(
+    profiles: Sequence[Profile],
+    action: Callable[[Profile], Any],
+    as_json: bool,
+    show: Callable[[Profile, Any], None],
+    to_dict: Callable[[Any], dict] = lambda value: value.to_dict(),
+    shape: Callable[[list[dict]], Any] = lambda rows: {"profiles": rows},
+) -> list[Outcome]:
+    """The one multi-profile policy: ``action`` per profile, each result printed as it is done.
+
+    Text: ``show(profile, value)``, a failure one line on stderr, a new profile without
+    state.db a note. JSON: ``shape`` of every row (the result, ``error``, or
+    ``skipped_because``) at the end.
+    Exit 1 when some failed and others ran; 2 (or the failures' own code) when none ran.
+    """
+    outcomes, rows = [], []
+    for o in each(profiles, action):
+        outcomes.append(o)
+        row = {"profile": o.profile.name}
+        if o.error is None and o.skipped is None:
+            row |= to_dict(o.value)
+            if not as_json:
+                show(o.profile, o.value)
+        else:
+            row |= {
+                "home": str(o.profile.home),
+                "error" if o.error else "skipped_because": o.error or o.skipped,
+            }
+            click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
+        rows.append(row)
+    if as_json:
+        click.echo(json.dumps(shape(rows), indent=2, ensure_ascii=False))
+    code = exit_code(outcomes)
+    if code:
+        sys.exit(code)
+    return outcomes

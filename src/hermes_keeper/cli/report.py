@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -11,11 +9,11 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
-from hermes_keeper.report import build_report, build_reports
+from hermes_keeper.report import build_report
 from hermes_keeper.run.policy import parse_duration
 
 
@@ -23,27 +21,28 @@ from hermes_keeper.run.policy import parse_duration
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable (data/report.schema.json).")
 @click.option("--zombie-after", default="1d", show_default=True, help="Open and idle this long = zombie.")
-@click.option("--top", default=10, show_default=True, help="How many largest sessions to list.")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="How many largest sessions to list.",
+)
 def report(profiles, as_json, zombie_after, top):
     """Where every byte goes: database, full-text indexes, files, sessions, growth.
 
     Read-only. One profile that cannot be read: one line, exit 2. With --all-profiles a
-    broken profile is reported as an error entry, the others still report, exit 1.
+    broken profile is reported as an error entry, the others still report, exit 1; a new
+    profile without state.db is skipped with a note.
     """
     zombie_after_s = parse_duration(zombie_after, "--zombie-after")
-    if len(profiles) == 1:
-        reports = [build_report(profiles[0], zombie_after_s=zombie_after_s, top=top)]
-    else:
-        reports = build_reports(profiles, zombie_after_s=zombie_after_s, top=top)
-    if as_json:
-        click.echo(json.dumps({"profiles": reports}, indent=2))
-    for rep in reports:
-        if "error" in rep:
-            click.echo(f"hermes-keeper: {rep['profile']}: {rep['error']}", err=True)
-        elif not as_json:
-            render_report(rep)
-    if any("error" in rep for rep in reports):
-        sys.exit(1)
+    for_each(
+        profiles,
+        lambda p: p.report(zombie_after_s, top),
+        as_json,
+        lambda _p, rep: render_report(rep),
+        to_dict=lambda rep: rep,
+    )
 
 
 @click.command()

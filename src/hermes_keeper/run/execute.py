@@ -1,8 +1,8 @@
 """The executor: applies a plan in small, journaled, crash-safe steps while Hermes runs.
 
-Backup, then (through one :class:`Writer`) finish what a crash interrupted, close zombies,
-prune (:mod:`prune`: archive and verify first, delete in budgeted transactions), then
-remove stale files and compact.
+Backup, then (through the run's one :class:`Writer`, :mod:`context`) finish what a crash
+interrupted, close zombies, prune (:mod:`prune`: archive and verify first, delete in
+budgeted transactions), then remove stale files and compact.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
-from hermes_keeper.backup.compact import compact
+from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.run.context import RunContext
 from hermes_keeper.run.plan import ZOMBIE_END_REASON, FileAction, Plan
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
-from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import live_guards, refuse_during_maintenance
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo
 from hermes_keeper.sqlite.writer import Writer
 
 
@@ -140,25 +140,17 @@ def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
         Archive(path).close()
 
 
-def apply_plan(
-    profile: Profile,
-    plan: Plan,
-    *,
-    policy: Policy,
-    journal: Journal | None,
-    progress: Progress | None = None,
-    schema: SchemaInfo | None = None,
-) -> RunResult:
+def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) -> RunResult:
     """Backup, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
 
     A run that will delete takes a backup first; if that fails nothing is changed.
-    ``schema``: the :func:`inspect` the plan was made from, so state.db is not scanned twice.
     """
-    schema = schema or inspect(profile.db_path)
-    preflight(profile, schema, policy)
-    res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
+    profile, policy, journal, w = ctx.profile, ctx.policy, ctx.journal, ctx.writer
+    preflight(profile, ctx.schema, policy)
+    res = RunResult(profile.name, db_bytes_before=ctx.schema.used_bytes)
     if policy.backup and plan.prune:
-        res.backup = take_backup(profile, journal=journal).name
+        record = take_backup(profile, journal=journal, schema=ctx.schema, holders=ctx.holders())
+        res.backup = record.name
         apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
     # Files go on a thread of their own: orphans now, a pruned session's as soon as it is gone
     # (never those of a session that woke up and was put back).
@@ -167,33 +159,20 @@ def apply_plan(
     for f in plan.files:
         by_session.setdefault(f.session_id if f.session_id in pruning else None, []).append(f)
     removals: list[Future] = []
-    # NORMAL: every change of a run can be redone (deleted rows sit verified in the archive).
-    with (
-        ThreadPoolExecutor(1, thread_name_prefix="keeper-files") as files,
-        Writer(
-            profile.db_path, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms, synchronous="NORMAL"
-        ) as w,
-        MergeHold(w, schema, profile.keeper_dir, journal) as hold,
-    ):
+    with ThreadPoolExecutor(1, thread_name_prefix="keeper-files") as files, ctx.holding() as hold:
 
         def remove(group: list[FileAction]) -> None:
             if group:
                 removals.append(files.submit(remove_files, profile, group, journal))
 
         remove(by_session.pop(None, []))
-        res.resumed = resume_pending(profile, schema, w, journal, hold) if policy.archive else 0
-        res.zombies_closed = close_zombies(plan, w, journal, schema)
-        counts = {sid: plan.decisions[sid].messages for sid in plan.prune}
+        res.resumed = resume_pending(ctx) if policy.archive else 0
+        res.zombies_closed = close_zombies(plan, w, journal, ctx.schema)
         res.prune = prune_sessions(
-            profile,
+            ctx,
             plan.prune_conversations(),
-            archive=policy.archive,
-            journal=journal,
-            message_counts=counts,
+            message_counts={sid: plan.decisions[sid].messages for sid in plan.prune},
             progress=progress,
-            writer=w,
-            schema=schema,
-            hold=hold,
             on_pruned=lambda ids: remove([f for sid in ids for f in by_session.get(sid, [])]),
         )
     for r in removals:
@@ -212,13 +191,10 @@ def apply_plan(
         "fts_merge_ms": round(hold.merge_ms, 1),
     }
     if policy.compact and res.prune.pruned:
-        res.compact = compact(
-            profile, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms, backup=False, journal=journal
-        ).to_dict()
-    after = inspect(profile.db_path, check_timestamps=False)
-    res.db_bytes_after = after.used_bytes
+        res.compact = compact_run(ctx).to_dict()
     conn = connect_ro(profile.db_path)
     try:
+        res.db_bytes_after = ctx.schema.resized(conn).used_bytes
         res.remaining_sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         res.remaining_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:

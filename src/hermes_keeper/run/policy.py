@@ -1,36 +1,15 @@
 """The retention policy: defaults, ``keeper.toml``, per-profile overrides, and where each value came from.
 
-```toml
-zombie_after = "1d"        # close open sessions idle this long
-keep_titled = true
-archive = true             # archive every session before it is deleted
-backup = true              # snapshot state.db before a run that deletes (no delete if it fails)
-compact = true             # give space back after the run (incremental; VACUUM once when idle)
-budget_ms = 50             # longest write transaction
-pause_ms = 25              # longest rest after each budget of lock time (ends once a writer got in)
-
-[retention]                # by source, measured from last activity
-cron = "7d"
-messaging = "180d"         # telegram, discord, slack, whatsapp, signal, matrix, email, ...
-default = "90d"
-
-[disk]
-max_db_bytes = "2GB"       # optional budget; prune oldest eligible until under low_water
-low_water = 0.8
-
-[files]
-max_age = "7d"             # orphan transcripts and request dumps older than this are removed
-
-[profiles.work.retention]  # any of the above, for one profile
-cron = "3d"
-```
+Every key is a row of :data:`SETTINGS` (name, kind, default, range, help): it parses and
+checks the file, ``config show`` prints from it and ``docs/run.md`` shows it as a table.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -62,15 +41,6 @@ MESSAGING_SOURCES = frozenset(
         "webhook_chat",
     }
 )
-DEFAULT_RETENTION = {
-    "cron": 7 * DAY,
-    "subagent": 7 * DAY,
-    "cli": 90 * DAY,
-    "tui": 90 * DAY,
-    "acp": 90 * DAY,
-    "messaging": 180 * DAY,
-    "default": 90 * DAY,
-}
 CONFIG_NAME = "keeper.toml"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": DAY, "w": 7 * DAY}
@@ -87,48 +57,194 @@ _SIZES = {
 }
 
 
+def _number(value, where: str, what: str) -> float:
+    """A finite TOML number; ``nan``/``inf`` would poison every comparison the plan makes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise KeeperError(f"{where}: expected {what}, got {value!r}")
+    if not math.isfinite(value):
+        raise KeeperError(f"{where}: must be a finite number, got {value!r}")
+    return float(value)
+
+
 def parse_duration(value, where: str = "duration") -> float:
-    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"``, ``"2w"`` or a number of seconds."""
-    if isinstance(value, bool):
-        raise KeeperError(f"{where}: expected a duration like 7d, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*", str(value).lower())
-        if not m:
-            raise KeeperError(f"{where}: not a duration: {value!r} (use e.g. 7d, 12h, 30m)")
-        seconds = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
-    if seconds < 0:
-        raise KeeperError(f"{where}: must not be negative")
-    return seconds
+    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"``, ``"2w"``: always with a unit.
+
+    A bare number is refused: ``cron = 7`` reads as seven days to a person and as seven
+    seconds to a program, and the wrong guess prunes everything.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        shown = f"{value:g}" if math.isfinite(value) else "7"
+        raise KeeperError(f'{where}: a duration needs a unit: write "{shown}d" (or h, m, s, w)')
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*", str(value).lower())
+    if not isinstance(value, str) or not m:
+        raise KeeperError(f"{where}: not a duration: {value!r} (use e.g. 7d, 12h, 30m)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def parse_size(value, where: str = "size") -> int:
+    """``"500MB"``, ``"2GB"`` or a whole number of bytes."""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", value.lower())
+        if not m or (m.group(2) and m.group(2) not in _SIZES):
+            raise KeeperError(f"{where}: not a size: {value!r} (use e.g. 500MB, 2GB)")
+        return int(float(m.group(1)) * _SIZES.get(m.group(2) or "b", 1))
+    return int(_number(value, where, "a size like 2GB"))
+
+
+def _parse_bool(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise KeeperError(f"{where}: must be true or false")
+    return value
+
+
+#: kind -> (parser, what the docs call it). Each parser returns the value in the unit the code uses.
+KINDS = {
+    "duration": (parse_duration, "duration"),
+    "size": (parse_size, "size"),
+    "bool": (_parse_bool, "true/false"),
+    "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds"),
+    "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction"),
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of ``keeper.toml``: it drives parsing, range checks, ``config show`` and the docs."""
+
+    name: str  # dotted: "retention.cron" is [retention] cron
+    kind: str  # a key of KINDS
+    default: object  # as written in keeper.toml; None: unset
+    help: str
+    low: float | None = None  # in the code's unit (seconds, bytes, ms)
+    high: float | None = None
+    low_open: bool = False  # the range excludes ``low``
+
+    def parse(self, value, where: str):
+        """The value in the code's unit, or a one-line refusal naming ``where``."""
+        parsed = KINDS[self.kind][0](value, where)
+        if self.low is not None and (parsed < self.low or (self.low_open and parsed == self.low)):
+            raise KeeperError(f"{where}: must be {self._range_words()}, got {value!r}")
+        if self.high is not None and parsed > self.high:
+            raise KeeperError(f"{where}: must be {self._range_words()}, got {value!r}")
+        return parsed
+
+    def range_text(self) -> str:
+        if self.kind == "bool":
+            return ""
+        if self.high is None:
+            return f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+
+    def _range_words(self) -> str:
+        return f"in {self.range_text()}" if self.high is not None else self.range_text()
+
+    @property
+    def section(self) -> str | None:
+        return self.name.split(".")[0] if "." in self.name else None
+
+
+def _retention(source: str, default: str, help: str) -> Setting:
+    return Setting(f"retention.{source}", "duration", default, help, low=0)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("zombie_after", "duration", "1d", "an open session idle this long is closed", low=0),
+    Setting("keep_titled", "bool", True, "titled sessions are kept (pinned ones always are)"),
+    Setting("archive", "bool", True, "archive every session before deleting it; `--no-archive` opts out"),
+    Setting("backup", "bool", True, "snapshot `state.db` before a run that deletes; no delete if it fails"),
+    Setting("compact", "bool", True, "give space back after a run that deleted something"),
+    Setting(
+        "budget_ms",
+        "ms",
+        DEFAULT_BUDGET_MS,
+        "longest write transaction (Hermes's writers give up waiting after 1 s)",
+        low=1,
+        high=1000,
+    ),
+    Setting(
+        "pause_ms",
+        "ms",
+        DEFAULT_PAUSE_MS,
+        "longest rest after each budget of lock time; it ends once a waiting writer got in",
+        low=0,
+        high=1000,
+    ),
+    _retention("cron", "7d", "from last activity"),
+    _retention("subagent", "7d", "from last activity"),
+    _retention("cli", "90d", "from last activity"),
+    _retention("tui", "90d", "from last activity"),
+    _retention("acp", "90d", "from last activity"),
+    _retention(
+        "messaging",
+        "180d",
+        "telegram, discord, slack, whatsapp, signal, matrix, email, sms, ... (`policy.MESSAGING_SOURCES`)",
+    ),
+    _retention("default", "90d", "any other source; `retention.<source>` sets one source exactly"),
+    Setting("disk.max_db_bytes", "size", None, "optional budget for `state.db`", low=0),
+    Setting(
+        "disk.low_water",
+        "ratio",
+        0.8,
+        "over budget, prune until the estimate is under `max_db_bytes * low_water`",
+        low=0,
+        high=1,
+        low_open=True,
+    ),
+    Setting(
+        "files.max_age",
+        "duration",
+        "7d",
+        "orphan transcripts and request dumps older than this are removed",
+        low=0,
+    ),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str) -> Setting | None:
+    """The row for ``name``; any ``retention.<source>`` takes ``retention.default``'s rules."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    if name.startswith("retention.") and len(name) > len("retention."):
+        return replace(_BY_NAME["retention.default"], name=name, help="")
+    return None
+
+
+def _default(name: str):
+    s = _BY_NAME[name]
+    return None if s.default is None else s.parse(s.default, name)
+
+
+def shown(value) -> str:
+    """A value as keeper.toml spells it: ``7d``, ``2GB``, ``true``, ``none``."""
     if isinstance(value, bool):
-        raise KeeperError(f"{where}: expected a size like 2GB, got {value!r}")
-    if isinstance(value, (int, float)):
-        return int(value)
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", str(value).lower())
-    if not m or (m.group(2) and m.group(2) not in _SIZES):
-        raise KeeperError(f"{where}: not a size: {value!r} (use e.g. 500MB, 2GB)")
-    return int(float(m.group(1)) * _SIZES.get(m.group(2) or "b", 1))
+        return "true" if value else "false"
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+#: Policy attribute of each key outside [retention] (which fills ``retention_s``).
+_ATTR = {"zombie_after": "zombie_after_s", "disk.max_db_bytes": "max_db_bytes", "disk.low_water": "low_water"}
+_ATTR["files.max_age"] = "files_max_age_s"
+DEFAULT_RETENTION = {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == "retention"}
 
 
 @dataclass
 class Policy:
-    zombie_after_s: float = DAY
-    keep_titled: bool = True
-    archive: bool = True
-    backup: bool = True
-    compact: bool = True
-    budget_ms: float = DEFAULT_BUDGET_MS
-    pause_ms: float = DEFAULT_PAUSE_MS
+    zombie_after_s: float = _default("zombie_after")
+    keep_titled: bool = _default("keep_titled")
+    archive: bool = _default("archive")
+    backup: bool = _default("backup")
+    compact: bool = _default("compact")
+    budget_ms: float = _default("budget_ms")
+    pause_ms: float = _default("pause_ms")
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
-    max_db_bytes: int | None = None
-    low_water: float = 0.8
-    files_max_age_s: float = 7 * DAY
-    #: key -> where its value came from: "default", "<file>: key", "<file>: profiles.X.key", "--flag"
+    max_db_bytes: int | None = _default("disk.max_db_bytes")
+    low_water: float = _default("disk.low_water")
+    files_max_age_s: float = _default("files.max_age")
+    #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
+    #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
+    written: dict[str, object] = field(default_factory=dict)
 
     def retention_for(self, source: str) -> float:
         if source in self.retention_s:
@@ -136,6 +252,32 @@ class Policy:
         if source in MESSAGING_SOURCES:
             return self.retention_s["messaging"]
         return self.retention_s["default"]
+
+    def set(self, name: str, value, label: str) -> None:
+        """Parse and range-check one dotted key as written in ``label``; remember how it was written."""
+        s = setting(name)
+        if s is None:
+            raise KeeperError(f"{label}: unknown key {name}")
+        parsed = s.parse(value, f"{label}: {name}")
+        if s.section == "retention":
+            self.retention_s[name.split(".", 1)[1]] = parsed
+        else:
+            setattr(self, _ATTR.get(name, name), parsed)
+        self.origin[name] = label
+        self.written[name] = value
+
+    def settings(self) -> list[dict]:
+        """Every key with its value as written (else the default) and where it came from."""
+        names = [s.name for s in SETTINGS]
+        names += sorted(k for k in self.written if k not in _BY_NAME)
+        return [
+            {
+                "key": n,
+                "value": shown(self.written.get(n, _BY_NAME[n].default if n in _BY_NAME else None)),
+                "from": self.origin.get(n, "default"),
+            }
+            for n in names
+        ]
 
     def to_dict(self) -> dict:
         return {
@@ -151,77 +293,34 @@ class Policy:
             "low_water": self.low_water,
             "files_max_age_s": self.files_max_age_s,
             "origin": dict(self.origin),
+            "settings": self.settings(),
         }
 
 
-_TOP_KEYS = {
-    "zombie_after",
-    "keep_titled",
-    "archive",
-    "backup",
-    "compact",
-    "budget_ms",
-    "pause_ms",
-    "retention",
-    "disk",
-    "files",
-    "profiles",
-}
+_SECTIONS = {s.section for s in SETTINGS if s.section}
 
 
 def _apply(policy: Policy, data: dict, label: str) -> None:
-    """Apply one TOML table (top level or a profile's) onto ``policy``, recording provenance."""
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise KeeperError(f"{label}: unknown key(s) {', '.join(sorted(unknown))}")
+    """Apply one TOML table (top level or a profile's) onto ``policy``, key by key through SETTINGS."""
+    for key, value in data.items():
+        if key in _SECTIONS:
+            if not isinstance(value, dict):
+                raise KeeperError(f"{label}: [{key}] must be a table")
+            for sub, v in value.items():
+                policy.set(f"{key}.{sub}", v, label)
+        else:
+            policy.set(key, value, label)
 
-    def bool_of(key, value):
-        if not isinstance(value, bool):
-            raise KeeperError(f"{label}: {key} must be true or false")
-        return value
 
-    def positive(key, value):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise KeeperError(f"{label}: {key} must be a non-negative number")
-        return float(value)
-
-    if "zombie_after" in data:
-        policy.zombie_after_s = parse_duration(data["zombie_after"], f"{label}: zombie_after")
-        policy.origin["zombie_after"] = label
-    for key in ("keep_titled", "archive", "backup", "compact"):
-        if key in data:
-            setattr(policy, key, bool_of(key, data[key]))
-            policy.origin[key] = label
-    for key in ("budget_ms", "pause_ms"):
-        if key in data:
-            setattr(policy, key, positive(key, data[key]))
-            policy.origin[key] = label
-    if policy.budget_ms < 1:
-        raise KeeperError(f"{label}: budget_ms must be at least 1")
-    retention = data.get("retention", {})
-    if not isinstance(retention, dict):
-        raise KeeperError(f"{label}: [retention] must be a table")
-    for source, value in retention.items():
-        policy.retention_s[source] = parse_duration(value, f"{label}: retention.{source}")
-        policy.origin[f"retention.{source}"] = label
-    disk = data.get("disk", {})
-    if not isinstance(disk, dict) or set(disk) - {"max_db_bytes", "low_water"}:
-        raise KeeperError(f"{label}: [disk] takes max_db_bytes and low_water")
-    if "max_db_bytes" in disk:
-        policy.max_db_bytes = parse_size(disk["max_db_bytes"], f"{label}: disk.max_db_bytes")
-        policy.origin["disk.max_db_bytes"] = label
-    if "low_water" in disk:
-        lw = disk["low_water"]
-        if isinstance(lw, bool) or not isinstance(lw, (int, float)) or not 0 < lw <= 1:
-            raise KeeperError(f"{label}: disk.low_water must be a fraction in (0, 1]")
-        policy.low_water = float(lw)
-        policy.origin["disk.low_water"] = label
-    files = data.get("files", {})
-    if not isinstance(files, dict) or set(files) - {"max_age"}:
-        raise KeeperError(f"{label}: [files] takes max_age")
-    if "max_age" in files:
-        policy.files_max_age_s = parse_duration(files["max_age"], f"{label}: files.max_age")
-        policy.origin["files.max_age"] = label
+def settings_table() -> str:
+    """The Markdown table of every key, as ``docs/run.md`` shows it (a test keeps them equal)."""
+    rows = ["| key | type | default | range | meaning |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        rng = s.range_text()
+        rows.append(
+            f"| `{s.name}` | {KINDS[s.kind][1]} | `{shown(s.default)}` | {rng and f'`{rng}`'} | {s.help} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def load_config(path: Path) -> dict:

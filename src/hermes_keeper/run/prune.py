@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import queue
 import sqlite3
-import sys
 import threading
 import time
 from collections import deque
@@ -37,13 +36,14 @@ from dataclasses import dataclass, field
 from hermes_keeper.archive import store as arch
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.run.context import RunContext
 from hermes_keeper.run.conversations import Facts, conversations
 from hermes_keeper.run.survey import message_size_sql
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import live_guards
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer, background_thread
+from hermes_keeper.sqlite.schema import SchemaInfo
+from hermes_keeper.sqlite.writer import Writer, background_thread
 
 #: Sessions archived per archive transaction (bounded by message volume too).
 ARCHIVE_BATCH_SESSIONS = 50
@@ -54,9 +54,6 @@ ARCHIVE_AHEAD = 3
 #: deletes of a row cost about what tokenizing 64 bytes of it does).
 ROW_COST = 64
 DELETE_START_UNITS = 20_000
-#: While the archiver thread runs, hand the interpreter lock over this often (seconds), so
-#: the deleter never holds the write lock waiting for Python's default 5 ms switch.
-SWITCH_INTERVAL_S = 0.0005
 
 Progress = Callable[[str, int], None]
 WOKE = "new activity during prune"
@@ -454,85 +451,61 @@ def _archive_verified(
 
 
 def _delete_all(
-    profile: Profile,
-    w: Writer,
-    schema: SchemaInfo,
+    ctx: RunContext,
     store: arch.Archive | None,
     feed: Iterable[list[_Pending]],
     result: PruneResult,
-    journal: Journal | None,
     progress: Progress | None,
-    hold: MergeHold | None,
     on_pruned: Callable[[list[str]], None] | None = None,
 ) -> None:
-    """Run the deleter over ``feed`` with automerge held (``hold``, else one of its own)."""
-    held = nullcontext(hold) if hold is not None else MergeHold(w, schema, profile.keeper_dir, journal)
+    """Run the deleter over ``feed`` with automerge held (the run's hold, else one of its own)."""
+    held = nullcontext(ctx.hold) if ctx.hold is not None else ctx.holding()
     try:
         with held as h:
-            _Deleter(w, schema, store, result, journal, h, progress, on_pruned).run(iter(feed))
+            deleter = _Deleter(ctx.writer, ctx.schema, store, result, ctx.journal, h, progress, on_pruned)
+            deleter.run(iter(feed))
     finally:
-        if journal:
-            journal.sync()
+        if ctx.journal:
+            ctx.journal.sync()
 
 
 def prune_sessions(
-    profile: Profile,
+    ctx: RunContext,
     convs: list[list[str]],
     *,
-    archive: bool = True,
-    journal: Journal | None = None,
-    budget_ms: float = DEFAULT_BUDGET_MS,
-    pause_ms: float = DEFAULT_PAUSE_MS,
     message_counts: dict[str, int] | None = None,
     progress: Progress | None = None,
-    writer: Writer | None = None,
-    schema: SchemaInfo | None = None,
-    hold: MergeHold | None = None,
     on_pruned: Callable[[list[str]], None] | None = None,
 ) -> PruneResult:
-    """Archive (unless ``archive=False``), verify, then delete these conversations from state.db.
+    """Archive (unless the policy says ``archive = false``), verify, then delete these conversations.
 
     ``convs``: the plan's conversations (:meth:`Plan.prune_conversations`), each deleted as a
     whole or put back whole; no linking of its own, so what goes is exactly what was decided.
-    ``schema``: the caller's fresh :func:`inspect` of this database, to skip reading it again;
-    ``writer`` and ``hold``: the run's, when it has more to write than this prune;
+    Through the run's writer and FTS hold (``ctx``; without a hold, one of its own);
     ``on_pruned``: called with the ids of each batch as soon as they are gone.
     """
-    schema = schema or inspect(profile.db_path)
-    schema.require_actionable()
     result = PruneResult()
     if not convs:
         return result
-    own_writer = writer is None
-    w = writer or Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, synchronous="NORMAL")
+    profile, archive = ctx.profile, ctx.policy.archive
     # Opened (and created) here, before the archiver opens its own connection to the same file.
     store = _state_store(profile) if archive else None
     units = {sid: conv[0] for conv in convs for sid in conv}
     batches = _batches(convs, message_counts or {})
-    archiver = _Archiver(profile, schema, batches, units, archive, journal, result)
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    archiver = _Archiver(profile, ctx.schema, batches, units, archive, ctx.journal, result)
     archiver.start()
     try:
-        _delete_all(profile, w, schema, store, archiver, result, journal, progress, hold, on_pruned)
+        _delete_all(ctx, store, archiver, result, progress, on_pruned)
     finally:
         archiver.close()
-        sys.setswitchinterval(switch)
         if store is not None:
             store.close()
-        if own_writer:
-            w.close()
     return result
 
 
-def resume_pending(
-    profile: Profile,
-    schema: SchemaInfo,
-    writer: Writer,
-    journal: Journal | None,
-    hold: MergeHold | None = None,
-) -> int:
+def resume_pending(ctx: RunContext) -> int:
     """Finish prunes a crash interrupted: archived (verified) rows whose session is still in state.db."""
+    profile, schema, journal = ctx.profile, ctx.schema, ctx.journal
     path = profile.keeper_dir / arch.ARCHIVE_NAME
     if not path.exists():
         return 0
@@ -558,7 +531,7 @@ def resume_pending(
                 archived = store.get_entry(e.entry)
             except arch.ArchiveDamaged:
                 # The archive copy is bad: the session must stay in state.db, visible again.
-                unmark(writer, schema, e.session_id, 0)
+                unmark(ctx.writer, schema, e.session_id, 0)
                 store.set_state([e.entry], arch.RESTORED)
                 continue
             # Only rows whose content the entry holds go: a reused id with other content stays,
@@ -572,7 +545,7 @@ def resume_pending(
             # The crashed run's conversations, by the same model over the rows it archived.
             units = conversations(Facts.of_row(p["session"]) for p, _ in items).root
             feed = [[_Pending.of(p, costs, units, entry) for p, entry in items]]
-            _delete_all(profile, writer, schema, store, feed, result, journal, None, hold)
+            _delete_all(ctx, store, feed, result, None)
     if journal and pending:
         journal.write("resumed", sessions=len(result.pruned), skipped=len(result.skipped))
     return len(result.pruned)

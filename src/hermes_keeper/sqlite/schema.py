@@ -8,7 +8,7 @@ the columns that are there and refuses, in one line, what it does not understand
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
@@ -107,6 +107,33 @@ class SchemaInfo:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def resized(self, conn: sqlite3.Connection | None = None) -> SchemaInfo:
+        """This layout with the page counts and auto_vacuum of now: four pragmas, no table scan.
+
+        What a run needs after its deletes or a VACUUM; the tables and timestamps it checked
+        once at the start do not change under it (the keeper lock, Hermes never drops columns).
+        """
+        own = conn is None
+        conn = connect_ro(Path(self.path)) if own else conn
+        try:
+            page_size, page_count, freelist, auto_vacuum = (
+                conn.execute(f"PRAGMA {p}").fetchone()[0]
+                for p in ("page_size", "page_count", "freelist_count", "auto_vacuum")
+            )
+        finally:
+            if own:
+                conn.close()
+        return replace(
+            self,
+            page_size=page_size,
+            page_count=page_count,
+            freelist_count=freelist,
+            auto_vacuum=AUTO_VACUUM.get(auto_vacuum, "unknown"),
+        )
+
+
+AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
+
 
 def _truncation_problem(path: Path, page_size: int, page_count: int) -> str | None:
     """A database whose header promises more pages than the file holds (and no WAL holds them).
@@ -171,9 +198,7 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
         for name in names:
             info.tables[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})")]
         info.journal_mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        info.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(
-            conn.execute("PRAGMA auto_vacuum").fetchone()[0], "unknown"
-        )
+        info.auto_vacuum = AUTO_VACUUM.get(conn.execute("PRAGMA auto_vacuum").fetchone()[0], "unknown")
         info.freelist_count = conn.execute("PRAGMA freelist_count").fetchone()[0]
         missing = [
             f"{t}.{c}" for t, cols in REQUIRED.items() for c in cols if c not in info.tables.get(t, [])

@@ -155,6 +155,7 @@ class Writer:
         self.budget_ms = budget_ms
         self.pause_ms = pause_ms
         self.stats = WriterStats()
+        self.closed = False
         self._held_ms = 0.0  # lock time since the last pause
         self._rest_due: tuple[float, int] | None = None  # (until, data_version at our commit)
         self.wal = self.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -225,6 +226,10 @@ class Writer:
         self.stats.pause_ms += (time.perf_counter() - t0) * 1000.0
 
     def close(self) -> None:
+        """Idempotent: a run's last step (compact) closes it before a VACUUM, the run's ``with`` again."""
+        if self.closed:
+            return
+        self.closed = True
         self._rest()  # whoever writes next (another Writer of ours, say) lets a waiting writer in first
         if self._checkpointer:
             self._checkpointer.stop.set()

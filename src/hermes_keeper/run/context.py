@@ -1,0 +1,70 @@
+"""One profile run's shared state, built once and handed to every step.
+
+The steps (backup, resume, zombies, prune, files, compact) need the same facts: the
+policy, the schema (a full timestamp scan: read once), the journal, the one writer of
+state.db, the FTS hold, and who else holds the database (a process-table scan: once at
+the start, once more only where a full VACUUM is decided).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import Journal
+from hermes_keeper.run.policy import Policy
+from hermes_keeper.sqlite.fts import MergeHold
+from hermes_keeper.sqlite.holders import Holder, find_holders
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.writer import Writer
+
+
+@dataclass
+class RunContext:
+    profile: Profile
+    policy: Policy
+    schema: SchemaInfo
+    journal: Journal | None
+    writer: Writer
+    #: the FTS hold while the deletes run (:meth:`holding`); a step without one holds its own
+    hold: MergeHold | None = None
+    _holders: list[Holder] | None = None
+
+    def holders(self) -> list[Holder]:
+        """Processes holding state.db, scanned once per run; the VACUUM decision scans afresh."""
+        if self._holders is None:
+            self._holders = find_holders(self.profile.db_path)
+        return self._holders
+
+    @contextmanager
+    def holding(self) -> Iterator[MergeHold]:
+        """FTS5 automerge held for the block (settings restored and merged when it ends)."""
+        with MergeHold(self.writer, self.schema, self.profile.keeper_dir, self.journal) as hold:
+            self.hold = hold
+            try:
+                yield hold
+            finally:
+                self.hold = None
+
+
+@contextmanager
+def open_run(
+    profile: Profile,
+    policy: Policy | None = None,
+    schema: SchemaInfo | None = None,
+    journal: Journal | None = None,
+) -> Iterator[RunContext]:
+    """The context of one run: ``schema`` the caller already inspected (else inspected here).
+
+    The writer uses ``synchronous = NORMAL``: every change of a run can be redone (deleted
+    rows sit verified in the archive first).
+    """
+    policy = policy or Policy()
+    schema = schema or inspect(profile.db_path)
+    schema.require_actionable()
+    with Writer(
+        profile.db_path, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms, synchronous="NORMAL"
+    ) as w:
+        yield RunContext(profile, policy, schema, journal, w)
