@@ -60,6 +60,11 @@ def _loose(st: os.stat_result, mode: int) -> bool:
     return stat.S_IMODE(st.st_mode) != mode and st.st_uid == os.geteuid()
 
 
+def plain_name(name: object) -> bool:
+    """One file name: no ``/``, ``.``, ``..`` or NUL, so joined to a folder it stays in it."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
 class HomeFS:
     """Every keeper read, write and delete of a path under one home goes through here."""
 
@@ -69,7 +74,7 @@ class HomeFS:
     def path(self, *parts: str) -> Path:
         """The path of ``parts`` under the home; each part one plain name (no ``/``, ``..``, NUL)."""
         for p in parts:
-            if not isinstance(p, str) or p in ("", ".", "..") or "/" in p or "\0" in p:
+            if not plain_name(p):
                 raise KeeperError(f"refusing the path {p!r} under {self.home}: not one plain name")
         return self.home.joinpath(*parts)
 

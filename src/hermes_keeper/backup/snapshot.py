@@ -31,7 +31,7 @@ import zstandard
 
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import HomeFS, durable_rename, open_private, private_dir, private_file
+from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
@@ -105,7 +105,8 @@ def _record(r: dict, folder: Path) -> BackupRecord:
     wrong = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, _FIELD_TYPES[k])]
     if wrong:
         raise TypeError(f"{', '.join(wrong)} of the wrong type")
-    HomeFS(folder).path(values["name"])  # one plain name, or refused: it never leaves the folder
+    if not plain_name(values["name"]):  # a name that would leave the folder
+        raise ValueError(f"{values['name']!r} is not one plain name")
     return BackupRecord(**values, folder=folder)
 
 
