@@ -22,6 +22,7 @@ from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
 from tests.conftest import tree_digest
 from tests.hermes_env import Hermes
+from tests.kill_after import THEN_DIE
 
 CONTENT = "SELECT id, session_id, role, content, timestamp FROM messages ORDER BY id"
 
@@ -191,27 +192,16 @@ def test_a_symlinked_state_db_is_not_replaced(home, tmp_path):
     assert tree_digest(tmp_path) == before and (home / "state.db").is_symlink()
 
 
-_KILL_AFTER = """
-import os, signal, sys
+_KILL_AFTER = (
+    THEN_DIE
+    + """
 from hermes_keeper.backup import restore as r
 from hermes_keeper.home import select_profiles
 
-n, calls = int(sys.argv[3]), [0]
-
-
-def then_die(fn):
-    def step(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        calls[0] += 1
-        if calls[0] == n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-    return step
-
-
 os.rename, os.link, r._checkpoint = then_die(os.rename), then_die(os.link), then_die(r._checkpoint)
-r.restore_backup(select_profiles(sys.argv[1])[0], sys.argv[2])
+r.restore_backup(select_profiles(sys.argv[2])[0], sys.argv[3])
 """
+)
 
 _COMMIT_THEN_DIE = """
 import os, signal, sqlite3, sys
@@ -248,7 +238,7 @@ def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path):
         subprocess.run([sys.executable, "-c", _COMMIT_THEN_DIE, str(home / "state.db")])
         assert (home / "state.db-wal").stat().st_size > 0  # a commit that lives only in the -wal
         old_ids = backup_ids | {"after_backup", "only_in_wal"}
-        done = subprocess.run([sys.executable, "-c", _KILL_AFTER, str(home), str(record.path), str(n)])
+        done = subprocess.run([sys.executable, "-c", _KILL_AFTER, str(n), str(home), str(record.path)])
         now = _sessions_of(home / "state.db")
         assert now in (old_ids, backup_ids), f"killed after step {n}: state.db holds neither"
         if now == backup_ids:  # swapped: the old one, commits and all, is the safety copy

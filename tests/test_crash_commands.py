@@ -20,25 +20,14 @@ from hermes_keeper import demo
 from hermes_keeper.backup.snapshot import backup_dir, list_backups, verify_backup
 from hermes_keeper.home import select_profiles
 from hermes_keeper.sqlite.schema import quick_check
+from tests.kill_after import THEN_DIE
 
-_KILL_AFTER = """
-import os, signal, sys
+_KILL_AFTER = (
+    THEN_DIE
+    + """
 from hermes_keeper.backup import compact, snapshot
 from hermes_keeper.cli import main
 from hermes_keeper.sqlite.writer import Writer
-
-n, calls = int(sys.argv[1]), [0]
-
-
-def then_die(fn):
-    def step(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        calls[0] += 1
-        if calls[0] == n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-    return step
-
 
 for name in ("rename", "replace", "fsync", "unlink"):
     setattr(os, name, then_die(getattr(os, name)))
@@ -48,6 +37,7 @@ compact._convert = then_die(compact._convert)
 Writer.step = then_die(Writer.step)
 main(sys.argv[2:])
 """
+)
 
 FTS = ("messages_fts", "messages_fts_trigram")
 
