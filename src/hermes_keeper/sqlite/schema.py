@@ -30,6 +30,9 @@ FOREIGN = "not-hermes"  # SQLite, but not a Hermes session store
 MALFORMED = "malformed"  # not SQLite, truncated or corrupt
 MISSING = "missing"
 
+#: ``PRAGMA auto_vacuum`` values by name.
+AUTO_VACUUM_MODES = {0: "none", 1: "full", 2: "incremental"}
+
 #: Plausible unix seconds: 1973 .. 5138. Values above are milliseconds.
 MIN_SECONDS = 1e8
 MAX_SECONDS = 1e11
@@ -158,9 +161,7 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
         for name in names:
             info.tables[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})")]
         info.journal_mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        info.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(
-            conn.execute("PRAGMA auto_vacuum").fetchone()[0], "unknown"
-        )
+        info.auto_vacuum = AUTO_VACUUM_MODES.get(conn.execute("PRAGMA auto_vacuum").fetchone()[0], "unknown")
         info.freelist_count = conn.execute("PRAGMA freelist_count").fetchone()[0]
         missing = [
             f"{t}.{c}" for t, cols in REQUIRED.items() for c in cols if c not in info.tables.get(t, [])
