@@ -19,7 +19,7 @@ from hermes_keeper.fs import is_inside
 from hermes_keeper.home import Profile
 from hermes_keeper.run.survey import SessionRow, Survey, message_size_sql, shown, survey_profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
-from hermes_keeper.sqlite.holders import find_holders, gateway_pid
+from hermes_keeper.sqlite.holders import gateway_pid
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 REPORT_VERSION = 1
@@ -296,7 +296,7 @@ def build_report(
             db["reclaimable_bytes"],
         ),
         "holders": {
-            "processes": [h.to_dict() for h in find_holders(profile.db_path)],
+            "processes": [h.to_dict() for h in survey.holders],
             "gateway_pid": gateway_pid(profile.home),
         },
     }

@@ -17,7 +17,7 @@ from hermes_keeper.errors import KeeperError
 from hermes_keeper.journal import Journal
 from hermes_keeper.lock import keeper_lock
 from hermes_keeper.run.execute import apply_plan
-from hermes_keeper.run.plan import Plan, make_plan
+from hermes_keeper.run.plan import REFUSE, Plan, make_plan
 from hermes_keeper.run.policy import effective_policy
 from hermes_keeper.run.survey import shown, survey_profile
 from hermes_keeper.sqlite.schema import inspect
@@ -30,6 +30,12 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         f"close {len(plan.zombies)} zombie sessions · prune {d['prune']['sessions']} sessions "
         f"({d['prune']['messages']} messages, ~{human_bytes(d['prune']['est_bytes'])}) · remove "
         f"{d['files']['remove']} files ({human_bytes(d['files']['bytes'])})"
+    )
+    console.print(
+        f"safeguard: {plan.safeguard.why}",
+        style="red" if plan.safeguard.kind == REFUSE else None,
+        markup=False,
+        soft_wrap=True,
     )
     t = Table(title="By source")
     for col in ("source", "prune", "keep", "messages", "~bytes"):

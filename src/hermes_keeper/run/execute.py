@@ -1,8 +1,9 @@
 """The executor: applies a plan in small, journaled, crash-safe steps while Hermes runs.
 
-Backup, then (through one :class:`Writer`) finish what a crash interrupted, close zombies,
-prune (:mod:`prune`: archive and verify first, delete in budgeted transactions), then
-remove stale files and compact.
+The plan's safeguard first (a backup, or the refusal the plan stated), then (through one
+:class:`Writer`) finish what a crash interrupted, close zombies, prune (:mod:`prune`:
+archive and verify first, delete in budgeted transactions), then remove stale files and
+compact.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from pathlib import Path
 
 from hermes_keeper.backup.compact import compact
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import is_inside
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
-from hermes_keeper.run.plan import ZOMBIE_END_REASON, FileAction, Plan
+from hermes_keeper.run.plan import REFUSE, SNAPSHOT, ZOMBIE_END_REASON, FileAction, Plan
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
@@ -40,6 +42,7 @@ class RunResult:
     remaining_messages: int = 0
     writer: dict = field(default_factory=dict)
     backup: str | None = None
+    safeguard: str = ""
     compact: dict | None = None
 
     def summary(self) -> str:
@@ -66,13 +69,23 @@ class RunResult:
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "writer": self.writer,
             "backup": self.backup,
+            "safeguard": self.safeguard,
             "compact": self.compact,
             "summary": self.summary(),
         }
 
 
 def close_zombies(plan: Plan, writer: Writer, journal: Journal | None) -> int:
-    """``ended_at`` = last activity, ``end_reason = keeper_zombie``; skipped if the session woke up."""
+    """``ended_at`` = last activity, ``end_reason = keeper_zombie``; skipped if the session woke up.
+
+    The values each close replaces are journaled (fsynced) before any close, and a row closes only
+    while it still holds them: the journal alone can undo every close.
+    """
+    if journal and plan.zombies:
+        journal.write(
+            "zombies_closing",
+            previous={z.session_id: {"ended_at": None, "end_reason": z.end_reason} for z in plan.zombies},
+        )
     closed = 0
     todo = list(plan.zombies)
     while todo:
@@ -83,8 +96,9 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None) -> int:
             for z in chunk:
                 cur = c.execute(
                     "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL"
+                    " AND end_reason IS ?"
                     " AND NOT EXISTS (SELECT 1 FROM messages WHERE session_id = ? AND timestamp > ?)",
-                    (z.ended_at, ZOMBIE_END_REASON, z.session_id, z.session_id, z.ended_at),
+                    (z.ended_at, ZOMBIE_END_REASON, z.session_id, z.end_reason, z.session_id, z.ended_at),
                 )
                 n += cur.rowcount
             return n
@@ -137,15 +151,17 @@ def apply_plan(
     progress: Progress | None = None,
     schema: SchemaInfo | None = None,
 ) -> RunResult:
-    """Backup, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
+    """Safeguard, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
 
-    A run that will delete takes a backup first; if that fails nothing is changed.
+    The plan's safeguard comes first: a backup (if that fails nothing is changed) or its refusal.
     ``schema``: the :func:`inspect` the plan was made from, so state.db is not scanned twice.
     """
     schema = schema or inspect(profile.db_path)
     schema.require_actionable()
-    res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
-    if policy.backup and plan.prune:
+    res = RunResult(profile.name, db_bytes_before=schema.used_bytes, safeguard=plan.safeguard.kind)
+    if plan.safeguard.kind == REFUSE:
+        raise KeeperError(plan.safeguard.why)
+    if plan.safeguard.kind == SNAPSHOT:
         res.backup = take_backup(profile, journal=journal).name
         apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
     # Files go on a thread of their own: orphans now, a pruned session's as soon as it is gone

@@ -5,6 +5,9 @@ Sessions are decided as *conversation units*: a compression chain (a parent whos
 delegate subagents go with the session that spawned them. A unit is pruned only when
 every member is old enough for its source's retention, measured from the newest
 activity anywhere in the unit, and no member is protected. When unsure, keep.
+
+The plan also says what makes the run's changes undoable (:func:`safeguard`): a snapshot
+first, or, where a snapshot would stall Hermes, the verified archive and the journal.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ from dataclasses import asdict, dataclass, field
 
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
+from hermes_keeper.sqlite.holders import Holder
 
 ZOMBIE_END_REASON = "keeper_zombie"
+#: What undoes a run's changes (:class:`Safeguard`): a snapshot taken before the first change; the
+#: verified archive of every pruned session plus the journaled previous values of every zombie
+#: close; nothing (the policy opted out, or nothing is deleted); or nothing safe: refuse.
+SNAPSHOT, ARCHIVE, NONE, REFUSE = "snapshot", "archive", "none", "refuse"
 
 
 def in_use(s: SessionRow, now: float) -> list[str]:
@@ -71,6 +79,51 @@ class ZombieClose:
     source: str
     ended_at: float
     idle_s: float
+    end_reason: str | None = None  # before the close (ended_at was NULL): journaled, and the close's guard
+
+
+@dataclass(frozen=True)
+class Safeguard:
+    kind: str  # SNAPSHOT | ARCHIVE | NONE | REFUSE
+    why: str  # the one line the plan shows
+
+
+NOTHING_DELETED = Safeguard(NONE, "nothing is deleted: no snapshot needed")
+
+
+def safeguard(policy: Policy, journal_mode: str | None, holders: list[Holder], deletes: bool) -> Safeguard:
+    """What makes this run undoable.
+
+    A snapshot is ``VACUUM INTO``: one read transaction for the whole copy. In WAL mode Hermes
+    writes on meanwhile; in a rollback-journal mode (newer Hermes on SQLite builds with the
+    WAL-reset bug) that read lock blocks every commit until the copy ends, so while a process
+    holds such a database the archive stands in: every pruned session is in it, verified, before
+    its delete, and zombie closes are journaled with their previous values before they happen.
+    """
+    if not deletes:
+        return NOTHING_DELETED
+    blocking = journal_mode != "wal" and holders
+    if policy.backup and not blocking:
+        return Safeguard(SNAPSHOT, "a verified snapshot of state.db before the first change")
+    held = (
+        f"state.db is in {journal_mode} journal mode and open by {'; '.join(h.describe() for h in holders)}, "
+        "where a snapshot would block its writes for the whole copy"
+        if blocking
+        else "backup = false"
+    )
+    if policy.archive:
+        return Safeguard(
+            ARCHIVE,
+            f"no snapshot ({held}): every pruned session is archived and verified before it is deleted, "
+            "and zombie closes are journaled with their previous values",
+        )
+    if policy.backup:
+        return Safeguard(
+            REFUSE,
+            f"{held}, and without the archive nothing would undo the deletes; run with the archive, "
+            "or while Hermes is stopped",
+        )
+    return Safeguard(NONE, "no snapshot and no archive (backup = false, --no-archive): deletes are final")
 
 
 @dataclass(frozen=True)
@@ -97,6 +150,7 @@ class Plan:
     est_freed_bytes: int = 0
     remaining_sessions: int = 0
     remaining_messages: int = 0
+    safeguard: Safeguard = NOTHING_DELETED
 
     @property
     def prune_messages(self) -> int:
@@ -130,6 +184,7 @@ class Plan:
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
+            "safeguard": asdict(self.safeguard),
         }
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
@@ -216,7 +271,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         idle = now - s.last_activity
         if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, now):
             ended = max(t for t in (s.started_at, s.last_message_at, s.last_activity_at) if t is not None)
-            plan.zombies.append(ZombieClose(s.id, s.source, ended, idle))
+            plan.zombies.append(ZombieClose(s.id, s.source, ended, idle, s.end_reason))
     plan.zombies.sort(key=lambda z: z.session_id)
 
     candidates: list[tuple[float, str, list[str]]] = []  # (unit last activity, root, members)
@@ -293,6 +348,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             action = f"request dump older than {_days(policy.files_max_age_s)}"
         if action:
             plan.files.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
+    plan.safeguard = safeguard(policy, survey.schema.journal_mode, survey.holders, bool(plan.prune))
     plan.remaining_sessions = len(sessions) - len(pruned)
     plan.remaining_messages = survey.message_total - sum(sessions[s].messages for s in pruned)
     return plan

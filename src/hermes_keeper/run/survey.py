@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hermes_keeper.home import Profile
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 #: ``end_reason`` values after which the gateway may still resume a keyed session.
@@ -110,6 +111,7 @@ class Survey:
     files: list[SessionFile] = field(default_factory=list)
     routed_ids: set[str] = field(default_factory=set)
     message_total: int = 0
+    holders: list[Holder] = field(default_factory=list)  # processes with state.db open (Hermes)
 
 
 def safe_filename_component(session_id: str) -> str:
@@ -366,4 +368,5 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
             pending_delegation=sid in pending,
         )
     survey.files = scan_files(profile.sessions_dir, set(survey.sessions))
+    survey.holders = find_holders(profile.db_path)
     return survey
