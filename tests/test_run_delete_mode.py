@@ -17,11 +17,15 @@ from click.testing import CliRunner
 from hermes_keeper import demo
 from hermes_keeper.archive.store import PRUNED, Archive
 from hermes_keeper.cli import main
+from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import read_journal
+from hermes_keeper.run import survey
 from hermes_keeper.run.plan import ARCHIVE, NONE, REFUSE, SNAPSHOT, safeguard
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.sqlite.holders import Holder
 from tests.conftest import tree_digest
+
+NOW = time.time()
 
 
 @pytest.fixture
@@ -97,3 +101,18 @@ HERMES = [Holder(4242, "python", "hermes gateway")]
 )
 def test_safeguard(policy, mode, holders, deletes, kind):
     assert safeguard(Policy(**policy), mode, holders, deletes).kind == kind
+
+
+def test_the_stepped_survey_of_a_delete_mode_home_sees_what_one_snapshot_sees(tmp_path, monkeypatch):
+    homes = {}
+    for mode in ("wal", "delete"):
+        home = tmp_path / mode
+        demo.build_home(home, demo.generate(NOW, sessions=60))
+        conn = sqlite3.connect(home / "state.db")
+        assert conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0] == mode
+        conn.close()
+        homes[mode] = home
+    monkeypatch.setattr(survey, "FIRST_STEP_ROWS", 7)  # many steps, sessions split across them
+    monkeypatch.setattr(survey, "STEP_READ_MS", 0.0)
+    seen = {m: survey.survey_profile(select_profiles(h)[0], now=NOW).sessions for m, h in homes.items()}
+    assert seen["delete"] == seen["wal"] and sum(r.messages for r in seen["wal"].values()) > 100
