@@ -43,9 +43,12 @@ from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer, background_thread
 
-#: Sessions archived per archive transaction (bounded by message volume too).
+#: Sessions archived per archive transaction (bounded by message volume too). Each batch is read
+#: in one read transaction: in a rollback-journal (DELETE mode) database that blocks Hermes's
+#: commits while it lasts, so there batches hold a tenth of the messages.
 ARCHIVE_BATCH_SESSIONS = 50
 ARCHIVE_BATCH_MESSAGES = 5000
+ROLLBACK_BATCH_MESSAGES = 500
 #: Verified batches the archiver may run ahead of the deletes.
 ARCHIVE_AHEAD = 3
 #: Cost units of one deleted row beside its text (measured: the b-tree and shadow-table
@@ -323,7 +326,9 @@ def conversations(conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
     return {sid: root(sid) for sid in parent}
 
 
-def _batches(ids: list[str], sizes: dict[str, int], units: dict[str, str]) -> list[list[str]]:
+def _batches(
+    ids: list[str], sizes: dict[str, int], units: dict[str, str], max_messages: int = ARCHIVE_BATCH_MESSAGES
+) -> list[list[str]]:
     """Archive batches in plan order, a conversation never split between two."""
     groups: dict[str, list[str]] = {}
     for sid in ids:
@@ -331,7 +336,7 @@ def _batches(ids: list[str], sizes: dict[str, int], units: dict[str, str]) -> li
     out, cur, msgs = [], [], 0
     for group in groups.values():
         n = sum(sizes.get(sid, 0) for sid in group)
-        if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + n > ARCHIVE_BATCH_MESSAGES):
+        if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + n > max_messages):
             out.append(cur)
             cur, msgs = [], 0
         cur += group
@@ -367,7 +372,8 @@ class _Archiver(threading.Thread):
         self._done = False
 
     def run(self) -> None:
-        background_thread()
+        if self.schema.journal_mode == "wal":  # else its read locks hold Hermes's commits: no lower priority
+            background_thread()
         try:
             store = arch.Archive.for_home(self.profile.keeper_dir) if self.archive else None
             conn = connect_ro(self.profile.db_path)
@@ -516,7 +522,13 @@ def prune_sessions(
         units = conversations(conn, list(session_ids))
     finally:
         conn.close()
-    batches = _batches(list(session_ids), message_counts or {}, units)
+    wal = schema.journal_mode == "wal"
+    batches = _batches(
+        list(session_ids),
+        message_counts or {},
+        units,
+        ARCHIVE_BATCH_MESSAGES if wal else ROLLBACK_BATCH_MESSAGES,
+    )
     archiver = _Archiver(profile, schema, batches, units, archive, journal, result)
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
