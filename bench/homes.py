@@ -131,3 +131,20 @@ def live_writer(
             stats = latency_stats([data["latencies_ms"][i] for i in idx], len(failed.intersection(idx)))
             setattr(w, name, stats)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def delete_mode_home(base: Path, version: str) -> Path:
+    """``base`` opened once by Hermes ``version`` (its schema migration done outside any measurement),
+    then switched to ``journal_mode=DELETE``: the file today's Hermes creates on SQLite builds with the
+    WAL-reset bug (it never enables WAL on them). Cached beside ``base``."""
+    dest = CACHE / f"{base.name}-{version.replace('==', '-')}-delete"
+    if (dest / ".ready").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    copy_home(base, dest)
+    Hermes(version).run(dest, [{"op": "query", "sql": "SELECT version FROM schema_version"}], timeout=3600)
+    conn = sqlite3.connect(dest / "state.db")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    (dest / ".ready").touch()
+    return dest

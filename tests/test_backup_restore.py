@@ -221,6 +221,25 @@ def _sessions_of(db) -> set[str]:
         conn.close()
 
 
+def _set_modes(db, journal_mode: str, auto_vacuum: str) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=delete")
+    conn.execute(f"PRAGMA auto_vacuum={auto_vacuum}")
+    conn.execute("VACUUM")
+    conn.execute(f"PRAGMA journal_mode={journal_mode}")
+    conn.close()
+
+
+def _modes(db) -> tuple[str, int]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute(
+            "PRAGMA auto_vacuum"
+        ).fetchone()[0]
+    finally:
+        conn.close()
+
+
 def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path):
     """Killed after each step, state.db is whole: the old one with every commit (its -wal's too),
     or the backup."""
@@ -256,3 +275,37 @@ def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path):
     else:
         raise AssertionError("the restore never finished")
     assert n >= 4  # checkpoint, link, the -wal and -shm aside, the rename were each a kill point
+
+
+@pytest.mark.parametrize(
+    ("at_backup", "at_restore"),
+    [
+        (("wal", "none"), ("wal", "none")),  # `restore --latest` of a WAL home stays WAL
+        (("delete", "none"), ("delete", "none")),  # newer Hermes on SQLite < 3.51.3 stays DELETE
+        (("wal", "none"), ("delete", "incremental")),  # switched since the backup: as it is now
+        (("delete", "none"), ("wal", "incremental")),
+        (("wal", "incremental"), None),  # no state.db to replace: the backup's own modes
+    ],
+)
+def test_restore_keeps_the_journal_mode_and_auto_vacuum_it_replaces(tmp_path, at_backup, at_restore):
+    home = tmp_path / "home"
+    spec = demo.generate(time.time(), sessions=30)
+    demo.build_home(home, spec)
+    db, profile = home / "state.db", select_profiles(home)[0]
+    _set_modes(db, *at_backup)
+    take_backup(profile)
+    if at_restore is None:
+        for p in home.glob("state.db*"):
+            p.unlink()
+    else:
+        _set_modes(db, *at_restore)
+    res = invoke("restore", "--latest", "--home", home, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)["profiles"][0]
+    journal_mode, auto_vacuum = at_restore or at_backup
+    assert (out["journal_mode"], out["auto_vacuum"]) == (journal_mode, auto_vacuum)
+    assert _modes(db) == (journal_mode, {"none": 0, "incremental": 2}[auto_vacuum])
+    assert out["sessions"] == len(spec.sessions) and not list(home.glob(".state.db.keeper-restore*"))
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()

@@ -83,12 +83,12 @@ class Profile:
             self, now=now, zombie_after_s=DAY if zombie_after_s is None else zombie_after_s, top=top
         )
 
-    def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None) -> Plan:
+    def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:
         from hermes_keeper.run.plan import make_plan
         from hermes_keeper.run.survey import survey_profile
 
         now = time.time() if now is None else now
-        return make_plan(survey_profile(self, schema, now), policy, now)
+        return make_plan(survey_profile(self, schema, now, holders), policy, now)
 
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
@@ -125,7 +125,7 @@ class Profile:
         schema = inspect(self.db_path)  # the run's one inspection: every step reuses it
         preflight(self, schema, policy)  # before the lock and the journal: a refusal changes nothing
         with self._changing() as journal, open_run(self, policy, schema, journal) as ctx:
-            plan = self._plan(schema, policy, None)
+            plan = self._plan(schema, policy, None, ctx.holders())
             journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
             if progress:
                 progress("plan", len(plan.prune))

@@ -26,7 +26,7 @@ from hermes_keeper.run.survey import (
     survey_profile,
 )
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
-from hermes_keeper.sqlite.holders import find_holders, gateway_pid
+from hermes_keeper.sqlite.holders import gateway_pid
 from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect, quick_check
 
 REPORT_VERSION = 1
@@ -326,7 +326,7 @@ def build_report(
             db["reclaimable_bytes"],
         ),
         "holders": {
-            "processes": [h.to_dict() for h in find_holders(profile.db_path)],
+            "processes": [h.to_dict() for h in survey.holders],
             "gateway_pid": gateway_pid(profile.home),
         },
     }

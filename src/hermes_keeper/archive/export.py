@@ -50,6 +50,13 @@ def hermes_message(m: dict) -> dict:
 def hermes_export(payload: dict) -> dict:
     """The archived session as ``SessionDB.export_session`` returned it before the prune."""
     session = {k: _plain(v) for k, v in payload["session"].items()}
+    # Schema >= 25 resolves the prompt and the tools pin through ``system_prompts`` (COALESCE(sp.prompt,
+    # s.system_prompt)); its import stores ``system_prompt`` by content again.
+    texts = {r.get("hash"): _plain(r.get("prompt")) for r in payload.get("system_prompts", ())}
+    if session.get("system_prompt_hash") in texts:
+        session["system_prompt"] = texts[session["system_prompt_hash"]]
+    if session.get("tool_names") in texts:
+        session["tool_names"] = texts[session["tool_names"]]
     # get_messages filters ``active = 1``; a schema without the column has no inactive rows.
     messages = [hermes_message(m) for m in payload["messages"] if m.get("active", 1) == 1]
     return {**session, "messages": messages}

@@ -9,13 +9,16 @@ to it, whose kind of link cannot be told) the whole conversation is refused, nev
 restored in part. The session row is inserted hidden (``archived = 1`` where the
 column exists) and revealed in its last step; after a crash, restoring again finishes
 what is there (the archive row still says ``pruned``, the row in state.db holds only
-archived message ids) instead of refusing it as already present.
+archived message ids) instead of refusing it as already present. The shared
+``system_prompts`` rows a session names go back with its row (or are reused when state.db
+holds them: same hash, same text).
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,8 @@ TITLE_SUFFIX = " (restored)"
 REQUESTED, PARENT = "requested", "parent"
 #: Values that carry nothing when a column is dropped for an older schema.
 _EMPTY = (None, 0, "", False)
+#: A ``system_prompts.hash`` (sha256 hex); a ``tool_names`` value that is not one is inline JSON.
+_PROMPT_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 def title_candidates(title: str) -> Iterator[str]:
@@ -53,6 +58,38 @@ def fit_row(row: dict, columns: list[str]) -> tuple[dict, list[str]]:
     kept = {k: v for k, v in row.items() if k in columns}
     dropped = [k for k, v in row.items() if k not in kept and v not in _EMPTY]
     return kept, dropped
+
+
+def unresolved_prompts(payload: dict, in_db: Callable[[str], bool]) -> list[str]:
+    """``sessions`` columns naming a system prompt that neither the payload nor state.db holds.
+
+    Only a payload archived before the keeper archived prompts can have one (Hermes deleted the
+    prompt once no session named it): its text is gone, so the session goes back without it.
+    """
+    archived = {r.get("hash") for r in payload.get("system_prompts", ())}
+    s = payload["session"]
+    return [
+        c
+        for c in arch.PROMPT_REFS
+        if isinstance(s.get(c), str)
+        and _PROMPT_HASH.fullmatch(s[c])
+        and s[c] not in archived
+        and not in_db(s[c])
+    ]
+
+
+def session_row(payload: dict, schema: SchemaInfo) -> dict:
+    """The session row this schema takes; a Hermes without ``system_prompts`` gets the archived
+    prompt's text inline in ``sessions.system_prompt``, as it stored prompts itself."""
+    session, _ = fit_row(payload["session"], schema.tables["sessions"])
+    if not schema.has("system_prompts") and "system_prompt" in session and session["system_prompt"] is None:
+        texts = {r.get("hash"): r.get("prompt") for r in payload.get("system_prompts", ())}
+        session["system_prompt"] = texts.get(payload["session"].get("system_prompt_hash"))
+    return session
+
+
+def _has_prompt(conn: sqlite3.Connection, prompt_hash: str) -> bool:
+    return conn.execute("SELECT 1 FROM system_prompts WHERE hash = ?", (prompt_hash,)).fetchone() is not None
 
 
 @dataclass
@@ -237,6 +274,12 @@ class _Planner:
                 and self.target.row(parent) is None
             )
             out.append(Member(p, why, existing, detach, self.entries[sid].entry))
+            if existing is None and schema.has("system_prompts"):
+                for col in unresolved_prompts(p, lambda h: _has_prompt(self.target.conn, h)):
+                    plan.warnings.append(
+                        f"{sid}: the system prompt its {col} names was deleted by Hermes and this archive "
+                        "row (from an older hermes-keeper) lacks its text; restored without it"
+                    )
         self.planned.update(members)
         return Group([requested], out)
 
@@ -363,7 +406,7 @@ def _free_title(c: sqlite3.Connection, title: str, sid: str) -> str:
 
 def _restore_member(w: Writer, schema: SchemaInfo, m: Member, result: RestoreResult) -> int:
     p, sid = m.payload, m.session_id
-    session, _ = fit_row(p["session"], schema.tables["sessions"])
+    session = session_row(p, schema)
     hidden = schema.has("sessions", "archived")
     if m.existing is None:
         if m.detach:
@@ -377,6 +420,17 @@ def _restore_member(w: Writer, schema: SchemaInfo, m: Member, result: RestoreRes
                 if title != session["title"]:
                     result.retitled[sid] = title
                     session["title"] = title
+            if schema.has("system_prompts"):
+                # Same transaction as the row naming them: Hermes's cleanup cannot slip in between.
+                for row in p.get("system_prompts", []):
+                    _insert(
+                        c,
+                        "system_prompts",
+                        fit_row(row, schema.tables["system_prompts"])[0],
+                        "INSERT OR IGNORE",
+                    )
+                for col in unresolved_prompts(p, lambda h: _has_prompt(c, h)):
+                    session[col] = None
             _insert(c, "sessions", session)
 
         w.step(first)

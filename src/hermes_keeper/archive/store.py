@@ -2,8 +2,10 @@
 
 One row (an *entry*) per archived version of a session: a few columns to list and filter
 by, and a zstd-compressed JSON payload holding the session row, *all* its messages
-(``active=0`` included, with their original ids), its ``session_model_usage`` rows and
-``state_meta`` keys naming it. The sha256 of the uncompressed payload is stored beside it
+(``active=0`` included, with their original ids), its ``session_model_usage`` rows,
+``state_meta`` keys naming it and the shared ``system_prompts`` rows it references by hash
+(schema >= 25: Hermes deletes a prompt no session references, so the archive keeps its text
+rather than rely on it). The sha256 of the uncompressed payload is stored beside it
 and checked on every read, so a damaged row is refused rather than restored wrong.
 
 An entry is never overwritten with other content. Hermes reuses session ids (imports,
@@ -43,6 +45,9 @@ ARCHIVE_NAME = "archive.db"
 #: state.db (a prune in progress, or one a crash interrupted). ``pruned``: gone from
 #: state.db. ``restored``: put back; the row stays as history until archived again.
 ARCHIVED, PRUNED, RESTORED = "archived", "pruned", "restored"
+#: ``sessions`` columns that hold a ``system_prompts.hash``: the prompt, and the ``tools[]`` pin
+#: Hermes stores in the same content-addressed table (``tool_names`` of older rows is inline JSON).
+PROMPT_REFS = ("system_prompt_hash", "tool_names")
 
 _COLUMNS = """
     session_id TEXT NOT NULL,
@@ -126,7 +131,7 @@ def sql_placeholder(value) -> str:
 _BINARY = frozenset({bytes, RawText, memoryview})
 
 
-def _rows(conn: sqlite3.Connection, sql: str, params: tuple) -> list[dict]:
+def _rows(conn: sqlite3.Connection, sql: str, params: tuple | dict) -> list[dict]:
     cur = conn.execute(sql, params)
     names = [d[0] for d in cur.description]
     out = []
@@ -175,6 +180,12 @@ def _read_payload(conn: sqlite3.Connection, schema: SchemaInfo, session_id: str)
         )
     if schema.has("state_meta"):
         payload["state_meta"] = _rows(conn, "SELECT * FROM state_meta WHERE key = ?", (f"goal:{session_id}",))
+    refs = [c for c in PROMPT_REFS if schema.has("sessions", c)]
+    if schema.has("system_prompts") and refs:
+        named = " UNION ".join(f"SELECT {c} FROM sessions WHERE id = :id" for c in refs)
+        payload["system_prompts"] = _rows(
+            conn, f"SELECT * FROM system_prompts WHERE hash IN ({named}) ORDER BY hash", {"id": session_id}
+        )
     return payload
 
 

@@ -2,8 +2,9 @@
 
 Refuse while any process holds the database (unless forced); verify the sha256 the
 manifest recorded; decompress next to ``state.db``; ``integrity_check`` and
-schema-check the result; only then keep the current ``state.db`` aside as a safety copy
-(0600) and rename the restored file into place. A bad backup is refused before anything moves.
+schema-check the result; give it the journal mode (WAL or rollback) and auto_vacuum of the
+database it replaces, as Hermes and the keeper's compact left them; only then keep the
+current ``state.db`` aside as a safety copy (0600) and rename the restored file into place. A bad backup is refused before anything moves.
 
 The swap is safe against SIGKILL at every step (:func:`_swap`): the current ``-wal`` is
 checkpointed into ``state.db`` first, so ``state.db`` alone holds every commit, and the old
@@ -22,7 +23,14 @@ from pathlib import Path
 
 import zstandard
 
-from hermes_keeper.backup.snapshot import BackupRecord, backup_dir, decompress_to, list_backups, verify_backup
+from hermes_keeper.backup.snapshot import (
+    BackupRecord,
+    backup_dir,
+    decompress_to,
+    list_backups,
+    match_modes,
+    verify_backup,
+)
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import DB_FILES, FILE_MODE, fsync_dir, fsync_file, private_file
 from hermes_keeper.home import Profile
@@ -42,6 +50,8 @@ class RestoreResult:
     sessions: int
     messages: int
     schema_version: int | None
+    journal_mode: str | None = None  # of the restored file
+    auto_vacuum: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,6 +123,8 @@ def restore_backup(
             )
         info = inspect(tmp, check_timestamps=False)
         info.require_readable()
+        current = inspect(profile.db_path, check_timestamps=False)  # gone or unreadable: the backup's own
+        match_modes(tmp, current.journal_mode, current.auto_vacuum)
         if not force:
             _refuse_if_held(profile)  # Hermes may have started while we decompressed
         _same_owner_and_mode(tmp, profile.db_path)
@@ -126,14 +138,18 @@ def restore_backup(
         raise KeeperError(f"backup {record.name} cannot be read ({exc}); nothing was changed") from None
     finally:
         tmp.unlink(missing_ok=True)
-        tmp.with_name(tmp.name + "-journal").unlink(missing_ok=True)
+        for suffix in ("-journal", "-wal", "-shm"):
+            tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
     conn = connect_ro(profile.db_path)
     try:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:
         conn.close()
-    result = RestoreResult(record.name, safety, sessions, messages, info.schema_version)
+    after = inspect(profile.db_path, check_timestamps=False)
+    result = RestoreResult(
+        record.name, safety, sessions, messages, info.schema_version, after.journal_mode, after.auto_vacuum
+    )
     if journal:
         journal.write("restored", forced=force, **result.to_dict())
     return result

@@ -1,7 +1,8 @@
 """Consistent, compressed, verified snapshots of ``state.db`` while Hermes keeps writing.
 
 ``VACUUM INTO`` copies the database inside one read transaction (WAL readers never
-block writers), the copy is ``quick_check``ed, then compressed with zstd in a stream
+block writers), the copy is given the source's journal mode (``VACUUM INTO`` always
+writes a rollback-journal file) and ``quick_check``ed, then compressed with zstd in a stream
 (bounded memory, frame checksum on) into ``state-<UTC>.db.zst``, which is fsynced,
 renamed into place and its folder fsynced (the uncompressed copy is a temporary file
 and deliberately not synced: that flush is what made Hermes's own commits wait). One
@@ -36,7 +37,7 @@ from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.holders import Holder, find_holders
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
+from hermes_keeper.sqlite.schema import AUTO_VACUUM, SchemaInfo, inspect, quick_check
 
 MANIFEST = "manifest.json"
 LOCK = ".manifest.lock"
@@ -185,6 +186,26 @@ def _stamp(now: float, folder: Path, recorded: set[str]) -> str:
     return stamp
 
 
+def match_modes(path: Path, journal_mode: str | None, auto_vacuum: str | None) -> None:
+    """Give a database file nobody else has open (a fresh copy) this journal mode and auto_vacuum.
+
+    Only WAL is recorded in the file (every other mode is a rollback journal, read back as
+    ``delete``); switching auto_vacuum between NONE and FULL/INCREMENTAL takes a VACUUM,
+    done before WAL is set. ``None`` leaves that setting as it is.
+    """
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        now = AUTO_VACUUM.get(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+        if auto_vacuum in AUTO_VACUUM.values() and now != auto_vacuum:
+            conn.execute("PRAGMA journal_mode=delete")
+            conn.execute(f"PRAGMA auto_vacuum={auto_vacuum}")
+            conn.execute("VACUUM")
+        if journal_mode is not None:
+            conn.execute(f"PRAGMA journal_mode={'wal' if journal_mode == 'wal' else 'delete'}")
+    finally:
+        conn.close()
+
+
 def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None) -> None:
     """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
     holders = find_holders(profile.db_path) if holders is None else holders
@@ -250,6 +271,7 @@ def take_backup(
                 conn.execute("VACUUM INTO ?", (str(snap),))
             finally:
                 conn.close()
+            match_modes(snap, schema.journal_mode, None)  # auto_vacuum: VACUUM INTO keeps it
             check = quick_check(snap)
             if check != "ok":
                 raise KeeperError(f"backup of {profile.name} failed: the copy fails quick_check ({check})")
@@ -280,7 +302,8 @@ def take_backup(
         for p in (snap, comp):
             if p is not None:
                 p.unlink(missing_ok=True)
-                p.with_name(p.name + "-journal").unlink(missing_ok=True)  # VACUUM INTO's own
+                for suffix in ("-journal", "-wal", "-shm"):  # VACUUM INTO's own, match_modes's
+                    p.with_name(p.name + suffix).unlink(missing_ok=True)
     if journal:
         journal.write("backup", **{k: v for k, v in record.to_dict().items() if k != "home"})
     return record

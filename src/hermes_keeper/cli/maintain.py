@@ -13,7 +13,7 @@ from rich.text import Text
 from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.cli.text import cell, term
-from hermes_keeper.run.plan import Plan
+from hermes_keeper.run.plan import REFUSE, Plan
 
 
 def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
@@ -24,6 +24,12 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         f"({d['prune']['messages']} messages, ~{human_bytes(d['prune']['est_bytes'])}) · remove "
         f"{d['files']['remove']} files ({human_bytes(d['files']['bytes'])})"
         + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
+    )
+    console.print(
+        f"safeguard: {plan.safeguard.why}",
+        style="red" if plan.safeguard.kind == REFUSE else None,
+        markup=False,
+        soft_wrap=True,
     )
     t = Table(title="By source")
     for col in ("source", "prune", "keep", "messages", "~bytes"):

@@ -1,8 +1,9 @@
 """The executor: applies a plan in small, journaled, crash-safe steps while Hermes runs.
 
-Backup, then (through the run's one :class:`Writer`, :mod:`context`) finish what a crash
-interrupted, close zombies, prune (:mod:`prune`: archive and verify first, delete in
-budgeted transactions), then remove stale files and compact.
+The plan's safeguard first (a backup, or the refusal the plan stated), then (through one
+:class:`Writer`) finish what a crash interrupted, close zombies, prune (:mod:`prune`:
+archive and verify first, delete in budgeted transactions), then remove stale files and
+compact.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
 from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
-from hermes_keeper.run.plan import ZOMBIE_END_REASON, FileAction, Plan
+from hermes_keeper.run.plan import REFUSE, SNAPSHOT, ZOMBIE_END_REASON, FileAction, Plan
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
@@ -41,6 +43,7 @@ class RunResult:
     remaining_messages: int = 0
     writer: dict = field(default_factory=dict)
     backup: str | None = None
+    safeguard: str = ""
     compact: dict | None = None
 
     def summary(self) -> str:
@@ -67,6 +70,7 @@ class RunResult:
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "writer": self.writer,
             "backup": self.backup,
+            "safeguard": self.safeguard,
             "compact": self.compact,
             "summary": self.summary(),
         }
@@ -74,7 +78,16 @@ class RunResult:
 
 def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: SchemaInfo) -> int:
     """``ended_at`` = last activity, ``end_reason = keeper_zombie``; skipped if the session woke up
-    (a message, or a turn lease / compression lock Hermes took after the plan)."""
+    (a message, or a turn lease / compression lock Hermes took after the plan).
+
+    The values each close replaces are journaled (fsynced) before any close, and a row closes only
+    while it still holds them: the journal alone can undo every close.
+    """
+    if journal and plan.zombies:
+        journal.write(
+            "zombies_closing",
+            previous={z.session_id: {"ended_at": None, "end_reason": z.end_reason} for z in plan.zombies},
+        )
     closed = 0
     todo = list(plan.zombies)
     while todo:
@@ -88,8 +101,9 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: S
                     continue
                 cur = c.execute(
                     "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL"
+                    " AND end_reason IS ?"
                     " AND NOT EXISTS (SELECT 1 FROM messages WHERE session_id = ? AND timestamp > ?)",
-                    (z.ended_at, ZOMBIE_END_REASON, z.session_id, z.session_id, z.ended_at),
+                    (z.ended_at, ZOMBIE_END_REASON, z.session_id, z.end_reason, z.session_id, z.ended_at),
                 )
                 n += cur.rowcount
             return n
@@ -141,14 +155,16 @@ def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
 
 
 def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) -> RunResult:
-    """Backup, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
+    """Safeguard, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
 
-    A run that will delete takes a backup first; if that fails nothing is changed.
+    The plan's safeguard comes first: a backup (if that fails nothing is changed) or its refusal.
     """
     profile, policy, journal, w = ctx.profile, ctx.policy, ctx.journal, ctx.writer
     preflight(profile, ctx.schema, policy)
-    res = RunResult(profile.name, db_bytes_before=ctx.schema.used_bytes)
-    if policy.backup and plan.prune:
+    res = RunResult(profile.name, db_bytes_before=ctx.schema.used_bytes, safeguard=plan.safeguard.kind)
+    if plan.safeguard.kind == REFUSE:
+        raise KeeperError(plan.safeguard.why)
+    if plan.safeguard.kind == SNAPSHOT:
         record = take_backup(profile, journal=journal, schema=ctx.schema, holders=ctx.holders())
         res.backup = record.name
         apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up

@@ -4,6 +4,9 @@ Sessions are decided as whole conversations (:mod:`conversations`: a compression
 with its delegate and untagged subagents is one, a branch is its own). One is pruned only when
 every member is old enough for its source's retention, measured from the newest
 activity anywhere in the unit, and no member is protected. When unsure, keep.
+
+The plan also says what makes the run's changes undoable (:func:`safeguard`): a snapshot
+first, or, where a snapshot would stall Hermes, the verified archive and the journal.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from hermes_keeper.run.conversations import continues, conversations, lineage_root
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
+from hermes_keeper.sqlite.holders import Holder
 
 ZOMBIE_END_REASON = "keeper_zombie"
 #: Activity later than this past the plan's clock is a wrong date (clock skew, a bad import).
@@ -25,6 +29,12 @@ FUTURE = "dated in the future"
 def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
     """Upstream's ``_stale_holder`` negated: not expired, and its holder not provably dead."""
     return expires_at is not None and expires_at > now and not holder_dead
+
+
+#: What undoes a run's changes (:class:`Safeguard`): a snapshot taken before the first change; the
+#: verified archive of every pruned session plus the journaled previous values of every zombie
+#: close; nothing (the policy opted out, or nothing is deleted); or nothing safe: refuse.
+SNAPSHOT, ARCHIVE, NONE, REFUSE = "snapshot", "archive", "none", "refuse"
 
 
 def in_use(s: SessionRow, now: float) -> list[str]:
@@ -141,6 +151,51 @@ class ZombieClose:
     ended_at: float
     idle_s: float
     lease_key: str = ""  # the lineage root its turn lease would be keyed by
+    end_reason: str | None = None  # before the close (ended_at was NULL): journaled, and the close's guard
+
+
+@dataclass(frozen=True)
+class Safeguard:
+    kind: str  # SNAPSHOT | ARCHIVE | NONE | REFUSE
+    why: str  # the one line the plan shows
+
+
+NOTHING_DELETED = Safeguard(NONE, "nothing is deleted: no snapshot needed")
+
+
+def safeguard(policy: Policy, journal_mode: str | None, holders: list[Holder], deletes: bool) -> Safeguard:
+    """What makes this run undoable.
+
+    A snapshot is ``VACUUM INTO``: one read transaction for the whole copy. In WAL mode Hermes
+    writes on meanwhile; in a rollback-journal mode (newer Hermes on SQLite builds with the
+    WAL-reset bug) that read lock blocks every commit until the copy ends, so while a process
+    holds such a database the archive stands in: every pruned session is in it, verified, before
+    its delete, and zombie closes are journaled with their previous values before they happen.
+    """
+    if not deletes:
+        return NOTHING_DELETED
+    blocking = journal_mode != "wal" and holders
+    if policy.backup and not blocking:
+        return Safeguard(SNAPSHOT, "a verified snapshot of state.db before the first change")
+    held = (
+        f"state.db is in {journal_mode} journal mode and open by {'; '.join(h.describe() for h in holders)}, "
+        "where a snapshot would block its writes for the whole copy"
+        if blocking
+        else "backup = false"
+    )
+    if policy.archive:
+        return Safeguard(
+            ARCHIVE,
+            f"no snapshot ({held}): every pruned session is archived and verified before it is deleted, "
+            "and zombie closes are journaled with their previous values",
+        )
+    if policy.backup:
+        return Safeguard(
+            REFUSE,
+            f"{held}, and without the archive nothing would undo the deletes; run with the archive, "
+            "or while Hermes is stopped",
+        )
+    return Safeguard(NONE, "no snapshot and no archive (backup = false, --no-archive): deletes are final")
 
 
 @dataclass(frozen=True)
@@ -178,6 +233,8 @@ class Plan:
         for sid in self.prune:
             out.setdefault(self.decisions[sid].unit, []).append(sid)
         return list(out.values())
+
+    safeguard: Safeguard = NOTHING_DELETED
 
     @property
     def prune_messages(self) -> int:
@@ -218,6 +275,7 @@ class Plan:
             "hermes_auto_prune": self.hermes_auto_prune
             and {**self.hermes_auto_prune, "deletes_kept": len(self.hermes_deletes_kept)},
             "warnings": self.warnings,
+            "safeguard": asdict(self.safeguard),
         }
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
@@ -250,7 +308,9 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         idle = now - s.last_activity
         if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, survey, policy, now, tails):
             ended = max(t for t in (s.started_at, s.last_message_at, s.last_activity_at) if t is not None)
-            plan.zombies.append(ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions)))
+            plan.zombies.append(
+                ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions), s.end_reason)
+            )
     plan.zombies.sort(key=lambda z: z.session_id)
 
     convs = conversations(sessions.values())
@@ -344,6 +404,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     future = sum(1 for s in sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
     if future:
         plan.warnings.append(f"{future} sessions dated in the future: kept, their age is unknown")
+    plan.safeguard = safeguard(policy, survey.schema.journal_mode, survey.holders, bool(plan.prune))
     plan.remaining_sessions = len(sessions) - len(pruned)
     plan.remaining_messages = survey.message_total - sum(sessions[s].messages for s in pruned)
     return plan

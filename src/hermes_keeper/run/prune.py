@@ -45,9 +45,12 @@ from hermes_keeper.sqlite.holders import live_guards
 from hermes_keeper.sqlite.schema import SchemaInfo
 from hermes_keeper.sqlite.writer import Writer, background_thread
 
-#: Sessions archived per archive transaction (bounded by message volume too).
+#: Sessions archived per archive transaction (bounded by message volume too). Each batch is read
+#: in one read transaction: in a rollback-journal (DELETE mode) database that blocks Hermes's
+#: commits while it lasts, so there batches hold a tenth of the messages.
 ARCHIVE_BATCH_SESSIONS = 50
 ARCHIVE_BATCH_MESSAGES = 5000
+ROLLBACK_BATCH_MESSAGES = 500
 #: Verified batches the archiver may run ahead of the deletes.
 ARCHIVE_AHEAD = 3
 #: Cost units of one deleted row beside its text (measured: the b-tree and shadow-table
@@ -313,12 +316,14 @@ def _reinsert_messages(w: Writer, schema: SchemaInfo, payload: dict) -> None:
         done += len(chunk)
 
 
-def _batches(convs: list[list[str]], sizes: dict[str, int]) -> list[list[str]]:
+def _batches(
+    convs: list[list[str]], sizes: dict[str, int], max_messages: int = ARCHIVE_BATCH_MESSAGES
+) -> list[list[str]]:
     """Archive batches in plan order, a conversation never split between two."""
     out, cur, msgs = [], [], 0
     for group in convs:
         n = sum(sizes.get(sid, 0) for sid in group)
-        if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + n > ARCHIVE_BATCH_MESSAGES):
+        if cur and (len(cur) >= ARCHIVE_BATCH_SESSIONS or msgs + n > max_messages):
             out.append(cur)
             cur, msgs = [], 0
         cur += group
@@ -354,7 +359,8 @@ class _Archiver(threading.Thread):
         self._done = False
 
     def run(self) -> None:
-        background_thread()
+        if self.schema.journal_mode == "wal":  # else its read locks hold Hermes's commits: no lower priority
+            background_thread()
         try:
             store = arch.Archive.for_home(self.profile.keeper_dir) if self.archive else None
             conn = connect_ro(self.profile.db_path)
@@ -491,7 +497,10 @@ def prune_sessions(
     # Opened (and created) here, before the archiver opens its own connection to the same file.
     store = _state_store(profile) if archive else None
     units = {sid: conv[0] for conv in convs for sid in conv}
-    batches = _batches(convs, message_counts or {})
+    wal = ctx.schema.journal_mode == "wal"
+    batches = _batches(
+        convs, message_counts or {}, ARCHIVE_BATCH_MESSAGES if wal else ROLLBACK_BATCH_MESSAGES
+    )
     archiver = _Archiver(profile, ctx.schema, batches, units, archive, ctx.journal, result)
     archiver.start()
     try:

@@ -2,7 +2,10 @@
 
 The survey records facts only (timestamps, links, flags read from whatever tables and
 columns exist); policy and plan decide. One read transaction gives one consistent
-snapshot, so a live gateway can keep writing while we read.
+snapshot, so a live gateway can keep writing while we read. Not in a rollback-journal
+database (DELETE mode), where a reader blocks every commit until it ends: there the
+message statistics, the one long read, are taken in short steps (the run checks again,
+session by session, before it changes anything).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
 from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
-from hermes_keeper.sqlite.holders import lease_holder_dead, process_gone
+from hermes_keeper.sqlite.holders import Holder, find_holders, lease_holder_dead, process_gone
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 #: ``end_reason`` values after which the gateway may still resume a keyed session
@@ -158,6 +161,7 @@ class Survey:
     unreadable: list[str] = field(default_factory=list)
     #: Hermes's own startup auto-prune on this profile (config.yaml + state_meta)
     auto_prune: AutoPrune | None = None
+    holders: list[Holder] = field(default_factory=list)  # processes with state.db open (Hermes)
 
 
 def safe_filename_component(session_id: str) -> str:
@@ -303,14 +307,48 @@ def message_size_sql(schema: SchemaInfo) -> str:
     return " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in text_cols)
 
 
-def _message_stats(conn: sqlite3.Connection, schema: SchemaInfo) -> dict[str, tuple]:
+#: Longest read of one step of message statistics where a reader blocks Hermes's commits, and the
+#: first step's message rows (the next steps are sized from the time it took).
+STEP_READ_MS, FIRST_STEP_ROWS = 20.0, 2000
+
+
+def _message_stats(conn: sqlite3.Connection, schema: SchemaInfo, where: str = "", params: tuple = ()) -> dict:
+    """Per session: messages, inactive ones, text bytes, first and last timestamp, first id."""
     inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
     size = message_size_sql(schema)
     sql = f"""
         SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp), min(id)
-        FROM messages GROUP BY session_id
+        FROM messages {where} GROUP BY session_id
     """
-    return {r[0]: r[1:] for r in conn.execute(sql)}
+    return {r[0]: r[1:] for r in conn.execute(sql, params)}
+
+
+def _sql_order(value) -> tuple:
+    """SQLite's order of values of mixed types (numbers before text before BLOBs), as min()/max() use."""
+    return (0 if isinstance(value, (int, float)) else 1 if isinstance(value, str) else 2, value)
+
+
+def _message_stats_in_steps(conn: sqlite3.Connection, schema: SchemaInfo) -> dict[str, tuple]:
+    """:func:`_message_stats` as reads of message id ranges, each sized from the last one's time to
+    about :data:`STEP_READ_MS`, partial aggregates merged: no read holds Hermes's commits longer."""
+    low, high = conn.execute("SELECT min(id), max(id) FROM messages").fetchone()
+    out: dict[str, tuple] = {}
+    rows = FIRST_STEP_ROWS
+    while low is not None and low <= high:
+        t0 = time.perf_counter()
+        part = _message_stats(conn, schema, "WHERE id BETWEEN ? AND ?", (low, low + rows - 1))
+        took_ms = (time.perf_counter() - t0) * 1000
+        for sid, (n, inactive, size, first, last, first_id) in part.items():
+            if sid in out:
+                n0, inactive0, size0, first0, last0, first_id0 = out[sid]
+                first = min((t for t in (first0, first) if t is not None), default=None, key=_sql_order)
+                last = max((t for t in (last0, last) if t is not None), default=None, key=_sql_order)
+                n, first_id = n0 + n, first_id0
+                inactive, size = (inactive0 or 0) + (inactive or 0), (size0 or 0) + (size or 0)
+            out[sid] = (n, inactive, size, first, last, first_id)
+        low += rows
+        rows = max(100, min(rows * 4, int(rows * STEP_READ_MS / max(took_ms, 0.1))))
+    return out
 
 
 def _ids(
@@ -407,8 +445,16 @@ def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
     return out
 
 
-def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: float | None = None) -> Survey:
-    """Read everything the plan and the report need, in one snapshot; changes nothing."""
+def survey_profile(
+    profile: Profile,
+    schema: SchemaInfo | None = None,
+    now: float | None = None,
+    holders: list[Holder] | None = None,
+) -> Survey:
+    """Read everything the plan and the report need, in one snapshot; changes nothing.
+
+    ``holders``: a run's own scan of the processes holding state.db, so it is not made twice.
+    """
     schema = schema or inspect(profile.db_path)
     schema.require_readable()
     taken_at = time.time() if now is None else now
@@ -416,9 +462,10 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
     conn = connect_ro(profile.db_path)
     conn.text_factory = lossless_text
     try:
+        stepped = schema.journal_mode != "wal"
         with read_txn(conn):
             rows = _select_sessions(conn, schema)
-            stats = _message_stats(conn, schema)
+            stats = {} if stepped else _message_stats(conn, schema)
             routed = _routed_from_db(conn, schema)
             unreadable = survey.unreadable
             guard = ("holder", "expires_at")
@@ -453,6 +500,8 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
                         col,
                         "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
                     )
+        if stepped:
+            stats = _message_stats_in_steps(conn, schema)
     finally:
         conn.close()
     try:
@@ -516,4 +565,5 @@ def survey_profile(profile: Profile, schema: SchemaInfo | None = None, now: floa
                 turn_lease_holder_dead=lease_holder_dead(turn_holder),
             )
     survey.files = scan_files(profile.fs, set(survey.sessions))
+    survey.holders = find_holders(profile.db_path) if holders is None else holders
     return survey

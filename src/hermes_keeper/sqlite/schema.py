@@ -34,6 +34,8 @@ MISSING = "missing"
 #: any other table with one (a user's own) would make a delete fail, or cascade into rows no
 #: archive holds.
 FOLLOWED_REFERENCES = frozenset({"sessions", "messages", "session_model_usage", "telegram_dm_topic_bindings"})
+#: ``PRAGMA auto_vacuum`` values by name.
+AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
 
 #: Plausible unix seconds: 1973 .. 5138. Values above are milliseconds.
 MIN_SECONDS = 1e8
@@ -130,9 +132,6 @@ class SchemaInfo:
             freelist_count=freelist,
             auto_vacuum=AUTO_VACUUM.get(auto_vacuum, "unknown"),
         )
-
-
-AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
 
 
 def _truncation_problem(path: Path, page_size: int, page_count: int) -> str | None:
