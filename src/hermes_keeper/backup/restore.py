@@ -4,7 +4,8 @@ Refuse while any process holds the database (unless forced); verify the sha256 t
 manifest recorded; decompress next to ``state.db``; ``integrity_check`` and
 schema-check the result; give it the journal mode (WAL or rollback) and auto_vacuum of the
 database it replaces, as Hermes and the keeper's compact left them; only then keep the
-current ``state.db`` aside as a safety copy (0600) and rename the restored file into place. A bad backup is refused before anything moves.
+current ``state.db`` aside as a safety copy (0600) and rename the restored file into place.
+A bad backup is refused before anything moves.
 
 The swap is safe against SIGKILL at every step (:func:`_swap`): the current ``-wal`` is
 checkpointed into ``state.db`` first, so ``state.db`` alone holds every commit, and the old
