@@ -135,9 +135,9 @@ def test_older_payloads_without_prompts_still_restore(tmp_path, cleaned):
     with Archive.for_home(home / "keeper") as store:  # as an older keeper archived it
         payload = store.get("old_a")
         del payload["system_prompts"]
-        store.set_state(["old_a"], ARCHIVED)  # else put() keeps the pruned row it holds
-        store.put([payload])
-        store.set_state(["old_a"], PRUNED)
+        store.set_state([store.entry("old_a").entry], ARCHIVED)  # else put() keeps the pruned entry
+        (entry,) = store.put([payload])
+        store.set_state([entry], PRUNED)
     if cleaned:
         _hermes_cleanup(home)
     res = _restore(home, "old_a")

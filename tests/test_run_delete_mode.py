@@ -65,7 +65,7 @@ def test_the_default_run_prunes_with_the_archive_as_its_safeguard(held_delete_ho
     assert not pruned & left
     with Archive.for_home(home / "keeper") as store:  # every deleted session sits there, verified
         assert {e.session_id for e in store.entries() if e.state == PRUNED} == pruned
-        assert all(store.verify(sid) for sid in pruned)
+        assert all(store.verify(store.entry(sid).entry) for sid in pruned)
     # Zombie closes: their previous values are journaled, fsynced, before the first close.
     journal = read_journal(home / "keeper")
     actions = [r["action"] for r in journal]
