@@ -18,14 +18,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
-from hermes_keeper.sqlite.connect import connect_rw
+from hermes_keeper.sqlite.connect import connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import find_holders
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
 #: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the
@@ -174,6 +174,8 @@ def _convert(
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("VACUUM")
     except sqlite3.Error as exc:
+        if is_busy(exc):
+            raise TryLater(f"VACUUM of {profile.name} found the database busy; nothing changed") from None
         raise KeeperError(
             f"VACUUM of {profile.name} failed ({exc}); SQLite rolled it back, no data changed"
         ) from None
@@ -187,6 +189,7 @@ def compact(
     *,
     budget_ms: float = DEFAULT_BUDGET_MS,
     pause_ms: float = DEFAULT_PAUSE_MS,
+    busy_wait_s: float = DEFAULT_BUSY_WAIT_S,
     wait_idle_s: float | None = None,
     allow_full_vacuum: bool = True,
     backup: bool = True,
@@ -216,7 +219,7 @@ def compact(
     )
     # --wait-idle: give Hermes up to that long to stop, so the full work (VACUUM, FTS merge) can run.
     res.live = bool(_wait_idle(db, wait_idle_s))
-    with Writer(db, budget_ms=budget_ms, pause_ms=pause_ms) as w:
+    with Writer(db, budget_ms=budget_ms, pause_ms=pause_ms, busy_wait_s=busy_wait_s) as w:
         w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         release_leftover_hold(w, schema, profile.keeper_dir, journal)  # a killed run's, if any
         res.fts_merge_steps, res.fts_left = _merge_fts(w, schema, res.live)

@@ -2,18 +2,21 @@
 
 Each command group lives in its own module here and is registered below by name, and
 imported only when used: ``run`` from cron should not pay for the report's renderer.
-Errors the user can act on (:class:`KeeperError`) print one line and exit 2.
+Errors the user can act on (:class:`KeeperError`) print one line and exit 2; a database
+another process keeps locked (a read that waited past its timeout) is "try later", exit 75.
 """
 
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import sys
 
 import click
 
 from hermes_keeper import __version__
-from hermes_keeper.errors import KeeperError, os_error_line
+from hermes_keeper.errors import EXIT_TRY_LATER, KeeperError, os_error_line
+from hermes_keeper.sqlite.connect import is_busy
 
 #: command name -> "module:attribute" under this package.
 COMMANDS = {
@@ -46,6 +49,11 @@ class KeeperGroup(click.Group):
         except KeeperError as exc:
             click.echo(f"hermes-keeper: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            click.echo(f"hermes-keeper: {exc}: Hermes is busy; try again later", err=True)
+            sys.exit(EXIT_TRY_LATER)
         except OSError as exc:  # read-only home, full disk, permissions: one line, not a traceback
             click.echo(f"hermes-keeper: {os_error_line(exc)}", err=True)
             sys.exit(KeeperError.exit_code)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hermes_keeper.backup.compact import compact
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
+from hermes_keeper.errors import TryLater
 from hermes_keeper.fs import is_inside
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
@@ -69,6 +70,25 @@ class RunResult:
             "compact": self.compact,
             "summary": self.summary(),
         }
+
+
+def writer_figures(w: Writer, hold: MergeHold) -> dict:
+    """The run's lock use, for ``--json`` and the journal: where its time went and what it waited."""
+    s = w.stats
+    return {
+        "transactions": s.transactions,
+        "max_txn_ms": round(s.max_txn_ms, 1),
+        "lock_ms": round(s.total_txn_ms, 1),
+        "over_budget": s.over_budget,
+        "checkpoints": s.checkpoints,
+        "pause_ms": round(s.pause_ms, 1),
+        "busy_retries": s.busy_retries,
+        "busy_wait_ms": round(s.busy_wait_ms, 1),
+        "max_busy_wait_ms": round(s.max_busy_wait_ms, 1),
+        "fts_merge_steps": hold.merge_steps,
+        "fts_merge_ms": round(hold.merge_ms, 1),
+        "fts_max_step_ms": round(hold.max_step_ms, 1),
+    }
 
 
 def close_zombies(plan: Plan, writer: Writer, journal: Journal | None) -> int:
@@ -156,52 +176,54 @@ def apply_plan(
         by_session.setdefault(f.session_id if f.session_id in pruning else None, []).append(f)
     removals: list[Future] = []
     # NORMAL: every change of a run can be redone (deleted rows sit verified in the archive).
-    with (
-        ThreadPoolExecutor(1, thread_name_prefix="keeper-files") as files,
-        Writer(
-            profile.db_path, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms, synchronous="NORMAL"
-        ) as w,
-        MergeHold(w, schema, profile.keeper_dir, journal) as hold,
-    ):
+    w = Writer(
+        profile.db_path,
+        budget_ms=policy.budget_ms,
+        pause_ms=policy.pause_ms,
+        synchronous="NORMAL",
+        busy_wait_s=policy.busy_wait_s,
+    )
+    hold = MergeHold(w, schema, profile.keeper_dir, journal)
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="keeper-files") as files, w, hold:
 
-        def remove(group: list[FileAction]) -> None:
-            if group:
-                removals.append(files.submit(remove_files, profile, group, journal))
+            def remove(group: list[FileAction]) -> None:
+                if group:
+                    removals.append(files.submit(remove_files, profile, group, journal))
 
-        remove(by_session.pop(None, []))
-        res.resumed = resume_pending(profile, schema, w, journal, hold) if policy.archive else 0
-        res.zombies_closed = close_zombies(plan, w, journal)
-        counts = {sid: plan.decisions[sid].messages for sid in plan.prune}
-        res.prune = prune_sessions(
-            profile,
-            plan.prune,
-            archive=policy.archive,
-            journal=journal,
-            message_counts=counts,
-            progress=progress,
-            writer=w,
-            schema=schema,
-            hold=hold,
-            on_pruned=lambda ids: remove([f for sid in ids for f in by_session.get(sid, [])]),
-        )
+            remove(by_session.pop(None, []))
+            res.resumed = resume_pending(profile, schema, w, journal, hold) if policy.archive else 0
+            res.zombies_closed = close_zombies(plan, w, journal)
+            counts = {sid: plan.decisions[sid].messages for sid in plan.prune}
+            res.prune = prune_sessions(
+                profile,
+                plan.prune,
+                archive=policy.archive,
+                journal=journal,
+                message_counts=counts,
+                progress=progress,
+                writer=w,
+                schema=schema,
+                hold=hold,
+                on_pruned=lambda ids: remove([f for sid in ids for f in by_session.get(sid, [])]),
+            )
+    except TryLater as exc:
+        if journal:
+            journal.write("stopped", reason=str(exc), writer=writer_figures(w, hold))
+        raise
     for r in removals:
         n, size = r.result()
         res.files_removed += n
         res.file_bytes += size
-    s = w.stats
-    res.writer = {
-        "transactions": s.transactions,
-        "max_txn_ms": round(s.max_txn_ms, 1),
-        "lock_ms": round(s.total_txn_ms, 1),
-        "over_budget": s.over_budget,
-        "checkpoints": s.checkpoints,
-        "pause_ms": round(s.pause_ms, 1),
-        "fts_merge_steps": hold.merge_steps,
-        "fts_merge_ms": round(hold.merge_ms, 1),
-    }
+    res.writer = writer_figures(w, hold)
     if policy.compact and res.prune.pruned:
         res.compact = compact(
-            profile, budget_ms=policy.budget_ms, pause_ms=policy.pause_ms, backup=False, journal=journal
+            profile,
+            budget_ms=policy.budget_ms,
+            pause_ms=policy.pause_ms,
+            busy_wait_s=policy.busy_wait_s,
+            backup=False,
+            journal=journal,
         ).to_dict()
     after = inspect(profile.db_path, check_timestamps=False)
     res.db_bytes_after = after.used_bytes

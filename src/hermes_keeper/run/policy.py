@@ -8,6 +8,7 @@ backup = true              # snapshot state.db before a run that deletes (no del
 compact = true             # give space back after the run (incremental; VACUUM once when idle)
 budget_ms = 50             # longest write transaction
 pause_ms = 25              # longest rest after each budget of lock time (ends once a writer got in)
+busy_wait = "2m"           # a database busy this long in all stops the run (exit 75, resumed next run)
 
 [retention]                # by source, measured from last activity
 cron = "7d"
@@ -39,7 +40,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS
 
 DAY = 86400.0
 MESSAGING_SOURCES = frozenset(
@@ -123,6 +124,7 @@ class Policy:
     compact: bool = True
     budget_ms: float = DEFAULT_BUDGET_MS
     pause_ms: float = DEFAULT_PAUSE_MS
+    busy_wait_s: float = DEFAULT_BUSY_WAIT_S
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
     max_db_bytes: int | None = None
     low_water: float = 0.8
@@ -146,6 +148,7 @@ class Policy:
             "compact": self.compact,
             "budget_ms": self.budget_ms,
             "pause_ms": self.pause_ms,
+            "busy_wait_s": self.busy_wait_s,
             "retention_s": dict(self.retention_s),
             "max_db_bytes": self.max_db_bytes,
             "low_water": self.low_water,
@@ -162,6 +165,7 @@ _TOP_KEYS = {
     "compact",
     "budget_ms",
     "pause_ms",
+    "busy_wait",
     "retention",
     "disk",
     "files",
@@ -188,6 +192,9 @@ def _apply(policy: Policy, data: dict, label: str) -> None:
     if "zombie_after" in data:
         policy.zombie_after_s = parse_duration(data["zombie_after"], f"{label}: zombie_after")
         policy.origin["zombie_after"] = label
+    if "busy_wait" in data:
+        policy.busy_wait_s = parse_duration(data["busy_wait"], f"{label}: busy_wait")
+        policy.origin["busy_wait"] = label
     for key in ("keep_titled", "archive", "backup", "compact"):
         if key in data:
             setattr(policy, key, bool_of(key, data[key]))
