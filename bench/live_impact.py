@@ -21,7 +21,11 @@ operation left for Hermes to pay (FTS5 segments its automerge then merges inside
 shared and noisy, so (b) and (c) run ``--rounds`` times, alternating, and the summary gives
 the median of the per-round ratios beside the worst writer figures of any keeper run.
 
-    .venv/bin/python bench/live_impact.py [--sessions 2000] [--messages 120000] [--rounds 3]
+    .venv/bin/python bench/live_impact.py [--size 240MB|2GB|5GB] [--shape hermes|imported] [--rounds 3]
+
+(``--sessions`` / ``--messages`` give any other home.) Hermes's own FTS5 'optimize', which the
+stand-in's SessionDB runs inside every 1,000th write, is listed apart ("hermes optimize"): it
+takes seconds on a big home with or without any maintenance beside it.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.homes import bench_home, copy_home, live_writer  # noqa: E402
+from bench.homes import SHAPES, SIZES, bench_home, copy_home, live_writer  # noqa: E402
 from hermes_keeper.journal import read_journal  # noqa: E402
 from hermes_keeper.sqlite.fts import fts5_tables  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
@@ -82,7 +86,7 @@ def used_bytes(home: Path) -> int:
 #: The keeper with its FTS5 merges skipped: not a mode it has (it would leave Hermes's next
 #: writes to merge the run's tombstones), only what the merges cost, measured.
 WITHOUT_MERGES = (
-    "import sys; from hermes_keeper import fts; from hermes_keeper.cli import main;"
+    "import sys; from hermes_keeper.sqlite import fts; from hermes_keeper.cli import main;"
     " fts.MergeHold._merge = lambda *a, **k: None; sys.argv[0] = 'hermes-keeper'; main()"
 )
 
@@ -166,7 +170,14 @@ def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
         **w.stats,
         "after_max_ms": w.after["max_ms"],
         "after_failures": w.after["failures"],
+        "optimize_ms": w.optimize_ms,
     }
+
+
+def base_home(args: argparse.Namespace) -> Path:
+    """The cached home of ``--size`` (or ``--sessions`` / ``--messages``) and ``--shape``."""
+    sessions, messages = SIZES[args.size] if args.size else (args.sessions, args.messages)
+    return bench_home(sessions, messages, shape=args.shape)
 
 
 def main() -> None:
@@ -174,6 +185,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--messages", type=int, default=120_000)
+    ap.add_argument(
+        "--size", choices=SIZES, default=None, help="a home of about this size (overrides the two above)"
+    )
+    ap.add_argument(
+        "--shape", choices=SHAPES, default="hermes", help="built by Hermes, or imported in big transactions"
+    )
     ap.add_argument("--budget-ms", type=float, default=None, help="keeper.toml budget_ms for (c)")
     ap.add_argument("--pause-ms", type=float, default=None, help="keeper.toml pause_ms for (c)")
     ap.add_argument("--only-keeper", action="store_true", help="skip (a) and the per-session floor")
@@ -186,14 +203,11 @@ def main() -> None:
     for key, value in (("budget_ms", args.budget_ms), ("pause_ms", args.pause_ms)):
         if value is not None:
             POLICY = f"{key} = {value}\n" + POLICY
-    base = bench_home(args.sessions, args.messages)
+    base = base_home(args)
     work = Path(tempfile.mkdtemp(prefix="live-impact-"))
     hermes = Hermes()
     ids = selection(copy_home(base, work / "select"))
-    print(
-        f"home: {args.sessions} sessions, {db_bytes(base) / 1e6:.0f} MB;"
-        f" keeper selection: {len(ids)} sessions"
-    )
+    print(f"home: {base.name}, {db_bytes(base) / 1e6:.0f} MB; keeper selection: {len(ids)} sessions")
 
     def hermes_prune(home):
         out = subprocess.run(
@@ -251,6 +265,11 @@ def main() -> None:
             f"{r['name']:26} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:9.1f} {r['failures']:5d}"
             f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
             f" {r['unused'] / 1e6:9.1f} {r['after_max_ms']:13.1f} {r['after_failures']:4d}"
+            + (
+                f"  hermes optimize: {', '.join(f'{x:.0f}' for x in r['optimize_ms'])} ms"
+                if r["optimize_ms"]
+                else ""
+            )
         )
     for i, (wr, merges) in enumerate(writers, 1):
         print(f"keeper writer (run #{i}): {wr}")
