@@ -150,3 +150,19 @@ def test_a_merge_step_that_runs_long_while_hermes_runs_is_rolled_back(home, herm
     res = compact(select_profiles(home)[0])
     assert res.live and "messages_fts_trigram" in res.fts_left
     assert hermes_view(hermes, home) == expected  # nothing half-merged
+
+
+def test_run_beside_hermes_says_reclaimable_not_freed_for_pages_left_in_the_file(home, hold_open):
+    """auto_vacuum none and Hermes holding the database: the file cannot shrink, and the summary says so."""
+    policy = 'backup = false\n[retention]\ndefault = "1d"\ncron = "1d"\ncli = "1d"\n'
+    (home / "keeper.toml").write_text(policy)
+    hold_open(home / "state.db")
+    out = CliRunner().invoke(main, ["run", "--json", "--home", str(home)])
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.output)["profiles"][0]
+    assert res["pruned"] > 0 and res["compact"]["auto_vacuum_after"] == "none"
+    assert res["file_bytes_after"] == res["file_bytes_before"]  # nothing came back from state.db
+    assert res["freed_bytes"] == res["file_bytes"]  # only the removed session files
+    assert res["reclaimable_bytes"] > 1_000_000
+    assert f"reclaimable={res['reclaimable_bytes'] / 1e6:.0f}MB" in res["summary"]
+    assert "compact --wait-idle" in res["summary"]

@@ -26,6 +26,10 @@ from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import Writer
 
+#: Free pages in the file worth a word in the summary.
+RECLAIMABLE_NOTE_BYTES = 1_000_000
+RECLAIM_HOW = "free pages: `hermes-keeper compact --wait-idle` gives them back once Hermes stops"
+
 
 @dataclass
 class RunResult:
@@ -35,21 +39,33 @@ class RunResult:
     resumed: int = 0
     files_removed: int = 0
     file_bytes: int = 0
-    db_bytes_before: int = 0
+    db_bytes_before: int = 0  # pages in use (the file's pages minus its freelist)
     db_bytes_after: int = 0
+    file_bytes_before: int = 0  # the database file's pages: what the disk holds
+    file_bytes_after: int = 0
+    reclaimable_bytes: int = 0  # free pages left in the file after the run
     remaining_sessions: int = 0
     remaining_messages: int = 0
     writer: dict = field(default_factory=dict)
     backup: str | None = None
     compact: dict | None = None
 
+    @property
+    def freed_bytes(self) -> int:
+        """Bytes given back to the disk: the file's shrink and the files removed. Pages freed
+        inside state.db are not: they stay in the file until a vacuum (``reclaimable_bytes``)."""
+        return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
+
     def summary(self) -> str:
-        freed = max(0, self.db_bytes_before - self.db_bytes_after) + self.file_bytes
-        return (
+        text = (
             f"{self.profile}: zombies={self.zombies_closed} pruned={len(self.prune.pruned)} "
-            f"archived={len(self.prune.archived)} files={self.files_removed} freed={freed / 1e6:.0f}MB "
+            f"archived={len(self.prune.archived)} files={self.files_removed} "
+            f"freed={self.freed_bytes / 1e6:.0f}MB "
             f"remaining={self.remaining_sessions} sessions, {self.remaining_messages} messages"
         )
+        if self.reclaimable_bytes >= RECLAIMABLE_NOTE_BYTES:
+            text += f"; reclaimable={self.reclaimable_bytes / 1e6:.0f}MB still in state.db ({RECLAIM_HOW})"
+        return text
 
     def to_dict(self) -> dict:
         return {
@@ -64,6 +80,10 @@ class RunResult:
             "file_bytes": self.file_bytes,
             "db_bytes_before": self.db_bytes_before,
             "db_bytes_after": self.db_bytes_after,
+            "file_bytes_before": self.file_bytes_before,
+            "file_bytes_after": self.file_bytes_after,
+            "freed_bytes": self.freed_bytes,
+            "reclaimable_bytes": self.reclaimable_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "writer": self.writer,
             "backup": self.backup,
@@ -164,7 +184,7 @@ def apply_plan(
     """
     schema = schema or inspect(profile.db_path)
     schema.require_actionable()
-    res = RunResult(profile.name, db_bytes_before=schema.used_bytes)
+    res = RunResult(profile.name, db_bytes_before=schema.used_bytes, file_bytes_before=schema.db_bytes)
     if policy.backup and plan.prune:
         res.backup = take_backup(profile, journal=journal).name
         apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
@@ -227,6 +247,7 @@ def apply_plan(
         ).to_dict()
     after = inspect(profile.db_path, check_timestamps=False)
     res.db_bytes_after = after.used_bytes
+    res.file_bytes_after, res.reclaimable_bytes = after.db_bytes, after.free_bytes
     conn = connect_ro(profile.db_path)
     try:
         res.remaining_sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
