@@ -185,3 +185,14 @@ def test_small_database_is_converted_beside_a_quiet_hermes(home, hermes, hold_op
     assert 0 < res["vacuum_estimate_s"] <= compact_mod.LIVE_VACUUM_STALL_S
     assert not list((home / "keeper").glob("vacuum-estimate-*"))  # the timed copy is gone
     assert hermes_view(hermes, home) == expected
+
+
+def test_plan_announces_the_one_time_vacuum(home):
+    (home / "keeper.toml").write_text('[retention]\ndefault = "1d"\ncron = "1d"\ncli = "1d"\n')
+    out = CliRunner().invoke(main, ["plan", "--json", "--home", str(home)])
+    plan = json.loads(out.output)["profiles"][0]
+    assert plan["prune"]["sessions"] > 0
+    announced = plan["compact"]
+    assert announced.startswith("one-time VACUUM") and "estimated stall is at most 3 s" in announced
+    text = CliRunner().invoke(main, ["plan", "--home", str(home)]).output
+    assert "then compact: one-time VACUUM" in text

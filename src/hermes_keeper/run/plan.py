@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
+from hermes_keeper.backup.compact import LIVE_VACUUM_STALL_S
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 
@@ -95,6 +96,7 @@ class Plan:
     kept_files: list[FileAction] = field(default_factory=list)
     db_bytes: int = 0
     est_freed_bytes: int = 0
+    compact: str = ""  # how the run's compact step gives the freed pages back ("": it does not run)
     remaining_sessions: int = 0
     remaining_messages: int = 0
 
@@ -129,6 +131,7 @@ class Plan:
             "by_source": self.by_source(),
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
+            "compact": self.compact,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
         }
         if verbose:
@@ -206,6 +209,17 @@ def _depth_order(members: list[str], survey: Survey) -> list[str]:
     return sorted(members, key=lambda m: (-depth(m), m))
 
 
+def compact_step(auto_vacuum: str | None, live_bytes: int) -> str:
+    """The run's compact step, announced: a full VACUUM stalls Hermes's writes while it runs."""
+    if auto_vacuum == "incremental":
+        return "incremental vacuum in budgeted steps"
+    return (
+        f"one-time VACUUM to incremental auto-vacuum (~{live_bytes >> 20} MiB to copy): with Hermes"
+        f" stopped, or beside it if its estimated stall is at most {LIVE_VACUUM_STALL_S:.0f} s at a"
+        " quiet moment; otherwise the freed pages stay reclaimable in state.db"
+    )
+
+
 def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None = None) -> Plan:
     db_bytes = survey.schema.db_bytes if db_bytes is None else db_bytes
     plan = Plan(profile=survey.profile.name, now=now, db_bytes=db_bytes)
@@ -274,6 +288,8 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     for _, members in sorted((_first_row(members, survey), members) for _, _, members in chosen):
         plan.prune.extend(_depth_order(members, survey))
     plan.est_freed_bytes = freed
+    if policy.compact and plan.prune:
+        plan.compact = compact_step(survey.schema.auto_vacuum, db_bytes - freed)
 
     pruned = set(plan.prune)
     for f in survey.files:
