@@ -194,6 +194,9 @@ def main() -> None:
     ap.add_argument("--budget-ms", type=float, default=None, help="keeper.toml budget_ms for (c)")
     ap.add_argument("--pause-ms", type=float, default=None, help="keeper.toml pause_ms for (c)")
     ap.add_argument("--only-keeper", action="store_true", help="skip (a) and the per-session floor")
+    ap.add_argument(
+        "--no-probes", action="store_true", help="skip the per-session floor and the run without merges"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (b) and (c)")
     ap.add_argument("--tail-s", type=float, default=TAIL_S, help="the writer goes on this long after each")
     args = ap.parse_args()
@@ -240,6 +243,7 @@ def main() -> None:
     rows = []
     if not args.only_keeper:
         rows.append(scenario("hermes prune+vacuum", base, work, hermes_prune))
+    if not (args.only_keeper or args.no_probes):
         rows.append(scenario("1 txn, stmt per session", base, work, lambda h: floor(h, per_session=True)))
         rows.append(scenario("keeper, FTS merges skipped", base, work, keeper_unmerged, "compact = false\n"))
     ratios, same_work, runs, writers, floors, keepers = [], [], [], [], [], []
