@@ -217,8 +217,10 @@ def main() -> None:
             [str(hermes.python), str(Path(__file__).parent / "hermes_prune.py"), str(home), "7"],
             capture_output=True,
             text=True,
-            check=True,
         )
+        if out.returncode:  # Hermes's own maintenance failed (database is locked, say): a figure too
+            print(f"hermes prune+vacuum failed: {out.stderr.strip().splitlines()[-1]}")
+            return -1
         return json.loads(out.stdout)["pruned"]
 
     def floor(home, per_session=False, optimize=()):
