@@ -123,6 +123,7 @@ class LiveWriter:
     #: Hermes's own FTS5 'optimize' (every 1,000 of its writes, inside one): the latencies of
     #: those writes, apart from ``stats`` and ``after``, which measure what the operation costs.
     optimize_ms: list[float]
+    checkpoint_ms: list[float]  # the same for Hermes's own PASSIVE checkpoint (every 50 writes)
     timeline: list[tuple[float, float]]  # (wall-clock start, latency ms) of every write
 
 
@@ -179,8 +180,11 @@ def live_writer(
         proc.wait(timeout=120)
         data = json.loads(out.read_text())
         failed, optimized = set(data["failed"]), set(data.get("optimized", []))
+        checkpointed = set(data.get("checkpointed", []))
         w.timeline = list(zip(data["started"], data["latencies_ms"], strict=True))
         w.optimize_ms = [data["latencies_ms"][i] for i in sorted(optimized)]
+        w.checkpoint_ms = [data["latencies_ms"][i] for i in sorted(checkpointed)]
+        optimized |= checkpointed
         during = [i for i, t in enumerate(data["started"]) if t < ended and i not in optimized]
         tail = [i for i, t in enumerate(data["started"]) if t >= ended and i not in optimized]
         for name, idx in (("stats", during), ("after", tail)):
