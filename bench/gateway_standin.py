@@ -2,8 +2,11 @@
 
 Runs under the Python of a hermes-agent virtualenv (see bench/homes.py). Records the
 latency of every ``append_message`` call and every failure (Hermes gives up on a write
-after ~15 s of ``database is locked``: that is a lost message). Stops when the stop
-file appears, then writes its figures as JSON.
+after ~15 s of ``database is locked``: that is a lost message), and which calls ran
+Hermes's own FTS5 'optimize' (every 1,000 writes of a SessionDB, inside the call: on a big
+home it alone takes seconds, keeper or not), and which ran its PASSIVE checkpoint (every 50
+writes, inside the call: after an optimize it copies the rewritten index out of the WAL).
+Stops when the stop file appears, then writes its figures as JSON.
 """
 
 import argparse
@@ -26,7 +29,9 @@ def main() -> None:
     db = hermes_state.SessionDB(args.home / "state.db")
     sid = f"standin_{os.getpid()}"
     db.create_session(sid, "telegram")
-    latencies, started, failed, errors = [], [], [], []
+    latencies, started, failed, errors, optimized, checkpointed = [], [], [], [], [], []
+    every = getattr(db, "_OPTIMIZE_EVERY_N_WRITES", 0)
+    every_checkpoint = getattr(db, "_CHECKPOINT_EVERY_N_WRITES", 0)
     interval = 1.0 / args.rate
     args.ready.write_text("ready")
     next_at = time.perf_counter()
@@ -42,12 +47,26 @@ def main() -> None:
             errors.append(f"{type(exc).__name__}: {exc}")
             failed.append(n)
         latencies.append((time.perf_counter() - t0) * 1000.0)
+        count = getattr(db, "_write_count", 1)
+        if every and count % every == 0 and n not in failed:
+            optimized.append(n)
+        elif every_checkpoint and count % every_checkpoint == 0 and n not in failed:
+            checkpointed.append(n)
         n += 1
         next_at += interval
         time.sleep(max(0.0, next_at - time.perf_counter()))
     db.close()
     args.out.write_text(
-        json.dumps({"latencies_ms": latencies, "started": started, "failed": failed, "errors": errors[:20]})
+        json.dumps(
+            {
+                "latencies_ms": latencies,
+                "started": started,
+                "failed": failed,
+                "optimized": optimized,
+                "checkpointed": checkpointed,
+                "errors": errors[:20],
+            }
+        )
     )
 
 

@@ -1,13 +1,16 @@
 """Benchmark homes made by real Hermes, and the live gateway stand-in around an operation.
 
 ``bench_home()`` builds (once, cached in .cache/bench/) a home through Hermes's own
-SessionDB from ``hermes_keeper.demo.generate`` specs; ``copy_home`` gives each scenario an
-identical copy; ``with live_writer(home) as w:`` runs bench/gateway_standin.py beside the
-operation and ``w.stats`` then holds p50/p99/max latency and failures.
+SessionDB from ``hermes_keeper.demo.generate`` specs, or with ``shape="imported"`` one whose
+messages went in by big transactions, as an import leaves them (``imported_home``);
+``copy_home`` gives each scenario an identical copy; ``with live_writer(home) as w:`` runs
+bench/gateway_standin.py beside the operation and ``w.stats`` then holds p50/p99/max latency
+and failures.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,8 +33,21 @@ CACHE = ROOT / ".cache" / "bench"
 STANDIN = Path(__file__).resolve().parent / "gateway_standin.py"
 
 
-def bench_home(sessions: int = 2000, messages: int = 120_000, version: str = "0.19.0") -> Path:
+#: ``--size`` of the benches: (sessions, messages), about 2 KB of state.db per message (FTS included).
+SIZES = {"240MB": (2000, 120_000), "2GB": (8000, 1_000_000), "5GB": (20_000, 2_500_000)}
+SHAPES = ("hermes", "imported")
+#: Messages per transaction of an imported home, and the FTS5 settings of the import: automerge
+#: off as bulk loads do, so its segments pile up (crisismerge caps them below FTS5's 2,000 ids).
+IMPORT_TXN_MESSAGES = 2000
+IMPORT_FTS = {"automerge": 0, "crisismerge": 200}
+
+
+def bench_home(
+    sessions: int = 2000, messages: int = 120_000, version: str = "0.19.0", shape: str = "hermes"
+) -> Path:
     """A cached home of ``sessions`` sessions / ~``messages`` messages built by real Hermes."""
+    if shape == "imported":
+        return imported_home(sessions, messages)
     per = demo.messages_per_session_for(messages, sessions)
     dest = CACHE / f"hermes-{version}-{sessions}x{per}"
     if (dest / ".ready").exists():
@@ -58,6 +74,42 @@ def bench_home(sessions: int = 2000, messages: int = 120_000, version: str = "0.
     return dest
 
 
+def imported_home(sessions: int, messages: int) -> Path:
+    """A cached home whose messages were inserted :data:`IMPORT_TXN_MESSAGES` at a time, with
+    automerge off (:data:`IMPORT_FTS`): each FTS5 index then holds a hundred segments or more on
+    one level, the shape an import or a one-time FTS rebuild leaves (147 on a level in the issue's
+    2 GB home). Hermes's settings are put back afterwards, so its writes merge as usual."""
+    per = demo.messages_per_session_for(messages, sessions)
+    dest = CACHE / f"imported-{sessions}x{per}"
+    if (dest / ".ready").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    spec = demo.generate(time.time(), sessions=sessions, messages_per_session=per)
+    rows = [(s["id"], *m) for s in spec.sessions for m in s.get("messages", [])]
+    # The sessions (and files) as demo writes them; the messages in big transactions after.
+    demo.build_home(dest, dataclasses.replace(spec, sessions=[{**s, "messages": []} for s in spec.sessions]))
+    conn = sqlite3.connect(dest / "state.db", isolation_level=None)
+    conn.execute("PRAGMA synchronous=OFF")
+    tables = ("messages_fts", "messages_fts_trigram")
+    for t in tables:
+        for key, value in IMPORT_FTS.items():
+            conn.execute(f"INSERT INTO {t}({t}, rank) VALUES(?, ?)", (key, value))
+    for i in range(0, len(rows), IMPORT_TXN_MESSAGES):
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?,?,?,?)",
+            rows[i : i + IMPORT_TXN_MESSAGES],
+        )
+        conn.execute("COMMIT")
+    for t in tables:
+        conn.execute(f"DELETE FROM {t}_config WHERE k IN ('automerge', 'crisismerge')")
+    conn.execute("UPDATE sessions SET message_count = (SELECT count(*) FROM messages WHERE session_id = id)")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    (dest / ".ready").touch()
+    return dest
+
+
 def copy_home(src: Path, dst: Path) -> Path:
     """An identical copy, flushed to disk so the kernel's writeback does not land mid-measurement."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ready", "keeper", "keeper.lock"))
@@ -68,6 +120,10 @@ def copy_home(src: Path, dst: Path) -> Path:
 class LiveWriter:
     stats: dict  # the writes that started before the block ended (the warm-up's too)
     after: dict  # the writes that started in the tail after it
+    #: Hermes's own FTS5 'optimize' (every 1,000 of its writes, inside one): the latencies of
+    #: those writes, apart from ``stats`` and ``after``, which measure what the operation costs.
+    optimize_ms: list[float]
+    checkpoint_ms: list[float]  # the same for Hermes's own PASSIVE checkpoint (every 50 writes)
     timeline: list[tuple[float, float]]  # (wall-clock start, latency ms) of every write
 
 
@@ -123,10 +179,14 @@ def live_writer(
         stop.touch()
         proc.wait(timeout=120)
         data = json.loads(out.read_text())
-        failed = set(data["failed"])
+        failed, optimized = set(data["failed"]), set(data.get("optimized", []))
+        checkpointed = set(data.get("checkpointed", []))
         w.timeline = list(zip(data["started"], data["latencies_ms"], strict=True))
-        during = [i for i, t in enumerate(data["started"]) if t < ended]
-        tail = [i for i, t in enumerate(data["started"]) if t >= ended]
+        w.optimize_ms = [data["latencies_ms"][i] for i in sorted(optimized)]
+        w.checkpoint_ms = [data["latencies_ms"][i] for i in sorted(checkpointed)]
+        optimized |= checkpointed
+        during = [i for i, t in enumerate(data["started"]) if t < ended and i not in optimized]
+        tail = [i for i, t in enumerate(data["started"]) if t >= ended and i not in optimized]
         for name, idx in (("stats", during), ("after", tail)):
             stats = latency_stats([data["latencies_ms"][i] for i in idx], len(failed.intersection(idx)))
             setattr(w, name, stats)

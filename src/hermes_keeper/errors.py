@@ -6,6 +6,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from hermes_keeper.sqlite.connect import is_busy
+
 #: sysexits.h EX_TEMPFAIL: a scheduler or monitor should simply try again later.
 EXIT_TRY_LATER = getattr(os, "EX_TEMPFAIL", 75)
 
@@ -77,6 +79,8 @@ def failure_line(exc: BaseException, where: Path | None = None) -> tuple[str, in
         return str(exc), exc.exit_code
     if isinstance(exc, OSError):  # read-only home, permissions: refused, nothing changed
         return os_error_line(exc), KeeperError.exit_code
+    if is_busy(exc):  # another process kept the database locked past every wait
+        return f"{exc}: Hermes is busy; nothing lost, try again later", EXIT_TRY_LATER
     if isinstance(exc, sqlite3.Error):
         return f"SQLite: {exc} (run with --debug for details)", 1
     return f"unexpected error: {type(exc).__name__}: {exc} (run with --debug for details)", 1

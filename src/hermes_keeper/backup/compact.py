@@ -4,8 +4,10 @@ With ``auto_vacuum = INCREMENTAL``, ``PRAGMA incremental_vacuum(N)`` frees pages
 short budgeted transactions (each row that pragma returns is one freed page, so every
 row must be fetched). With ``auto_vacuum = NONE`` only a full ``VACUUM`` can switch the
 mode, and VACUUM blocks every writer for the whole rewrite: we do it once, after a
-backup, and only when no other process has the database open; otherwise we report
-what is reclaimable and wait (``wait_idle_s``) or leave it for the next idle moment.
+backup, when no other process has the database open, or beside a running Hermes when
+its estimated stall (:func:`estimate_vacuum_s`) fits well inside Hermes's ~15 s of write
+retries and Hermes has gone quiet for a moment; otherwise we report what is reclaimable
+and leave it for the next such moment.
 FTS5 indexes get bounded ``merge`` steps, never the unbounded ``optimize``.
 """
 
@@ -13,20 +15,22 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
+from hermes_keeper.fs import private_dir
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
-from hermes_keeper.sqlite.connect import connect_rw
+from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import Holder, find_holders, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Writer
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
 #: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the
@@ -35,6 +39,18 @@ WAL_LIMIT_BYTES = 4 << 20
 #: Longest an FTS merge step may hold the write lock while Hermes runs (Hermes's busy handler
 #: then still gets the lock well inside its first second).
 FTS_STEP_LIMIT_MS = 120.0
+#: The one-time VACUUM may run while Hermes holds the database if it should hold the lock at most
+#: this long: Hermes's writers retry for ~15 s (a 1 s busy timeout, 15 tries), so none is lost.
+LIVE_VACUUM_STALL_S = 3.0
+#: VACUUM's time over a ``VACUUM INTO`` copy of the same database: it copies out, then back in.
+VACUUM_COPY_FACTOR = 2.0
+#: Copying never goes faster than this: a database too big to fit the stall even so is not copied
+#: to find out.
+MAX_COPY_BYTES_PER_S = 1 << 30
+#: A quiet moment: no other connection committed for this long ...
+QUIET_S = 1.0
+#: ... looked for this long when the command gives no ``--wait-idle`` (a run's end, say).
+QUIET_WAIT_S = 5.0
 
 
 @dataclass
@@ -52,6 +68,7 @@ class ReclaimResult:
     fts_left: list[str] = field(default_factory=list)  # indexes whose merge waits for an idle run
     live: bool = False  # another process held the database: no full FTS merge, no WAL truncation
     vacuumed: bool = False
+    vacuum_estimate_s: float | None = None  # the estimated stall of a VACUUM beside Hermes
     backup: str | None = None
     holders: list[str] = field(default_factory=list)
     note: str = ""
@@ -135,6 +152,57 @@ def _wait_idle(db_path: Path, wait_s: float | None) -> list:
     return holders
 
 
+def estimate_vacuum_s(db: Path, scratch: Path) -> float:
+    """Seconds a VACUUM of ``db`` would hold the lock: a ``VACUUM INTO`` copy of it timed (one read
+    transaction: Hermes keeps writing meanwhile), times :data:`VACUUM_COPY_FACTOR`."""
+    folder = Path(tempfile.mkdtemp(prefix="vacuum-estimate-", dir=private_dir(scratch)))
+    conn = connect_ro(db, query_only=False)
+    try:
+        t0 = time.perf_counter()
+        conn.execute("VACUUM INTO ?", (str(folder / "copy.db"),))
+        return (time.perf_counter() - t0) * VACUUM_COPY_FACTOR
+    finally:
+        conn.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def wait_quiet(db: Path, quiet_s: float, wait_s: float) -> bool:
+    """Until no other connection has committed for ``quiet_s`` (``data_version``); False after ``wait_s``."""
+    conn = connect_ro(db)
+    try:
+        deadline = time.monotonic() + wait_s
+        version, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            now_version = conn.execute("PRAGMA data_version").fetchone()[0]
+            if now_version != version:
+                version, since = now_version, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return True
+            time.sleep(0.05)
+        return False
+    finally:
+        conn.close()
+
+
+def _live_vacuum_fits(
+    profile: Profile, res: ReclaimResult, used_bytes: int, wait_idle_s: float | None
+) -> str:
+    """Why the one-time VACUUM may not run beside Hermes now ("" if it may): its estimated stall
+    or no quiet moment."""
+    if used_bytes / MAX_COPY_BYTES_PER_S * VACUUM_COPY_FACTOR > LIVE_VACUUM_STALL_S:
+        limit = LIVE_VACUUM_STALL_S
+        return f"a VACUUM of {used_bytes >> 20} MiB would stall Hermes's writes over {limit:.0f} s"
+    res.vacuum_estimate_s = round(estimate_vacuum_s(profile.db_path, profile.keeper_dir), 2)
+    if res.vacuum_estimate_s > LIVE_VACUUM_STALL_S:
+        return (
+            f"a VACUUM would stall Hermes's writes about {res.vacuum_estimate_s:.1f} s"
+            f" (over {LIVE_VACUUM_STALL_S:.0f} s)"
+        )
+    if not wait_quiet(profile.db_path, QUIET_S, QUIET_WAIT_S if wait_idle_s is None else wait_idle_s):
+        return f"Hermes did not pause writing for {QUIET_S:.0f} s"
+    return ""
+
+
 def _convert(
     profile: Profile,
     schema: SchemaInfo,
@@ -142,8 +210,10 @@ def _convert(
     allow_full_vacuum: bool,
     backup: bool,
     journal: Journal | None,
+    wait_idle_s: float | None = None,
 ) -> list[Holder]:
-    """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL, only when nobody holds the db.
+    """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL: when nobody holds the db,
+    or beside Hermes when it fits (:func:`_live_vacuum_fits`).
 
     Returns the holders it found: the scan the VACUUM was decided on (again after a backup).
     """
@@ -159,8 +229,9 @@ def _convert(
     if not allow_full_vacuum:
         res.note = f"{reclaimable}; full VACUUM not allowed, so {later}"
         return holders
-    if holders:
-        res.note = f"{reclaimable}; {later} (now held by {'; '.join(res.holders)})"
+    why_not = _live_vacuum_fits(profile, res, info.used_bytes, wait_idle_s) if holders else ""
+    if why_not:
+        res.note = f"{reclaimable}; {why_not}, so {later} (now held by {'; '.join(res.holders)})"
         return holders
     need, free = 2 * info.used_bytes + RESERVE_BYTES, shutil.disk_usage(db.parent).free
     if free < need:
@@ -170,16 +241,19 @@ def _convert(
         return holders
     if backup:
         res.backup = take_backup(profile, journal=journal, schema=info, holders=holders).name
-        holders = find_holders(db)  # the backup took a while: Hermes may have opened it since
-        if holders:
+        now = find_holders(db)  # the backup took a while: Hermes may have opened it since
+        if now and not holders:
             res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
-            return holders
+            return now
+        holders = now
     conn = connect_rw(db, busy_timeout_s=5)
     try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)" if holders else "PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("VACUUM")
     except sqlite3.Error as exc:
+        if is_busy(exc):
+            raise TryLater(f"VACUUM of {profile.name} found the database busy; nothing changed") from None
         raise KeeperError(
             f"VACUUM of {profile.name} failed ({exc}); SQLite rolled it back, no data changed"
         ) from None
@@ -194,11 +268,13 @@ def compact(
     *,
     budget_ms: float = DEFAULT_BUDGET_MS,
     pause_ms: float = DEFAULT_PAUSE_MS,
+    busy_wait_s: float = DEFAULT_BUSY_WAIT_S,
     wait_idle_s: float | None = None,
     allow_full_vacuum: bool = True,
     journal: Journal | None = None,
 ) -> ReclaimResult:
-    """FTS merges and incremental vacuum in budgeted steps; the one-time conversion only when idle.
+    """FTS merges and incremental vacuum in budgeted steps; the one-time conversion when idle, or
+    beside Hermes when its estimated stall fits (:data:`LIVE_VACUUM_STALL_S`) at a quiet moment.
 
     What runs depends on whether another process holds the database (after waiting up to
     ``wait_idle_s`` for it to let go): live, only Hermes-style FTS merges, no VACUUM, no WAL
@@ -217,8 +293,18 @@ def compact(
         )
     # --wait-idle: give Hermes up to that long to stop, so the full work (VACUUM, FTS merge) can run.
     live = bool(_wait_idle(profile.db_path, wait_idle_s))
-    with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms) as w:
-        return _compact(profile, w, schema, live, allow_full_vacuum, journal, standalone=True, t0=t0)
+    with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, busy_wait_s=busy_wait_s) as w:
+        return _compact(
+            profile,
+            w,
+            schema,
+            live,
+            allow_full_vacuum,
+            journal,
+            standalone=True,
+            t0=t0,
+            wait_idle_s=wait_idle_s,
+        )
 
 
 def compact_run(ctx: RunContext) -> ReclaimResult:
@@ -236,6 +322,7 @@ def _compact(
     journal: Journal | None,
     standalone: bool = False,
     t0: float | None = None,
+    wait_idle_s: float | None = None,
 ) -> ReclaimResult:
     """Merges and incremental vacuum through ``w``, which it then closes: a VACUUM must be the
     only connection of ours. The WAL is truncated only when a scan made here found nobody.
@@ -264,7 +351,7 @@ def _compact(
     w.close()
     holders = None
     if schema.auto_vacuum == "none":
-        holders = _convert(profile, schema, res, allow_full_vacuum, standalone, journal)
+        holders = _convert(profile, schema, res, allow_full_vacuum, standalone, journal, wait_idle_s)
     if res.live:
         res.note = "; ".join(
             filter(

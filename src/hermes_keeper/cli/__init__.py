@@ -2,7 +2,8 @@
 
 Each command group lives in its own module here and is registered below by name, and
 imported only when used: ``run`` from cron should not pay for the report's renderer.
-Every failure prints one line and exits with its code (:func:`errors.failure_line`).
+Every failure prints one line and exits with its code (:func:`errors.failure_line`); a
+database another process keeps locked is "try later", exit 75.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         markup=False,
         soft_wrap=True,
     )
+    if plan.compact:
+        console.print(f"then compact: {plan.compact}")
     t = Table(title="By source")
     for col in ("source", "prune", "keep", "messages", "~bytes"):
         t.add_column(col, justify="left" if col == "source" else "right")

@@ -16,7 +16,7 @@ from pathlib import Path
 from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
 from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
@@ -24,9 +24,14 @@ from hermes_keeper.run.plan import REFUSE, SNAPSHOT, ZOMBIE_END_REASON, FileActi
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import live_guards, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo
 from hermes_keeper.sqlite.writer import Writer
+
+#: Free pages in the file worth a word in the summary.
+RECLAIMABLE_NOTE_BYTES = 1_000_000
+RECLAIM_HOW = "free pages: `hermes-keeper compact --wait-idle` gives them back once Hermes stops"
 
 
 @dataclass
@@ -37,8 +42,11 @@ class RunResult:
     resumed: int = 0
     files_removed: int = 0
     file_bytes: int = 0
-    db_bytes_before: int = 0
+    db_bytes_before: int = 0  # pages in use (the file's pages minus its freelist)
     db_bytes_after: int = 0
+    file_bytes_before: int = 0  # the database file's pages: what the disk holds
+    file_bytes_after: int = 0
+    reclaimable_bytes: int = 0  # free pages left in the file after the run
     remaining_sessions: int = 0
     remaining_messages: int = 0
     writer: dict = field(default_factory=dict)
@@ -46,13 +54,22 @@ class RunResult:
     safeguard: str = ""
     compact: dict | None = None
 
+    @property
+    def freed_bytes(self) -> int:
+        """Bytes given back to the disk: the file's shrink and the files removed. Pages freed
+        inside state.db are not: they stay in the file until a vacuum (``reclaimable_bytes``)."""
+        return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
+
     def summary(self) -> str:
-        freed = max(0, self.db_bytes_before - self.db_bytes_after) + self.file_bytes
-        return (
+        text = (
             f"{self.profile}: zombies={self.zombies_closed} pruned={len(self.prune.pruned)} "
-            f"archived={len(self.prune.archived)} files={self.files_removed} freed={freed / 1e6:.0f}MB "
+            f"archived={len(self.prune.archived)} files={self.files_removed} "
+            f"freed={self.freed_bytes / 1e6:.0f}MB "
             f"remaining={self.remaining_sessions} sessions, {self.remaining_messages} messages"
         )
+        if self.reclaimable_bytes >= RECLAIMABLE_NOTE_BYTES:
+            text += f"; reclaimable={self.reclaimable_bytes / 1e6:.0f}MB still in state.db ({RECLAIM_HOW})"
+        return text
 
     def to_dict(self) -> dict:
         return {
@@ -67,6 +84,10 @@ class RunResult:
             "file_bytes": self.file_bytes,
             "db_bytes_before": self.db_bytes_before,
             "db_bytes_after": self.db_bytes_after,
+            "file_bytes_before": self.file_bytes_before,
+            "file_bytes_after": self.file_bytes_after,
+            "freed_bytes": self.freed_bytes,
+            "reclaimable_bytes": self.reclaimable_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "writer": self.writer,
             "backup": self.backup,
@@ -74,6 +95,25 @@ class RunResult:
             "compact": self.compact,
             "summary": self.summary(),
         }
+
+
+def writer_figures(w: Writer, hold: MergeHold | None) -> dict:
+    """The run's lock use, for ``--json`` and the journal: where its time went and what it waited."""
+    s = w.stats
+    return {
+        "transactions": s.transactions,
+        "max_txn_ms": round(s.max_txn_ms, 1),
+        "lock_ms": round(s.total_txn_ms, 1),
+        "over_budget": s.over_budget,
+        "checkpoints": s.checkpoints,
+        "pause_ms": round(s.pause_ms, 1),
+        "busy_retries": s.busy_retries,
+        "busy_wait_ms": round(s.busy_wait_ms, 1),
+        "max_busy_wait_ms": round(s.max_busy_wait_ms, 1),
+        "fts_merge_steps": hold.merge_steps if hold else 0,
+        "fts_merge_ms": round(hold.merge_ms, 1) if hold else 0.0,
+        "fts_max_step_ms": round(hold.max_step_ms, 1) if hold else 0.0,
+    }
 
 
 def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: SchemaInfo) -> int:
@@ -161,7 +201,12 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     """
     profile, policy, journal, w = ctx.profile, ctx.policy, ctx.journal, ctx.writer
     preflight(profile, ctx.schema, policy)
-    res = RunResult(profile.name, db_bytes_before=ctx.schema.used_bytes, safeguard=plan.safeguard.kind)
+    res = RunResult(
+        profile.name,
+        db_bytes_before=ctx.schema.used_bytes,
+        file_bytes_before=ctx.schema.db_bytes,
+        safeguard=plan.safeguard.kind,
+    )
     if plan.safeguard.kind == REFUSE:
         raise KeeperError(plan.safeguard.why)
     if plan.safeguard.kind == SNAPSHOT:
@@ -175,42 +220,40 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     for f in plan.files:
         by_session.setdefault(f.session_id if f.session_id in pruning else None, []).append(f)
     removals: list[Future] = []
-    with ThreadPoolExecutor(1, thread_name_prefix="keeper-files") as files, ctx.holding() as hold:
+    hold = None
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="keeper-files") as files, ctx.holding() as hold:
 
-        def remove(group: list[FileAction]) -> None:
-            if group:
-                removals.append(files.submit(remove_files, profile, group, journal))
+            def remove(group: list[FileAction]) -> None:
+                if group:
+                    removals.append(files.submit(remove_files, profile, group, journal))
 
-        remove(by_session.pop(None, []))
-        res.resumed = resume_pending(ctx) if policy.archive else 0
-        res.zombies_closed = close_zombies(plan, w, journal, ctx.schema)
-        res.prune = prune_sessions(
-            ctx,
-            plan.prune_conversations(),
-            message_counts={sid: plan.decisions[sid].messages for sid in plan.prune},
-            progress=progress,
-            on_pruned=lambda ids: remove([f for sid in ids for f in by_session.get(sid, [])]),
-        )
+            remove(by_session.pop(None, []))
+            res.resumed = resume_pending(ctx) if policy.archive else 0
+            res.zombies_closed = close_zombies(plan, w, journal, ctx.schema)
+            res.prune = prune_sessions(
+                ctx,
+                plan.prune_conversations(),
+                message_counts={sid: plan.decisions[sid].messages for sid in plan.prune},
+                progress=progress,
+                on_pruned=lambda ids: remove([f for sid in ids for f in by_session.get(sid, [])]),
+            )
+    except TryLater as exc:
+        if journal:
+            journal.write("stopped", reason=str(exc), writer=writer_figures(w, hold))
+        raise
     for r in removals:
         n, size = r.result()
         res.files_removed += n
         res.file_bytes += size
-    s = w.stats
-    res.writer = {
-        "transactions": s.transactions,
-        "max_txn_ms": round(s.max_txn_ms, 1),
-        "lock_ms": round(s.total_txn_ms, 1),
-        "over_budget": s.over_budget,
-        "checkpoints": s.checkpoints,
-        "pause_ms": round(s.pause_ms, 1),
-        "fts_merge_steps": hold.merge_steps,
-        "fts_merge_ms": round(hold.merge_ms, 1),
-    }
+    res.writer = writer_figures(w, hold)
     if policy.compact and res.prune.pruned:
         res.compact = compact_run(ctx).to_dict()
     conn = connect_ro(profile.db_path)
     try:
-        res.db_bytes_after = ctx.schema.resized(conn).used_bytes
+        after = ctx.schema.resized(conn)
+        res.db_bytes_after = after.used_bytes
+        res.file_bytes_after, res.reclaimable_bytes = after.db_bytes, after.free_bytes
         res.remaining_sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         res.remaining_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:

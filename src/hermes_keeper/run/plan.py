@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
+from hermes_keeper.backup.compact import LIVE_VACUUM_STALL_S
 from hermes_keeper.run.conversations import continues, conversations, lineage_root
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
@@ -223,6 +224,7 @@ class Plan:
     hermes_auto_prune: dict | None = None
     hermes_deletes_kept: list[str] = field(default_factory=list)
     est_freed_bytes: int = 0
+    compact: str = ""  # how the run's compact step gives the freed pages back ("": it does not run)
     remaining_sessions: int = 0
     remaining_messages: int = 0
     warnings: list[str] = field(default_factory=list)  # what the plan could not know
@@ -271,6 +273,7 @@ class Plan:
             "by_source": self.by_source(),
             "keep_reasons": self.keep_reasons(),
             "db_bytes": self.db_bytes,
+            "compact": self.compact,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "hermes_auto_prune": self.hermes_auto_prune
             and {**self.hermes_auto_prune, "deletes_kept": len(self.hermes_deletes_kept)},
@@ -295,6 +298,17 @@ def _first_row(members: list[str], survey: Survey) -> int:
     """The unit's oldest message id (0 for a unit without messages)."""
     ids = [survey.sessions[m].first_message_id for m in members]
     return min((i for i in ids if i is not None), default=0)
+
+
+def compact_step(auto_vacuum: str | None, live_bytes: int) -> str:
+    """The run's compact step, announced: a full VACUUM stalls Hermes's writes while it runs."""
+    if auto_vacuum == "incremental":
+        return "incremental vacuum in budgeted steps"
+    return (
+        f"one-time VACUUM to incremental auto-vacuum (~{live_bytes >> 20} MiB to copy): with Hermes"
+        f" stopped, or beside it if its estimated stall is at most {LIVE_VACUUM_STALL_S:.0f} s at a"
+        " quiet moment; otherwise the freed pages stay reclaimable in state.db"
+    )
 
 
 def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None = None) -> Plan:
@@ -369,6 +383,8 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     for _, root in sorted((_first_row(convs.members[root], survey), root) for _, root, _ in chosen):
         plan.prune.extend(convs.children_first(root))
     plan.est_freed_bytes = freed
+    if policy.compact and plan.prune:
+        plan.compact = compact_step(survey.schema.auto_vacuum, db_bytes - freed)
 
     pruned = set(plan.prune)
     if survey.auto_prune is not None:

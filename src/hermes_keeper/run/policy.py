@@ -169,6 +169,13 @@ SETTINGS: tuple[Setting, ...] = (
         low=0,
         high=1000,
     ),
+    Setting(
+        "busy_wait",
+        "duration",
+        "2m",
+        "a database kept busy this long in all stops the run cleanly (exit 75; the next run resumes)",
+        low=1,
+    ),
     _retention("cron", "7d", "from last activity"),
     _retention("subagent", "7d", "from last activity"),
     _retention("cli", "90d", "from last activity"),
@@ -223,7 +230,12 @@ def shown(value) -> str:
 
 
 #: Policy attribute of each key outside [retention] (which fills ``retention_s``).
-_ATTR = {"zombie_after": "zombie_after_s", "disk.max_db_bytes": "max_db_bytes", "disk.low_water": "low_water"}
+_ATTR = {
+    "zombie_after": "zombie_after_s",
+    "busy_wait": "busy_wait_s",
+    "disk.max_db_bytes": "max_db_bytes",
+    "disk.low_water": "low_water",
+}
 _ATTR["files.max_age"] = "files_max_age_s"
 DEFAULT_RETENTION = {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == "retention"}
 
@@ -237,6 +249,7 @@ class Policy:
     compact: bool = _default("compact")
     budget_ms: float = _default("budget_ms")
     pause_ms: float = _default("pause_ms")
+    busy_wait_s: float = _default("busy_wait")
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
     max_db_bytes: int | None = _default("disk.max_db_bytes")
     low_water: float = _default("disk.low_water")
@@ -288,6 +301,7 @@ class Policy:
             "compact": self.compact,
             "budget_ms": self.budget_ms,
             "pause_ms": self.pause_ms,
+            "busy_wait_s": self.busy_wait_s,
             "retention_s": dict(self.retention_s),
             "max_db_bytes": self.max_db_bytes,
             "low_water": self.low_water,

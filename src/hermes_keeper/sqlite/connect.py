@@ -19,6 +19,13 @@ from urllib.parse import quote
 BUSY_TIMEOUT_S = 2.0
 
 
+def is_busy(exc: BaseException) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED: another connection holds the lock (a reason to wait, not to fail)."""
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        word in str(exc).lower() for word in ("locked", "busy")
+    )
+
+
 def uri(path: Path, mode: str) -> str:
     return f"file:{quote(str(Path(path).resolve()))}?mode={mode}"
 
@@ -52,15 +59,19 @@ def connect_rw(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Co
 
 @contextmanager
 def write_txn(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``: the write lock is taken up front, like Hermes does."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: the write lock is taken up front, like Hermes does.
+
+    A COMMIT that fails (busy in DELETE mode, where it waits for readers) rolls back too, so
+    the connection never stays inside a transaction.
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:  # an interrupted or SQLITE_FULL statement already rolled it back
             conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
 
 
 @contextmanager

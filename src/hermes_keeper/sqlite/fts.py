@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from hermes_keeper.errors import TryLater
 from hermes_keeper.fs import durable_rename, fsync_dir, open_private, private_dir
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import time_limit
@@ -177,16 +178,22 @@ def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
     return c.total_changes - before
 
 
+class Round(NamedTuple):
+    steps: int
+    max_step_ms: float  # the longest a step held the lock: one term's doclist is never split
+
+
 def merge_round(
     w: Writer, table: str, batch: AdaptiveBatch, full: bool = False, limit_ms: float | None = None
-) -> int:
-    """Budgeted ``merge`` steps until no level of ``table`` has merge work left; returns the steps.
+) -> Round:
+    """Budgeted ``merge`` steps until no level of ``table`` has merge work left.
 
     ``full``: first start the merge of every segment into one, as 'optimize' does. A step
     ends only between two terms, so one term's whole doclist (a common word's) may take a
     step longer than the budget. ``limit_ms``: a step still running after that long is
     aborted and rolled back (``sqlite3.OperationalError: interrupted``).
     """
+    longest = 0.0
     for steps in range(1, MERGE_MAX_STEPS + 1):
 
         def merge(c: sqlite3.Connection, pages: int = (-1 if full and steps == 1 else 1) * batch.size) -> int:
@@ -194,10 +201,11 @@ def merge_round(
                 return merge_step(c, table, pages)
 
         changed = w.step(merge)
+        longest = max(longest, w.stats.last_txn_ms)
         if changed < 2:
-            return steps
+            return Round(steps, longest)
         batch.record(batch.size, w.stats.last_txn_ms)
-    return MERGE_MAX_STEPS
+    return Round(MERGE_MAX_STEPS, longest)
 
 
 def _settings(conn: sqlite3.Connection, table: str) -> dict[str, int | None]:
@@ -243,6 +251,7 @@ class MergeHold:
         self.before: dict[str, set[Segment]] = {}  # the segments when engaged (unknown for a found hold)
         self.merge_steps = 0
         self.merge_ms = 0.0  # lock time of those steps
+        self.max_step_ms = 0.0  # the longest of them
         self._ticks = 0
         self._merging = False
 
@@ -298,14 +307,15 @@ class MergeHold:
         """One round of merges, journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
-        steps = 0
+        steps, longest = 0, 0.0
         try:
-            steps = merge_round(self.w, table, self.batches[table], full)
+            steps, longest = merge_round(self.w, table, self.batches[table], full)
         finally:
             self._merging = False
             lock_ms = self.w.stats.total_txn_ms - held
             self.merge_steps += steps
             self.merge_ms += lock_ms
+            self.max_step_ms = max(self.max_step_ms, longest)
         after = levels(self.w.conn, table)
         self.base[table] = _counts(after)
         if self.journal:
@@ -317,6 +327,7 @@ class MergeHold:
                 full=full,
                 steps=steps,
                 lock_ms=round(lock_ms, 1),
+                max_step_ms=round(longest, 1),
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],
@@ -326,6 +337,12 @@ class MergeHold:
         if self.tick in self.w.after_step:
             self.w.after_step.remove(self.tick)
         if not self.saved:
+            return
+        if isinstance(exc, TryLater):
+            # The database stays busy: merging now would only wait again. The saved copy stays,
+            # and the next run (or compact) merges and puts Hermes's settings back first.
+            if self.journal:
+                self.journal.write("fts_hold_kept", reason="database busy")
             return
         try:
             self._release()
