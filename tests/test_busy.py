@@ -125,7 +125,7 @@ def test_run_stops_cleanly_on_a_busy_database_and_the_next_run_finishes(home):
     missing = original - _ids(home / "state.db")
     assert missing and missing < to_prune
     with Archive.for_home(home / "keeper") as store:
-        assert all(store.verify(sid) for sid in missing)
+        assert all(store.verify(store.entry(sid).entry) for sid in missing)
 
     # The lock released, the next run finishes the plan: nothing lost, Hermes's FTS settings back.
     subprocess.run(_keeper(home, "run", "--quiet"), check=True)
@@ -133,7 +133,7 @@ def test_run_stops_cleanly_on_a_busy_database_and_the_next_run_finishes(home):
     assert not (after & to_prune)
     assert not (home / "keeper" / "fts-hold.json").exists()
     with Archive.for_home(home / "keeper") as store:
-        assert all(store.verify(sid) for sid in original - after)
+        assert all(store.verify(store.entry(sid).entry) for sid in original - after)
         assert {e.session_id for e in store.entries()} >= to_prune
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

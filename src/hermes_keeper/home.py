@@ -204,13 +204,23 @@ class Profile:
         with self._changing() as journal:
             return restore_backup(self, find_backup(self, name, dest), force=force, journal=journal)
 
-    def compact(self, wait_idle_s: float | None = None, allow_full_vacuum: bool = True):
-        """Free pages back to the disk in budgeted steps; the one-time full VACUUM only when idle."""
+    def compact(
+        self, wait_idle_s: float | None = None, allow_full_vacuum: bool = True, policy: Policy | None = None
+    ):
+        """Free pages back to the disk in budgeted steps (the policy's budget, rest and busy wait);
+        the one-time full VACUUM when idle, or beside Hermes when its stall fits."""
         from hermes_keeper.backup.compact import compact
 
+        policy = policy or self.config()
         with self._changing() as journal:
             return compact(
-                self, wait_idle_s=wait_idle_s, allow_full_vacuum=allow_full_vacuum, journal=journal
+                self,
+                budget_ms=policy.budget_ms,
+                pause_ms=policy.pause_ms,
+                busy_wait_s=policy.busy_wait_s,
+                wait_idle_s=wait_idle_s,
+                allow_full_vacuum=allow_full_vacuum,
+                journal=journal,
             )
 
     @property
@@ -274,12 +284,22 @@ class ProfileArchive:
         with self._store() as store:
             return search(store, text, filters or ALL, limit=limit)
 
-    def restore(self, session_ids: Sequence[str], dry_run: bool = False):
-        """Put archived sessions back (whole conversations); ``dry_run`` only says what would."""
+    def restore(self, session_ids: Sequence[str], dry_run: bool = False, policy: Policy | None = None):
+        """Put archived sessions back (whole conversations) in the policy's budgeted writes;
+        ``dry_run`` only says what would."""
         from hermes_keeper.archive.restore import restore_sessions
 
+        policy = policy or self.profile.config()
         with self.profile._changing() as journal:
-            return restore_sessions(self.profile, list(session_ids), journal=journal, dry_run=dry_run)
+            return restore_sessions(
+                self.profile,
+                list(session_ids),
+                journal=journal,
+                budget_ms=policy.budget_ms,
+                pause_ms=policy.pause_ms,
+                busy_wait_s=policy.busy_wait_s,
+                dry_run=dry_run,
+            )
 
     def export(
         self, output: str | os.PathLike | None = None, filters: Filters | None = None, split: bool = False
