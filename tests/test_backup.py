@@ -9,7 +9,7 @@ import os
 import sqlite3
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import zstandard
@@ -94,7 +94,7 @@ def test_backup_files_are_private_and_recorded(home):
 def test_backup_to_another_folder_with_names_that_sort(home, tmp_path):
     profile = select_profiles(home)[0]
     dest = tmp_path / "elsewhere" / "my backups"
-    new_year = datetime(2026, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+    new_year = datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
     first = take_backup(profile, dest, now=new_year)
     same_second = take_backup(profile, dest, now=new_year)
     later = take_backup(profile, dest, now=new_year + 1)

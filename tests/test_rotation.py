@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -14,7 +14,7 @@ from hermes_keeper.home import select_profiles
 
 
 def ts(s: str) -> float:
-    return datetime.fromisoformat(s).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(s).replace(tzinfo=UTC).timestamp()
 
 
 def kept(decisions):

@@ -32,7 +32,7 @@ class Decision:
 
 
 def _utc(ts: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC)
 
 
 BUCKETS: dict[str, Callable[[dt.datetime], str]] = {

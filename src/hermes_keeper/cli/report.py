@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 import time
 from pathlib import Path
@@ -60,4 +61,4 @@ def demo(directory, sessions):
     click.echo(f"demo home: {home}")
     for p in select_profiles(home, env={}):
         render_report(build_report(p))
-    click.echo(f"next: hermes-keeper plan --home {home}")
+    click.echo(f"next: hermes-keeper plan --home {shlex.quote(str(home))}")  # pastes as is
