@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import subprocess
 import sys
@@ -17,16 +16,13 @@ from hermes_keeper.errors import EXIT_TRY_LATER, TryLater
 from hermes_keeper.journal import JOURNAL_NAME, read_journal
 from hermes_keeper.sqlite.connect import BUSY_TIMEOUT_S
 from hermes_keeper.sqlite.writer import Writer
+from tests.keeper_proc import keeper_cmd, planned_prune, session_ids
 
 #: Takes the write lock (waiting as long as it must), says so on stdout, keeps it until stdin closes.
 HOLDER = (
     "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None);"
     " c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); sys.stdin.read(); c.execute('ROLLBACK')"
 )
-
-
-def _keeper(home, *args):
-    return [sys.executable, "-m", "hermes_keeper", *args, "--home", str(home)]
 
 
 def _hold_lock(db) -> subprocess.Popen:
@@ -40,14 +36,6 @@ def _hold_lock(db) -> subprocess.Popen:
 def _release(proc: subprocess.Popen) -> None:
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0
-
-
-def _ids(db) -> set[str]:
-    conn = sqlite3.connect(db)
-    try:
-        return {r[0] for r in conn.execute("SELECT id FROM sessions")}
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -90,16 +78,11 @@ def test_writer_stops_with_try_later_and_changes_nothing(home):
 def test_run_stops_cleanly_on_a_busy_database_and_the_next_run_finishes(home):
     # Small steps, so the run is still pruning when the lock is taken; a short wait for the test.
     (home / "keeper.toml").write_text('budget_ms = 3\npause_ms = 3\nbusy_wait = "1s"\n')
-    planned = json.loads(
-        subprocess.run(
-            _keeper(home, "plan", "--json", "-v"), capture_output=True, text=True, check=True
-        ).stdout
-    )["profiles"][0]
-    to_prune = {d["session_id"] for d in planned["decisions"] if d["action"] == "prune"}
-    original = _ids(home / "state.db")
+    to_prune = planned_prune(home)
+    original = session_ids(home / "state.db")
     assert len(to_prune) > 50
 
-    run = subprocess.Popen(_keeper(home, "run", "--quiet"), stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(keeper_cmd(home, "run", "--quiet"), stderr=subprocess.PIPE, text=True)
     journal = home / "keeper" / JOURNAL_NAME
     while '"action": "pruned"' not in (journal.read_text() if journal.exists() else ""):
         assert run.poll() is None, "the run ended before it pruned anything"
@@ -122,14 +105,14 @@ def test_run_stops_cleanly_on_a_busy_database_and_the_next_run_finishes(home):
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
-    missing = original - _ids(home / "state.db")
+    missing = original - session_ids(home / "state.db")
     assert missing and missing < to_prune
     with Archive.for_home(home / "keeper") as store:
         assert all(store.verify(store.entry(sid).entry) for sid in missing)
 
     # The lock released, the next run finishes the plan: nothing lost, Hermes's FTS settings back.
-    subprocess.run(_keeper(home, "run", "--quiet"), check=True)
-    after = _ids(home / "state.db")
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    after = session_ids(home / "state.db")
     assert not (after & to_prune)
     assert not (home / "keeper" / "fts-hold.json").exists()
     with Archive.for_home(home / "keeper") as store:

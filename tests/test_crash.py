@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 
 from hermes_keeper import demo
 from hermes_keeper.archive.store import Archive
 from hermes_keeper.journal import JOURNAL_NAME, read_journal
+from tests.keeper_proc import keeper_cmd, planned_prune, session_ids
 
 KILLS = 22
-
-
-def _ids(db) -> set[str]:
-    conn = sqlite3.connect(db)
-    try:
-        return {r[0] for r in conn.execute("SELECT id FROM sessions")}
-    finally:
-        conn.close()
-
-
-def _keeper(home, *args):
-    return [sys.executable, "-m", "hermes_keeper", *args, "--home", str(home)]
 
 
 def _wait_for_pruned(proc: subprocess.Popen, home, batches: int) -> None:
@@ -44,18 +31,13 @@ def test_sigkill_anywhere(tmp_path):
     demo.build_home(base, demo.generate(time.time(), sessions=160, messages_per_session=30))
     # Small transactions so a run lasts long enough to be cut at many different points.
     (base / "keeper.toml").write_text("budget_ms = 3\npause_ms = 3\n")
-    planned = json.loads(
-        subprocess.run(
-            _keeper(base, "plan", "--json", "-v"), capture_output=True, text=True, check=True
-        ).stdout
-    )["profiles"][0]
-    to_prune = {d["session_id"] for d in planned["decisions"] if d["action"] == "prune"}
-    original = _ids(base / "state.db")
+    to_prune = planned_prune(base)
+    original = session_ids(base / "state.db")
     assert len(to_prune) > 50
 
     timing = shutil.copytree(base, tmp_path / "timing")
     t0 = time.time()
-    subprocess.run(_keeper(timing, "run", "--quiet"), check=True)
+    subprocess.run(keeper_cmd(timing, "run", "--quiet"), check=True)
     duration = time.time() - t0
     # When sessions leave state.db within a run: from the first archived batch to the last pruned.
     actions = [(r["action"], r["ts"] - t0) for r in read_journal(timing / "keeper")]
@@ -67,7 +49,7 @@ def test_sigkill_anywhere(tmp_path):
     cut_mid_prune = 0
     for i in range(KILLS):
         home = shutil.copytree(base, tmp_path / f"k{i}")
-        proc = subprocess.Popen(_keeper(home, "run", "--quiet"))
+        proc = subprocess.Popen(keeper_cmd(home, "run", "--quiet"))
         # A kill in three anywhere in the run, one while sessions are being deleted by the
         # clock, one by the run's own progress: once a random batch is gone, some way into the
         # next (the clock alone depends on this run being as fast as the timing run).
@@ -85,7 +67,7 @@ def test_sigkill_anywhere(tmp_path):
         conn = sqlite3.connect(home / "state.db")
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         conn.close()
-        missing = original - _ids(home / "state.db")
+        missing = original - session_ids(home / "state.db")
         assert missing <= to_prune
         cut_mid_prune += 0 < len(missing) < len(to_prune)
         if missing:
@@ -95,8 +77,8 @@ def test_sigkill_anywhere(tmp_path):
                         f"kill {i}: {sid} gone from state.db but not verifiable"
                     )
 
-        subprocess.run(_keeper(home, "run", "--quiet"), check=True)
-        after = _ids(home / "state.db")
+        subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+        after = session_ids(home / "state.db")
         assert not (after & to_prune), f"kill {i}: rerun left planned sessions behind"
         with Archive.for_home(home / "keeper") as store:
             assert all(store.verify(store.entry(sid).entry) for sid in original - after)
