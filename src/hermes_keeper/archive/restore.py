@@ -397,6 +397,16 @@ def _insert(c: sqlite3.Connection, table: str, row: dict, verb: str = "INSERT") 
     c.execute(f"{verb} INTO {table} ({','.join(cols)}) VALUES ({marks})", values)
 
 
+def _insert_kept(c: sqlite3.Connection, schema: SchemaInfo, table: str, rows: list[dict]) -> None:
+    """Archived rows of a table beside ``sessions``, where this Hermes has it, fitted to its columns.
+
+    OR IGNORE: a row Hermes wrote meanwhile (or an interrupted restore wrote) wins.
+    """
+    if schema.has(table):
+        for row in rows:
+            _insert(c, table, fit_row(row, schema.tables[table])[0], "INSERT OR IGNORE")
+
+
 def _free_title(c: sqlite3.Connection, title: str, sid: str) -> str:
     for candidate in title_candidates(title):
         if not c.execute("SELECT 1 FROM sessions WHERE title = ? AND id != ?", (candidate, sid)).fetchone():
@@ -422,13 +432,7 @@ def _restore_member(w: Writer, schema: SchemaInfo, m: Member, result: RestoreRes
                     session["title"] = title
             if schema.has("system_prompts"):
                 # Same transaction as the row naming them: Hermes's cleanup cannot slip in between.
-                for row in p.get("system_prompts", []):
-                    _insert(
-                        c,
-                        "system_prompts",
-                        fit_row(row, schema.tables["system_prompts"])[0],
-                        "INSERT OR IGNORE",
-                    )
+                _insert_kept(c, schema, "system_prompts", p.get("system_prompts", []))
                 for col in unresolved_prompts(p, lambda h: _has_prompt(c, h)):
                     session[col] = None
             _insert(c, "sessions", session)
@@ -452,18 +456,8 @@ def _restore_member(w: Writer, schema: SchemaInfo, m: Member, result: RestoreRes
         done += len(chunk)
 
     def finish(c: sqlite3.Connection) -> None:
-        # OR IGNORE: a row Hermes wrote meanwhile (or an interrupted restore wrote) wins.
-        if schema.has("session_model_usage"):
-            for u in p.get("model_usage", []):
-                _insert(
-                    c,
-                    "session_model_usage",
-                    fit_row(u, schema.tables["session_model_usage"])[0],
-                    "INSERT OR IGNORE",
-                )
-        if schema.has("state_meta"):
-            for kv in p.get("state_meta", []):
-                _insert(c, "state_meta", fit_row(kv, schema.tables["state_meta"])[0], "INSERT OR IGNORE")
+        _insert_kept(c, schema, "session_model_usage", p.get("model_usage", []))
+        _insert_kept(c, schema, "state_meta", p.get("state_meta", []))
         if hidden:
             c.execute(
                 "UPDATE sessions SET archived = ? WHERE id = ?", (int(p["session"].get("archived") or 0), sid)
