@@ -200,6 +200,8 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     The plan's safeguard comes first: a backup (if that fails nothing is changed) or its refusal.
     """
     profile, policy, journal, w = ctx.profile, ctx.policy, ctx.journal, ctx.writer
+    # Again under the lock, right before the first change: Hermes may have started its own
+    # maintenance while the plan was made (Profile.run checked before taking the lock).
     preflight(profile, ctx.schema, policy)
     res = RunResult(
         profile.name,
