@@ -13,6 +13,7 @@ from hermes_keeper import demo as demo_home
 from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.history import record_report
 from hermes_keeper.home import select_profiles
 from hermes_keeper.report import build_report
 from hermes_keeper.run.policy import parse_duration
@@ -37,9 +38,15 @@ def report(profiles, as_json, zombie_after, top):
     profile without state.db is skipped with a note.
     """
     zombie_after_s = parse_duration(zombie_after, "--zombie-after")
+
+    def action(profile):
+        rep = profile.report(zombie_after_s, top)
+        record_report(profile, rep)
+        return rep
+
     for_each(
         profiles,
-        lambda p: p.report(zombie_after_s, top),
+        action,
         as_json,
         lambda _p, rep: render_report(rep),
         to_dict=lambda rep: rep,
