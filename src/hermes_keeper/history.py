@@ -163,26 +163,26 @@ def _sum_bytes(usage: dict) -> int:
     return sum(v["bytes"] for v in usage.values())
 
 
-def components(profile: Profile, database: dict, wal_bytes: int, files: dict | None = None) -> dict:
+def components(
+    profile: Profile, objects: dict[str, int], free: int, wal: int, files: dict | None = None
+) -> dict:
     """Disk bytes by component: the table groups with each FTS index apart, free pages, WAL,
     Hermes's files (``sessions/`` and its other folders), the keeper's backups and archive.
 
-    ``database`` is :func:`report.db_usage`'s; ``files`` :func:`report.files_usage`'s (measured
-    here when None).
+    ``objects`` are bytes per table and index (``dbstat``; empty where SQLite lacks it),
+    ``files`` :func:`report.files_usage`'s (measured here when None).
     """
     from hermes_keeper.archive.store import ARCHIVE_NAME
-    from hermes_keeper.report import OTHER_DIRS, dir_usage
+    from hermes_keeper.report import OTHER_DIRS, dir_usage, table_group
 
     home = profile.home
-    fts: dict[str, int] = {}
-    for name, size in database["objects"].items():
-        if name.startswith("messages_fts"):
-            index = "messages_fts_trigram" if name.startswith("messages_fts_trigram") else "messages_fts"
-            fts[index] = fts.get(index, 0) + size
-    groups = database["groups"]
-    out = {"messages": groups["messages"]}
-    out |= {f"fts:{k}": v for k, v in sorted(fts.items())} or {"fts": groups["fts"]}
-    out |= {k: groups[k] for k in ("sessions", "other", "free")} | {"wal": wal_bytes}
+    out = {"messages": 0}
+    for name, size in sorted(objects.items()):
+        group = table_group(name)
+        if group == "fts":  # each index with its shadow tables
+            group += ":messages_fts_trigram" if name.startswith("messages_fts_trigram") else ":messages_fts"
+        out[group] = out.get(group, 0) + size
+    out |= {"free": free, "wal": wal}
     hermes_dirs = [d for d in OTHER_DIRS if d != KEEPER_DIR]
     if files is None:
         measured = {d: dir_usage(home / d, home) for d in ("sessions", *hermes_dirs)}
@@ -206,7 +206,13 @@ def components(profile: Profile, database: dict, wal_bytes: int, files: dict | N
 def report_figures(profile: Profile, rep: dict) -> dict:
     """A report's row: disk by component, sessions by source, totals and growth."""
     return {
-        "components": components(profile, rep["database"], rep["disk"]["wal"], rep["files"]),
+        "components": components(
+            profile,
+            rep["database"]["objects"],
+            rep["database"]["reclaimable_bytes"],
+            rep["disk"]["wal"],
+            rep["files"],
+        ),
         "sessions_by_source": {src: c["total"] for src, c in rep["sessions"]["by_source"].items()},
         "sessions": rep["sessions"]["total"],
         "messages": rep["sessions"]["messages"],
@@ -219,30 +225,28 @@ def report_figures(profile: Profile, rep: dict) -> dict:
 def run_figures(profile: Profile, result: RunResult) -> dict:
     """A run's row: what it did, what it freed, how long it took and held the write lock, and
     the disk by component afterwards (so a home only ever run from cron still has a curve)."""
-    from hermes_keeper.report import _object_sizes, db_usage
+    from hermes_keeper.report import _object_sizes
     from hermes_keeper.sqlite.connect import connect_ro, read_txn
-    from hermes_keeper.sqlite.schema import inspect
 
     d = result.to_dict()
     out = {k: d[k] for k in ("pruned", "archived", "zombies_closed", "files_removed", "freed_bytes")}
     out |= {
         "runs": 1,
-        "seconds": d.get("seconds", 0.0),
+        "seconds": d["seconds"],
         "reclaimable_bytes": d["reclaimable_bytes"],
         "messages_deleted": d["messages_deleted"],
         "remaining_sessions": d["remaining"]["sessions"],
         "max_txn_ms": d["writer"].get("max_txn_ms", 0.0),
         "backup": d["backup"],
     }
-    schema = inspect(profile.db_path)
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
-            objects = _object_sizes(conn)
+            objects = _object_sizes(conn) or {}
     finally:
         conn.close()
     wal = profile.fs.lstat("state.db-wal")
-    out["components"] = components(profile, db_usage(objects, schema), wal.st_size if wal else 0)
+    out["components"] = components(profile, objects, d["reclaimable_bytes"], wal.st_size if wal else 0)
     return out
 
 
