@@ -66,7 +66,7 @@ class Profile:
         from hermes_keeper.journal import Journal
         from hermes_keeper.lock import keeper_lock
 
-        with keeper_lock(self.root), Journal(self.keeper_dir) as journal:
+        with keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
 
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
