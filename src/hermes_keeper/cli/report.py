@@ -41,7 +41,8 @@ from hermes_keeper.run.policy import parse_duration
 def report(profiles, as_json, zombie_after, top, html_path):
     """Where every byte goes: database, full-text indexes, files, sessions, growth.
 
-    Read-only. One profile that cannot be read: one line, exit 2. With --all-profiles a
+    Reads state.db only; its figures go to the history (keeper/history.db, `history`).
+    One profile that cannot be read: one line, exit 2. With --all-profiles a
     broken profile is reported as an error entry, the others still report, exit 1; a new
     profile without state.db is skipped with a note.
     """
