@@ -135,3 +135,20 @@ def test_a_read_only_keeper_folder_warns_and_the_report_succeeds(home, tmp_path)
     finally:
         subprocess.run(["umount", str(view)], check=True)
     assert os.access(home / "keeper" / HISTORY_NAME, os.W_OK)
+
+
+def test_a_full_disk_under_the_keeper_folder_warns_and_the_report_succeeds(home):
+    keeper_dir = home / "keeper"
+    keeper_dir.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(keeper_dir)], check=True)
+    try:
+        with open(keeper_dir / "filler", "wb", buffering=0) as fh, pytest.raises(OSError):  # ENOSPC
+            while True:
+                fh.write(b"\0" * 4096)
+        res = keeper(home, "report", "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["profiles"][0]["sessions"]["total"] > 0
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "history not recorded" in lines[0], res.stderr
+    finally:
+        subprocess.run(["umount", str(keeper_dir)], check=True)
