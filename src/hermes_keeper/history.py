@@ -159,6 +159,12 @@ class History:
         return [Entry(ts, kind, profile, json.loads(f)) for ts, kind, profile, f in reversed(rows)]
 
 
+def database_bytes(components: dict) -> int:
+    """state.db's bytes (its tables, indexes and free pages) from a row's ``components``."""
+    beside = ("wal", "files", "backups", "archive")
+    return sum(v for k, v in components.items() if k not in beside)
+
+
 def _sum_bytes(usage: dict) -> int:
     return sum(v["bytes"] for v in usage.values())
 

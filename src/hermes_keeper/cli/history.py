@@ -8,6 +8,7 @@ from rich.table import Table
 
 from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import human_bytes, local_time
+from hermes_keeper.history import database_bytes
 
 
 @click.command()
@@ -16,7 +17,8 @@ from hermes_keeper.cli.render import human_bytes, local_time
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="The newest N rows.")
 @click.option("--all", "every_kind", is_flag=True, help="Reports (and checks) too, not only runs.")
 def history(profiles, as_json, limit, every_kind):
-    """What each run did: when, pruned, archived, freed, duration, longest write transaction.
+    """What each run did: when, db size after, pruned, archived, zombies closed, files removed,
+    freed, duration, longest write transaction.
 
     Read-only. Every `run` and `report` records its figures in <home>/keeper/history.db;
     rows older than 30 days are thinned to one a day, older than a year to one a week.
@@ -24,18 +26,21 @@ def history(profiles, as_json, limit, every_kind):
     kinds = None if every_kind else ("run",)
 
     def show(profile, entries) -> None:
-        t = Table(title=f"{profile.name}: history ({len(entries)} rows)")
-        for col in ("when", "kind", "pruned", "archived", "zombies", "files", "freed", "seconds", "max txn"):
-            t.add_column(col, justify="left" if col in ("when", "kind") else "right", no_wrap=col == "when")
+        t = Table(title=f"{profile.name}: history ({len(entries)} rows)", show_edge=False)
+        t.add_column("when", no_wrap=True)
+        t.add_column("kind")
+        for col in ("db", "pruned", "archived", "closed", "files", "freed", "took", "max txn"):
+            t.add_column(col, justify="right")
         for e in entries:
             f = e.figures
             runs = f" ({f['runs']} runs)" if f.get("runs", 1) > 1 else ""
             t.add_row(
                 local_time(e.ts),
                 e.kind + runs,
+                human_bytes(database_bytes(f["components"])) if "components" in f else "",
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
                 human_bytes(f["freed_bytes"]) if "freed_bytes" in f else "",
-                f"{f['seconds']:.1f}" if "seconds" in f else "",
+                f"{f['seconds']:.1f}s" if "seconds" in f else "",
                 f"{f['max_txn_ms']:.0f} ms" if "max_txn_ms" in f else "",
             )
         Console().print(t)
