@@ -219,6 +219,16 @@ class HomeFS:
                     os.chmod(name + side, FILE_MODE, dir_fd=dfd, follow_symlinks=False)
         return self.path(*parts)
 
+    def rename(self, *parts: str, to: str) -> None:
+        """Rename the keeper's regular file ``parts`` to ``to`` in the same folder (replacing a
+        regular file of that name), then fsync the folder; refused when either is anything else."""
+        folder, name = self._split(parts)
+        self.regular(*parts)
+        self.regular(*folder, to)
+        with self._folder(folder) as dfd:
+            os.rename(name, to, src_dir_fd=dfd, dst_dir_fd=dfd)
+            os.fsync(dfd)
+
     def unlink(self, *parts: str) -> int | None:
         """Delete the regular file ``parts`` through its folder's descriptor; its size.
 

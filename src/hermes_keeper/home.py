@@ -24,6 +24,7 @@ from hermes_keeper.fs import HomeFS
 
 if TYPE_CHECKING:
     from hermes_keeper.archive.query import Filters
+    from hermes_keeper.history import History
     from hermes_keeper.journal import Journal
     from hermes_keeper.run.plan import Plan
     from hermes_keeper.run.policy import Policy
@@ -65,7 +66,7 @@ class Profile:
         from hermes_keeper.journal import Journal
         from hermes_keeper.lock import keeper_lock
 
-        with keeper_lock(self.root), Journal(self.keeper_dir) as journal:
+        with keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
 
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
@@ -121,6 +122,7 @@ class Profile:
 
         if dry_run:
             return self.plan(policy)
+        t0 = time.perf_counter()
         policy = policy or self.config()
         schema = inspect(self.db_path)  # the run's one inspection: every step reuses it
         preflight(self, schema, policy)  # before the lock and the journal: a refusal changes nothing
@@ -129,7 +131,16 @@ class Profile:
             journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
             if progress:
                 progress("plan", len(plan.prune))
-            return apply_plan(ctx, plan, progress)
+            result = apply_plan(ctx, plan, progress)
+        result.seconds = round(time.perf_counter() - t0, 2)
+        return result
+
+    @property
+    def history(self) -> History:
+        """What past reports and runs measured and did (``keeper/history.db``)."""
+        from hermes_keeper.history import History
+
+        return History(self)
 
     def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
         """A verified snapshot of state.db, then rotation: the default rules, ``rotate``'s

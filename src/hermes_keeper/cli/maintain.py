@@ -13,6 +13,7 @@ from rich.text import Text
 from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.cli.text import cell, term
+from hermes_keeper.history import record_run
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
@@ -88,7 +89,9 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
             def progress(kind: str, n: int) -> None:
                 bar.update(task, total=n) if kind == "plan" else bar.advance(task, n)
 
-            return profile.run(policy, progress=progress)
+            result = profile.run(policy, progress=progress)
+        record_run(profile, result)
+        return result
 
     def show(_profile, value) -> None:
         if not dry_run:

@@ -155,14 +155,14 @@ def auto_prune_line(ap: dict, now: float, what: str) -> str:
     it deletes without an archive."""
     if not ap["enabled"]:
         return f"Hermes's own auto-prune: off ({ap['origin']})"
-    when = "at the next Hermes start" if ap["next_run"] <= now else f"after {_when(ap['next_run'])}"
+    when = "at the next Hermes start" if ap["next_run"] <= now else f"after {local_time(ap['next_run'])}"
     return (
         f"[yellow]Hermes's own auto-prune: on ({ap['origin']}), {ap['retention_days']:g} days; "
         f"{when} it deletes {what}, with no archive. `hermes-keeper adopt` hands retention to the keeper[/]"
     )
 
 
-def _when(ts: float) -> str:
+def local_time(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 

@@ -13,8 +13,10 @@ from hermes_keeper import demo as demo_home
 from hermes_keeper.cli.options import for_each, profile_options
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.history import record_report
 from hermes_keeper.home import select_profiles
 from hermes_keeper.report import build_report
+from hermes_keeper.report_html import ProfilePage, html_target, render_html, write_html
 from hermes_keeper.run.policy import parse_duration
 
 
@@ -29,21 +31,40 @@ from hermes_keeper.run.policy import parse_duration
     type=click.IntRange(min=0),
     help="How many largest sessions to list.",
 )
-def report(profiles, as_json, zombie_after, top):
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write one self-contained HTML page of charts (0600, works offline).",
+)
+def report(profiles, as_json, zombie_after, top, html_path):
     """Where every byte goes: database, full-text indexes, files, sessions, growth.
 
-    Read-only. One profile that cannot be read: one line, exit 2. With --all-profiles a
+    Reads state.db only; its figures go to the history (keeper/history.db, `history`).
+    One profile that cannot be read: one line, exit 2. With --all-profiles a
     broken profile is reported as an error entry, the others still report, exit 1; a new
     profile without state.db is skipped with a note.
     """
     zombie_after_s = parse_duration(zombie_after, "--zombie-after")
-    for_each(
-        profiles,
-        lambda p: p.report(zombie_after_s, top),
-        as_json,
-        lambda _p, rep: render_report(rep),
-        to_dict=lambda rep: rep,
-    )
+    if html_path:
+        html_target(html_path)
+    pages = []
+
+    def action(profile):
+        rep = profile.report(zombie_after_s, top)
+        record_report(profile, rep)
+        if html_path:
+            pages.append(ProfilePage.of(profile, rep))
+        return rep
+
+    try:
+        for_each(profiles, action, as_json, lambda _p, rep: render_report(rep), to_dict=lambda rep: rep)
+    finally:  # also when some profile failed: the page shows the others
+        if pages:
+            written = write_html(html_path, render_html(pages))
+            if not as_json:
+                click.echo(f"html: {written}")
 
 
 @click.command()

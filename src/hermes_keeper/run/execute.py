@@ -53,6 +53,7 @@ class RunResult:
     backup: str | None = None
     safeguard: str = ""
     compact: dict | None = None
+    seconds: float = 0.0  # the whole run, lock wait included (set by Profile.run)
 
     @property
     def freed_bytes(self) -> int:
@@ -93,6 +94,7 @@ class RunResult:
             "backup": self.backup,
             "safeguard": self.safeguard,
             "compact": self.compact,
+            "seconds": self.seconds,
             "summary": self.summary(),
         }
 
