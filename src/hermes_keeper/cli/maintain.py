@@ -10,7 +10,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import for_each, profile_options, quiet_option
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.run.plan import REFUSE, Plan
@@ -92,7 +92,8 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
 
     def show(_profile, value) -> None:
         if not dry_run:
-            click.echo(value.summary())
+            if not quiet:
+                click.echo(value.summary())
             return
         _render_plan(value, verbose, console)
 
@@ -103,7 +104,7 @@ _run_options = [
     profile_options,
     click.option("--verbose", "-v", is_flag=True, help="Every session with its reason."),
     click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
-    click.option("--quiet", "-q", is_flag=True, help="Only errors (for cron)."),
+    quiet_option,
     click.option("--no-archive", is_flag=True, help="Delete without archiving first (explicit opt-out)."),
     click.option(
         "--config",

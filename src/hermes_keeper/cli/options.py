@@ -36,6 +36,11 @@ def profile_options(fn):
     return wrapper
 
 
+quiet_option = click.option(
+    "--quiet", "-q", is_flag=True, help="Print nothing on success; errors and warnings on stderr (for cron)."
+)
+
+
 def for_each(
     profiles: Sequence[Profile],
     action: Callable[[Profile], Any],

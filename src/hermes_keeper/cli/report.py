@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import for_each, profile_options, quiet_option
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
@@ -29,7 +29,8 @@ from hermes_keeper.run.policy import parse_duration
     type=click.IntRange(min=0),
     help="How many largest sessions to list.",
 )
-def report(profiles, as_json, zombie_after, top):
+@quiet_option
+def report(profiles, as_json, zombie_after, top, quiet):
     """Where every byte goes: database, full-text indexes, files, sessions, growth.
 
     Read-only. One profile that cannot be read: one line, exit 2. With --all-profiles a
@@ -41,7 +42,7 @@ def report(profiles, as_json, zombie_after, top):
         profiles,
         lambda p: p.report(zombie_after_s, top),
         as_json,
-        lambda _p, rep: render_report(rep),
+        lambda _p, rep: quiet or render_report(rep),
         to_dict=lambda rep: rep,
     )
 
