@@ -323,11 +323,20 @@ class ProfileArchive:
             return write_export(store, Path(output) if output else None, filters or ALL, split=split)
 
     def verify(self):
-        """Decompress every payload and recompute its sha256; plus a quick_check of archive.db."""
+        """Decompress every payload and recompute its sha256; plus a quick_check of archive.db.
+
+        Journaled (``archive_verified``): ``check`` alerts when the last one is old or failed.
+        """
         from hermes_keeper.archive.query import verify
+        from hermes_keeper.journal import Journal
 
         with self._store() as store:
-            return verify(store)
+            result = verify(store)
+        with Journal(self.profile.keeper_dir) as journal:
+            journal.write(
+                "archive_verified", checked=result.checked, damaged=len(result.damaged), ok=result.ok
+            )
+        return result
 
 
 def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path:

@@ -35,6 +35,7 @@ COMMANDS = {
     "compact": "backup:compact",
     "archive": "archive:archive",
     "adopt": "adopt:adopt",
+    "check": "check:check",
 }
 
 
