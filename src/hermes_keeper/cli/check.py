@@ -8,7 +8,7 @@ import sys
 import click
 
 from hermes_keeper.check import STATUS, UNKNOWN, check_profile, status_line
-from hermes_keeper.cli.options import profile_options, quiet_option
+from hermes_keeper.cli.options import metrics_to, profile_options, quiet_option, textfile_option
 from hermes_keeper.errors import KeeperError, failure_line
 from hermes_keeper.home import each
 
@@ -76,7 +76,8 @@ def overrides(pairs: tuple[str, ...]) -> dict:
 )
 @click.option("--json", "as_json", is_flag=True, help="Every measure of every profile.")
 @quiet_option
-def check(profiles, thresholds, config, as_json, quiet):
+@textfile_option
+def check(profiles, thresholds, config, as_json, quiet, textfile):
     """Monitoring check (Nagios plugin): state.db size, growth, WAL, free disk and days until full,
     zombies, runaways, last run, newest verified backup, reclaimable space, archive verify.
 
@@ -87,11 +88,21 @@ def check(profiles, thresholds, config, as_json, quiet):
     """
     extra = overrides(thresholds)
     results, failures = [], []
-    for o in each(profiles, lambda p: check_profile(p, p.config(config, extra))):
-        if o.error is not None:
-            failures.append(f"{o.profile.name}: {o.error}")
-        elif o.skipped is None:
-            results.append(o.value)
+    with metrics_to(textfile) as metrics:
+        for o in each(profiles, lambda p: check_profile(p, p.config(config, extra))):
+            if o.error is not None:
+                failures.append(f"{o.profile.name}: {o.error}")
+                if metrics:
+                    metrics.set(
+                        "check_status",
+                        "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+                        UNKNOWN,
+                        profile=o.profile.name,
+                    )
+            elif o.skipped is None:
+                results.append(o.value)
+                if metrics:
+                    metrics.check(o.value)
     line, code = status_line(results, failures)
     if as_json:
         doc = {"status": STATUS[code], "code": code, "line": line, "profiles": [r.to_dict() for r in results]}

@@ -10,7 +10,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from hermes_keeper.cli.options import for_each, profile_options, quiet_option
+from hermes_keeper.cli.options import for_each, metrics_to, profile_options, quiet_option, textfile_option
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.run.plan import REFUSE, Plan
@@ -73,7 +73,7 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         console.print(Text(f"warning: {term(w)}", style="yellow"))
 
 
-def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
+def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics=None):
     console = Console(stderr=False, quiet=quiet and not as_json)
     overrides = {"archive": False} if no_archive else None
 
@@ -88,7 +88,10 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
             def progress(kind: str, n: int) -> None:
                 bar.update(task, total=n) if kind == "plan" else bar.advance(task, n)
 
-            return profile.run(policy, progress=progress)
+            result = profile.run(policy, progress=progress)
+        if metrics:
+            metrics.run(result)
+        return result
 
     def show(_profile, value) -> None:
         if not dry_run:
@@ -124,9 +127,11 @@ def _with_options(fn):
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Only say what would happen and why.")
 @_with_options
-def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
+@textfile_option
+def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, textfile):
     """Close zombies, archive and prune old sessions, remove stale files: live-safe."""
-    _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config)
+    with metrics_to(None if dry_run else textfile) as metrics:
+        _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics)
 
 
 @click.command()

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import for_each, profile_options, quiet_option
+from hermes_keeper.cli.options import for_each, metrics_to, profile_options, quiet_option, textfile_option
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
@@ -30,7 +30,8 @@ from hermes_keeper.run.policy import parse_duration
     help="How many largest sessions to list.",
 )
 @quiet_option
-def report(profiles, as_json, zombie_after, top, quiet):
+@textfile_option
+def report(profiles, as_json, zombie_after, top, quiet, textfile):
     """Where every byte goes: database, full-text indexes, files, sessions, growth.
 
     Read-only. One profile that cannot be read: one line, exit 2. With --all-profiles a
@@ -38,13 +39,17 @@ def report(profiles, as_json, zombie_after, top, quiet):
     profile without state.db is skipped with a note.
     """
     zombie_after_s = parse_duration(zombie_after, "--zombie-after")
-    for_each(
-        profiles,
-        lambda p: p.report(zombie_after_s, top),
-        as_json,
-        lambda _p, rep: quiet or render_report(rep),
-        to_dict=lambda rep: rep,
-    )
+    with metrics_to(textfile) as metrics:
+
+        def action(p):
+            rep = p.report(zombie_after_s, top)
+            if metrics:
+                metrics.report(rep)
+            return rep
+
+        for_each(
+            profiles, action, as_json, lambda _p, rep: quiet or render_report(rep), to_dict=lambda rep: rep
+        )
 
 
 @click.command()
