@@ -36,6 +36,7 @@ COMMANDS = {
     "archive": "archive:archive",
     "adopt": "adopt:adopt",
     "check": "check:check",
+    "schedule": "schedule:schedule",
 }
 
 
