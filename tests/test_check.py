@@ -125,3 +125,28 @@ def test_library_result_to_dict(home):
     assert by["last_run_age"]["value"] is None  # never ran
     profile.run()
     assert check_profile(profile).status == OK
+
+
+def test_archive_verify_is_journaled_and_its_age_checked(home):
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    subprocess.run(keeper_cmd(home, "archive", "verify"), check=True, capture_output=True)
+    records = [json.loads(x) for x in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
+    [verified] = [r for r in records if r["action"] == "archive_verified"]
+    assert verified["ok"] is True and verified["checked"] > 0 and verified["damaged"] == 0
+    code, out, _ = check(home, "-t", "verify_warn=0s")
+    assert code == 1 and "WARNING: archive verified" in out
+
+
+def test_all_profiles_one_line_worst_status(home):
+    work = home / "profiles" / "work"
+    demo.build_home(work, demo.generate(time.time(), sessions=10, seed=3))
+    (home / "profiles" / "broken").mkdir()
+    (home / "profiles" / "broken" / "state.db").write_bytes(b"not a database" * 100)
+    code, out, _ = check(home, "--all-profiles")
+    assert code == 2  # CRITICAL outranks UNKNOWN (a profile that could not be checked)
+    line = out.splitlines()
+    assert len(line) == 1 and line[0].startswith("HERMES-KEEPER CRITICAL - ")
+    assert "default: CRITICAL: 2 runaway" in out and "broken: " in out and "'work_db'=" in out
+    subprocess.run(keeper_cmd(home, "run", "--all-profiles", "--quiet"), capture_output=True)
+    code, out, _ = check(home, "--all-profiles")
+    assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - broken: ")  # now the worst left

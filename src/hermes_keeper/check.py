@@ -230,9 +230,18 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
     return result
 
 
+#: Severity for combining statuses (the monitoring-plugins rule): CRITICAL over UNKNOWN over WARNING.
+_SEVERITY = {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}
+
+
+def worst(codes: list[int]) -> int:
+    """The status of several: the most severe; none at all is UNKNOWN."""
+    return max(codes, key=_SEVERITY.__getitem__, default=UNKNOWN)
+
+
 def status_line(results: list[CheckResult], failures: list[str] = ()) -> tuple[str, int]:
     """The one Nagios line for all ``results`` (a profile that could not be checked: UNKNOWN)."""
-    code = max([r.status for r in results] + [UNKNOWN] * bool(failures), default=UNKNOWN)
+    code = worst([r.status for r in results] + [UNKNOWN] * bool(failures))
     several = len(results) + len(failures) > 1
     problems = [f"{r.profile}: {p}" if several else p for r in results for p in r.problems()]
     problems += list(failures)
