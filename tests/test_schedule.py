@@ -232,3 +232,26 @@ def test_bad_input_is_one_line_and_changes_nothing(home, env, args, words):
     out = keeper(home, *args, env=env, check=False)
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and words in out.stderr, out.stderr
     assert tree_digest(home) == before and not Path(env["FAKE_CRONTAB"]).exists()
+
+
+def test_hermes_without_no_agent_is_refused(home, tmp_path):
+    """A Hermes whose cron jobs always wake the agent would spend tokens: refused, nothing written."""
+    fake = tmp_path / "old-hermes"
+    (fake / "cron").mkdir(parents=True)
+    (fake / "cron" / "__init__.py").write_text("")
+    (fake / "cron" / "jobs.py").write_text(
+        "def list_jobs(include_disabled=False):\n    return []\n\n"
+        "def create_job(prompt, schedule, name=None, deliver=None, script=None):\n    raise AssertionError\n"
+    )
+    python = tmp_path / "python"  # Hermes's Python, as the keeper calls it: python -I hermes_side.py REQUEST
+    boot = (
+        f"import sys, runpy; sys.path.insert(0, {str(fake)!r}); sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -I -c "{boot}" "$2" "$3"\n')
+    python.chmod(0o755)
+    before = tree_digest(home)
+    out = keeper(home, "install", "--via", "hermes", "--hermes", str(python), check=False)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "has no no_agent cron jobs" in out.stderr
+    assert tree_digest(home) == before
