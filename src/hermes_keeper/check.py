@@ -12,6 +12,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 
+from hermes_keeper.cli.render import human_bytes
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import read_journal
 from hermes_keeper.run.policy import Policy
@@ -84,10 +85,6 @@ def _age(label, since: float | None, now: float, warn, crit, what, never: str, n
 
 def _days(seconds: float) -> str:
     return f"{seconds / 86400:.1f}d" if seconds >= 86400 else f"{seconds / 3600:.1f}h"
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.0f}MB" if n < 1e9 else f"{n / 1e9:.1f}GB"
 
 
 def newest_verified_backup(profile: Profile) -> float | None:
@@ -164,13 +161,27 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             "B",
             t["db_warn"],
             t["db_crit"],
-            f"state.db {_mb(rep['disk']['state_db'])}",
+            f"state.db {human_bytes(rep['disk']['state_db'])}",
         ),
         _over(
-            "growth_per_day", growth, "B", t["growth_warn"], t["growth_crit"], f"growing {_mb(growth)}/day"
+            "growth_per_day",
+            growth,
+            "B",
+            t["growth_warn"],
+            t["growth_crit"],
+            f"growing {human_bytes(growth)}/day",
         ),
-        _over("wal", rep["disk"]["wal"], "B", t["wal_warn"], t["wal_crit"], f"WAL {_mb(rep['disk']['wal'])}"),
-        _under("free", free, "B", t["free_warn"], t["free_crit"], f"{_mb(free)} free on the home's disk"),
+        _over(
+            "wal",
+            rep["disk"]["wal"],
+            "B",
+            t["wal_warn"],
+            t["wal_crit"],
+            f"WAL {human_bytes(rep['disk']['wal'])}",
+        ),
+        _under(
+            "free", free, "B", t["free_warn"], t["free_crit"], f"{human_bytes(free)} free on the home's disk"
+        ),
         _under(
             "full_in", full_in, "s", t["full_in_warn"], t["full_in_crit"], f"disk full in {_days(full_in)}"
         )
@@ -191,7 +202,7 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             "B",
             t["reclaimable_warn"],
             None,
-            f"{_mb(rep['database']['reclaimable_bytes'])} reclaimable in state.db",
+            f"{human_bytes(rep['database']['reclaimable_bytes'])} reclaimable in state.db",
         ),
         _age(
             "last_run_age",
@@ -249,8 +260,8 @@ def status_line(results: list[CheckResult], failures: list[str] = ()) -> tuple[s
         text = "; ".join(problems)
     else:
         text = ", ".join(
-            f"{r.profile + ': ' if several else ''}state.db {_mb(r.measure('db').value)}, "
-            f"{_mb(r.measure('growth_per_day').value)}/day, last run {_ago(r)}"
+            f"{r.profile + ': ' if several else ''}state.db {human_bytes(r.measure('db').value)}, "
+            f"{human_bytes(r.measure('growth_per_day').value)}/day, last run {_ago(r)}"
             for r in results
         )
     perf = [p for r in results for p in r.perfdata(f"{r.profile}_" if several else "")]

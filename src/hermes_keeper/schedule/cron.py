@@ -30,8 +30,14 @@ def _crontab(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
         raise KeeperError("crontab not found on PATH: install cron, or use --via systemd") from None
 
 
-def read() -> list[str]:
-    out = _crontab("-l")
+def read(dry_run: bool = False) -> list[str]:
+    """The crontab's lines; a dry run on a machine without ``crontab`` reads it as empty."""
+    try:
+        out = _crontab("-l")
+    except KeeperError:
+        if dry_run:
+            return []
+        raise
     if out.returncode != 0:
         if "no crontab" in out.stderr.lower():
             return []
@@ -51,7 +57,7 @@ def _ours(text: str, key: str | None = None) -> bool:
 
 
 def install(job: Job, dry_run: bool = False) -> list[Change]:
-    new, lines = line(job), read()
+    new, lines = line(job), read(dry_run)
     old = [x for x in lines if _ours(x, job.key)]
     if old == [new]:
         return [Change(VIA, "unchanged", "crontab", new)]
@@ -61,7 +67,7 @@ def install(job: Job, dry_run: bool = False) -> list[Change]:
 
 
 def remove(job: Job, dry_run: bool = False) -> list[Change]:
-    lines = read()
+    lines = read(dry_run)
     old = [x for x in lines if _ours(x, job.key)]
     if old and not dry_run:
         _write([x for x in lines if not _ours(x, job.key)])
