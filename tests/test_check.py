@@ -135,6 +135,12 @@ def test_archive_verify_is_journaled_and_its_age_checked(home):
     assert verified["ok"] is True and verified["checked"] > 0 and verified["damaged"] == 0
     code, out, _ = check(home, "-t", "verify_warn=0s")
     assert code == 1 and "WARNING: archive verified" in out
+    with (home / "keeper" / "journal.jsonl").open("a") as f:  # as a verify that found damage records it
+        f.write(
+            json.dumps({"ts": time.time(), "action": "archive_verified", "ok": False, "damaged": 2}) + "\n"
+        )
+    code, out, _ = check(home)
+    assert code == 2 and "CRITICAL: the last archive verify failed (2 damaged rows)" in out
 
 
 def test_all_profiles_one_line_worst_status(home):

@@ -147,9 +147,10 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
     free = shutil.disk_usage(profile.home).free
     journal = read_journal(profile.keeper_dir)
     last_run = max((r["ts"] for r in journal if r.get("action") == RUN_DONE), default=None)
-    verified = [r["ts"] for r in journal if r.get("action") == ARCHIVE_VERIFIED and r.get("ok")]
+    verifies = [r for r in journal if r.get("action") == ARCHIVE_VERIFIED]
     # never verified: counted from the keeper's first record in this home
-    verify_since = max(verified, default=min((r["ts"] for r in journal), default=None))
+    first = min((r["ts"] for r in journal), default=None)
+    verify_since = max((r["ts"] for r in verifies if r.get("ok")), default=first)
     runaways = rep["sessions"]["runaways"]
     zombies = rep["sessions"]["zombies"]["total"]
     full_in = free / growth * 86400 if growth > 0 else None
@@ -238,6 +239,19 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
                 WARNING,
             )
         )
+        if verifies and not verifies[-1].get("ok"):
+            damaged = verifies[-1].get("damaged", 0)
+            result.measures.append(
+                Measure(
+                    "archive_damaged",
+                    damaged,
+                    "",
+                    None,
+                    0,
+                    CRITICAL,
+                    f"the last archive verify failed ({damaged} damaged rows)",
+                )
+            )
     return result
 
 
