@@ -124,7 +124,7 @@ def test_library_result_to_dict(home):
     assert by["db"]["value"] == (home / "state.db").stat().st_size and by["db"]["status"] == "OK"
     assert by["last_run_age"]["value"] is None  # never ran
     profile.run()
-    assert check_profile(profile).status == OK
+    assert profile.check().status == OK
 
 
 def test_archive_verify_is_journaled_and_its_age_checked(home):

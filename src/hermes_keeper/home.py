@@ -94,6 +94,12 @@ class Profile:
             runaway=(policy or self.config()).runaway,
         )
 
+    def check(self, policy: Policy | None = None, now: float | None = None):
+        """Health against the ``[check]`` thresholds (read-only): a ``check.CheckResult``."""
+        from hermes_keeper.check import check_profile
+
+        return check_profile(self, policy, now)
+
     def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:
         from hermes_keeper.run.plan import make_plan
         from hermes_keeper.run.survey import survey_profile

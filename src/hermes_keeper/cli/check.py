@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from hermes_keeper.check import STATUS, UNKNOWN, check_profile, status_line
+from hermes_keeper.check import STATUS, UNKNOWN, status_line
 from hermes_keeper.cli.options import metrics_to, profile_options, quiet_option, textfile_option
 from hermes_keeper.errors import KeeperError, failure_line
 from hermes_keeper.home import each
@@ -89,7 +89,7 @@ def check(profiles, thresholds, config, as_json, quiet, textfile):
     extra = overrides(thresholds)
     results, failures = [], []
     with metrics_to(textfile) as metrics:
-        for o in each(profiles, lambda p: check_profile(p, p.config(config, extra))):
+        for o in each(profiles, lambda p: p.check(p.config(config, extra))):
             if o.error is not None:
                 failures.append(f"{o.profile.name}: {o.error}")
                 if metrics:
