@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from hermes_keeper import demo
 from hermes_keeper.cli import main
-from hermes_keeper.report import DAY, age_bucket, dir_usage, growth_section, is_runaway, table_group
+from hermes_keeper.report import DAY, age_bucket, dir_usage, growth_section, runaway_reasons, table_group
+from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import SessionRow
 
 SCHEMA = json.loads(files("hermes_keeper").joinpath("data/report.schema.json").read_text())
@@ -166,11 +167,28 @@ def test_runaway_rule(messages, span, runaway):
         first_message_at=1.7e9,
         last_message_at=1.7e9 + span,
     )
-    assert is_runaway(s) is runaway
+    assert bool(runaway_reasons(s, Policy().runaway)) is runaway
 
 
 def test_runaway_needs_message_times():
-    assert not is_runaway(SessionRow(id="x", source="cli", started_at=1.7e9, messages=900))
+    assert not runaway_reasons(
+        SessionRow(id="x", source="cli", started_at=1.7e9, messages=900), Policy().runaway
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value, why",
+    [
+        ("messages", 2001, "2001 messages > 2000"),
+        ("content_bytes", 30 << 20, "31457280 bytes of text > 20971520"),
+        ("input_tokens", 22_000_000, "22000000 tokens > 5000000"),
+        ("cost_usd", 40.0, "$40.00 > 25"),
+    ],
+)
+def test_budget_runaways(field, value, why):
+    """A budget passed is a runaway at any speed (the original report: 22M tokens in ~2 h)."""
+    s = SessionRow(id="x", source="cli", started_at=1.7e9, **{field: value})
+    assert runaway_reasons(s, Policy().runaway) == [why]
 
 
 @pytest.mark.parametrize(

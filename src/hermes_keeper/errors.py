@@ -84,3 +84,10 @@ def failure_line(exc: BaseException, where: Path | None = None) -> tuple[str, in
     if isinstance(exc, sqlite3.Error):
         return f"SQLite: {exc} (run with --debug for details)", 1
     return f"unexpected error: {type(exc).__name__}: {exc} (run with --debug for details)", 1
+
+
+def warn(line: str) -> None:
+    """One warning line on stderr, for bookkeeping that must never fail the command."""
+    import sys
+
+    print(f"hermes-keeper: warning: {line}", file=sys.stderr)

@@ -16,13 +16,12 @@ from __future__ import annotations
 import datetime
 import json
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR
 
 if TYPE_CHECKING:
@@ -258,7 +257,7 @@ def run_figures(profile: Profile, result: RunResult) -> dict:
 
 def _warn(profile: Profile, exc: Exception) -> None:
     where = profile.keeper_dir / HISTORY_NAME
-    print(f"hermes-keeper: warning: {profile.name}: history not recorded ({where}: {exc})", file=sys.stderr)
+    warn(f"{profile.name}: history not recorded ({where}: {exc})")
 
 
 def _record(profile: Profile, kind: str, figures: Callable[[], dict]) -> bool:

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_keeper.errors import KeeperError, os_error_line
+from hermes_keeper.errors import KeeperError, os_error_line, warn
 from hermes_keeper.fs import HomeFS
 
 if TYPE_CHECKING:
@@ -75,14 +75,31 @@ class Profile:
 
         return effective_policy(self.root, self.name, config_path, overrides)
 
-    def report(self, zombie_after_s: float | None = None, top: int = 10, now: float | None = None) -> dict:
-        """Where every byte goes (read-only; ``data/report.schema.json``)."""
+    def report(
+        self,
+        zombie_after_s: float | None = None,
+        top: int = 10,
+        now: float | None = None,
+        policy: Policy | None = None,
+    ) -> dict:
+        """Where every byte goes (read-only; ``data/report.schema.json``); runaways by the
+        policy's ``[runaway]`` limits (``policy``, else this profile's ``keeper.toml``)."""
         from hermes_keeper.report import build_report
         from hermes_keeper.run.policy import DAY
 
         return build_report(
-            self, now=now, zombie_after_s=DAY if zombie_after_s is None else zombie_after_s, top=top
+            self,
+            now=now,
+            zombie_after_s=DAY if zombie_after_s is None else zombie_after_s,
+            top=top,
+            runaway=(policy or self.config()).runaway,
         )
+
+    def check(self, policy: Policy | None = None, now: float | None = None):
+        """Health against the ``[check]`` thresholds (read-only): a ``check.CheckResult``."""
+        from hermes_keeper.check import check_profile
+
+        return check_profile(self, policy, now)
 
     def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:
         from hermes_keeper.run.plan import make_plan
@@ -323,11 +340,23 @@ class ProfileArchive:
             return write_export(store, Path(output) if output else None, filters or ALL, split=split)
 
     def verify(self):
-        """Decompress every payload and recompute its sha256; plus a quick_check of archive.db."""
+        """Decompress every payload and recompute its sha256; plus a quick_check of archive.db.
+
+        Journaled (``archive_verified``): ``check`` alerts when the last one is old or failed.
+        """
         from hermes_keeper.archive.query import verify
+        from hermes_keeper.journal import Journal
 
         with self._store() as store:
-            return verify(store)
+            result = verify(store)
+        try:  # a read-only home still verifies; only `check` misses the record
+            with Journal(self.profile.keeper_dir) as journal:
+                journal.write(
+                    "archive_verified", checked=result.checked, damaged=len(result.damaged), ok=result.ok
+                )
+        except (OSError, KeeperError) as exc:
+            warn(f"{self.profile.name}: archive verify not journaled ({exc})")
+        return result
 
 
 def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path:

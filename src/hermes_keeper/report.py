@@ -17,6 +17,7 @@ from pathlib import Path
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
+from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import (
     SessionRow,
     Survey,
@@ -39,9 +40,6 @@ AGE_BUCKETS = (
     ("7-30d", 30 * DAY),
     (">30d", float("inf")),
 )
-#: A runaway: at least this many messages, arriving at least this fast on average.
-RUNAWAY_MIN_MESSAGES = 200
-RUNAWAY_MIN_RATE = 1.0  # messages per second, first to last message
 GROWTH_WINDOWS = (7, 30)  # days
 PROJECTION_DAYS = (30, 365)
 #: Folders besides sessions/ that Hermes fills and never (or rarely) cleans.
@@ -175,15 +173,37 @@ def _session_summary(s: SessionRow) -> dict:
     }
 
 
-def is_runaway(s: SessionRow) -> bool:
-    """At least RUNAWAY_MIN_MESSAGES messages at RUNAWAY_MIN_RATE/s from first to last message."""
-    if s.messages < RUNAWAY_MIN_MESSAGES or s.first_message_at is None or s.last_message_at is None:
-        return False
-    span = max(s.last_message_at - s.first_message_at, 1.0)
-    return s.messages / span >= RUNAWAY_MIN_RATE
+def runaway_reasons(s: SessionRow, limits: dict) -> list[str]:
+    """Why ``s`` is a runaway under the policy's ``[runaway]`` ``limits`` (empty: it is not).
+
+    A burst (``min_messages`` at ``min_rate``/s from first to last message: an agent loop
+    writes that fast, a person does not) or a budget passed: messages, text bytes, tokens or
+    cost, the last two only where Hermes's schema records them (else they read 0).
+    """
+    why = []
+    if (
+        s.messages >= limits["min_messages"]
+        and s.first_message_at is not None
+        and s.last_message_at is not None
+    ):
+        span = max(s.last_message_at - s.first_message_at, 1.0)
+        if s.messages / span >= limits["min_rate"]:
+            why.append(f"{s.messages} messages in {span:.0f} s")
+    tokens = s.input_tokens + s.output_tokens
+    for value, limit, what in (
+        (s.messages, limits["max_messages"], f"{s.messages} messages"),
+        (s.content_bytes, limits["max_bytes"], f"{s.content_bytes} bytes of text"),
+        (tokens, limits["max_tokens"], f"{tokens} tokens"),
+        (s.cost_usd, limits["max_cost_usd"], f"${s.cost_usd:.2f}"),
+    ):
+        if value > limit:
+            why.append(f"{what} > {limit:.10g}")
+    return why
 
 
-def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int) -> dict:
+def sessions_section(
+    survey: Survey, now: float, zombie_after_s: float, top: int, runaway: dict | None = None
+) -> dict:
     rows = list(survey.sessions.values())
     by_source: dict[str, Counter] = defaultdict(Counter)
     zombies: Counter = Counter()
@@ -200,10 +220,13 @@ def sessions_section(survey: Survey, now: float, zombie_after_s: float, top: int
             ("cost", lambda s: s.cost_usd),
         )
     }
+    limits = Policy().runaway if runaway is None else runaway
     runaways = [
-        _session_summary(s) | {"seconds": round(s.last_message_at - s.first_message_at, 1)}
+        _session_summary(s)
+        | {"seconds": round((s.last_message_at or s.started_at) - (s.first_message_at or s.started_at), 1)}
+        | {"why": why}
         for s in rows
-        if is_runaway(s)
+        if (why := runaway_reasons(s, limits))
     ]
     return {
         "total": len(rows),
@@ -280,9 +303,14 @@ def auto_prune_section(survey: Survey, now: float) -> dict:
 
 
 def build_report(
-    profile: Profile, now: float | None = None, zombie_after_s: float = DAY, top: int = 10
+    profile: Profile,
+    now: float | None = None,
+    zombie_after_s: float = DAY,
+    top: int = 10,
+    runaway: dict | None = None,
 ) -> dict:
-    """The whole report for one profile (raises KeeperError if state.db is not readable)."""
+    """The whole report for one profile (raises KeeperError if state.db is not readable);
+    ``runaway``: the policy's ``[runaway]`` limits (None: the defaults)."""
     now = time.time() if now is None else now
     schema = inspect(profile.db_path)
     schema.require_readable()
@@ -317,7 +345,7 @@ def build_report(
         "disk": disk,
         "database": db,
         "files": files_usage(profile.home, survey),
-        "sessions": sessions_section(survey, now, zombie_after_s, top),
+        "sessions": sessions_section(survey, now, zombie_after_s, top, runaway),
         "growth": growth_section(
             (s.started_at for s in survey.sessions.values()),
             windows,

@@ -36,6 +36,8 @@ COMMANDS = {
     "archive": "archive:archive",
     "adopt": "adopt:adopt",
     "history": "history:history",
+    "check": "check:check",
+    "schedule": "schedule:schedule",
 }
 
 

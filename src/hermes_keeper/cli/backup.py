@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import for_each, profile_options, quiet_option
 from hermes_keeper.cli.render import human_bytes
 from hermes_keeper.cli.text import cell
 from hermes_keeper.errors import KeeperError
@@ -56,7 +56,8 @@ def rotation_options(fn):
 @rotation_options
 @click.option("--no-rotate", is_flag=True, help="Keep every older backup this time.")
 @json_option
-def backup(profiles, dest, rules, no_rotate, as_json):
+@quiet_option
+def backup(profiles, dest, rules, no_rotate, as_json, quiet):
     """Consistent snapshot of state.db (VACUUM INTO), checked, zstd-compressed; Hermes keeps running.
 
     Older backups of the same home are then rotated (see `backups` for why each is kept).
@@ -65,10 +66,13 @@ def backup(profiles, dest, rules, no_rotate, as_json):
         profiles,
         lambda p: p.backup(dest, rotate=False if no_rotate else rules),
         as_json,
-        lambda _p, done: click.echo(
-            f"{done.record.profile}: {done.record.path} {human_bytes(done.record.bytes)} (database"
-            f" {human_bytes(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
-            f" {', '.join(done.rotated_out) or 'none'}"
+        lambda _p, done: (
+            quiet
+            or click.echo(
+                f"{done.record.profile}: {done.record.path} {human_bytes(done.record.bytes)} (database"
+                f" {human_bytes(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
+                f" {', '.join(done.rotated_out) or 'none'}"
+            )
         ),
     )
 
@@ -157,7 +161,8 @@ def restore(profiles, backup_name, latest, dest, force, as_json):
 @click.option("--wait-idle", default=None, help="Wait up to this long (e.g. 600s, 10m) for Hermes to stop.")
 @click.option("--no-vacuum", is_flag=True, help="Never run the one-time full VACUUM.")
 @json_option
-def compact(profiles, wait_idle, no_vacuum, as_json):
+@quiet_option
+def compact(profiles, wait_idle, no_vacuum, as_json, quiet):
     """Return free pages to the disk in short steps while Hermes runs.
 
     A database still in auto_vacuum=NONE is switched to INCREMENTAL once, by a full VACUUM after a
@@ -168,7 +173,7 @@ def compact(profiles, wait_idle, no_vacuum, as_json):
         profiles,
         lambda p: p.compact(wait, allow_full_vacuum=not no_vacuum),
         as_json,
-        lambda _p, res: _compact_line(res.to_dict()),
+        lambda _p, res: quiet or _compact_line(res.to_dict()),
     )
 
 

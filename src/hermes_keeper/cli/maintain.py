@@ -10,7 +10,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import for_each, metrics_to, profile_options, quiet_option, textfile_option
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.history import record_run
@@ -74,7 +74,7 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         console.print(Text(f"warning: {term(w)}", style="yellow"))
 
 
-def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
+def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics=None):
     console = Console(stderr=False, quiet=quiet and not as_json)
     overrides = {"archive": False} if no_archive else None
 
@@ -91,11 +91,14 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
 
             result = profile.run(policy, progress=progress)
         record_run(profile, result)
+        if metrics:
+            metrics.run(result)
         return result
 
     def show(_profile, value) -> None:
         if not dry_run:
-            click.echo(value.summary())
+            if not quiet:
+                click.echo(value.summary())
             return
         _render_plan(value, verbose, console)
 
@@ -106,7 +109,7 @@ _run_options = [
     profile_options,
     click.option("--verbose", "-v", is_flag=True, help="Every session with its reason."),
     click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
-    click.option("--quiet", "-q", is_flag=True, help="Only errors (for cron)."),
+    quiet_option,
     click.option("--no-archive", is_flag=True, help="Delete without archiving first (explicit opt-out)."),
     click.option(
         "--config",
@@ -126,9 +129,11 @@ def _with_options(fn):
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Only say what would happen and why.")
 @_with_options
-def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
+@textfile_option
+def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, textfile):
     """Close zombies, archive and prune old sessions, remove stale files: live-safe."""
-    _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config)
+    with metrics_to(None if dry_run else textfile) as metrics:
+        _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics)
 
 
 @click.command()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -34,6 +35,37 @@ def profile_options(fn):
         return fn(*args, profiles=profiles, **kwargs)
 
     return wrapper
+
+
+quiet_option = click.option(
+    "--quiet", "-q", is_flag=True, help="Print nothing on success; errors and warnings on stderr (for cron)."
+)
+
+
+textfile_option = click.option(
+    "--textfile",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write Prometheus metrics to this *.prom file (node_exporter textfile collector; atomic).",
+)
+
+
+@contextmanager
+def metrics_to(textfile: str | None) -> Iterator[Any]:
+    """A ``Metrics`` to fill (None without ``--textfile``), written when the command ends, also
+    when some profile failed: the others' figures still go out."""
+    if textfile is None:
+        yield None
+        return
+    from hermes_keeper.metrics import Metrics, textfile_target
+
+    target, metrics = textfile_target(textfile), Metrics()
+    try:
+        yield metrics
+    except SystemExit:
+        metrics.write(target)
+        raise
+    metrics.write(target)
 
 
 def for_each(

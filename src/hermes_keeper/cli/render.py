@@ -208,7 +208,8 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     for r in s["runaways"][:RUNAWAYS_SHOWN]:
         c.print(
             f"[yellow]runaway:[/] {escape(term(r['id']))} ({escape(term(r['source']))}): "
-            f"{r['messages']} messages in {r['seconds']:.0f} s"
+            f"{escape(term('; '.join(r['why'])))}"
+            + (" [yellow](open: only reported)[/]" if r["open"] else "")
         )
     if len(s["runaways"]) > RUNAWAYS_SHOWN:
         c.print(f"[yellow]... and {len(s['runaways']) - RUNAWAYS_SHOWN} more runaways (--json lists all)[/]")

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import for_each, metrics_to, profile_options, quiet_option, textfile_option
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.history import record_report
@@ -38,7 +38,9 @@ from hermes_keeper.run.policy import parse_duration
     default=None,
     help="Also write one self-contained HTML page of charts (0600, works offline).",
 )
-def report(profiles, as_json, zombie_after, top, html_path):
+@quiet_option
+@textfile_option
+def report(profiles, as_json, zombie_after, top, html_path, quiet, textfile):
     """Where every byte goes: database, full-text indexes, files, sessions, growth.
 
     Reads state.db only; its figures go to the history (keeper/history.db, `history`).
@@ -50,21 +52,30 @@ def report(profiles, as_json, zombie_after, top, html_path):
     if html_path:
         html_target(html_path)
     pages = []
+    with metrics_to(textfile) as metrics:
 
-    def action(profile):
-        rep = profile.report(zombie_after_s, top)
-        record_report(profile, rep)
-        if html_path:
-            pages.append(ProfilePage.of(profile, rep))
-        return rep
+        def action(profile):
+            rep = profile.report(zombie_after_s, top)
+            record_report(profile, rep)
+            if metrics:
+                metrics.report(rep)
+            if html_path:
+                pages.append(ProfilePage.of(profile, rep))
+            return rep
 
-    try:
-        for_each(profiles, action, as_json, lambda _p, rep: render_report(rep), to_dict=lambda rep: rep)
-    finally:  # also when some profile failed: the page shows the others
-        if pages:
-            written = write_html(html_path, render_html(pages))
-            if not as_json:
-                click.echo(f"html: {written}")
+        try:
+            for_each(
+                profiles,
+                action,
+                as_json,
+                lambda _p, rep: quiet or render_report(rep),
+                to_dict=lambda rep: rep,
+            )
+        finally:  # also when some profile failed: the page shows the others
+            if pages:
+                written = write_html(html_path, render_html(pages))
+                if not (as_json or quiet):
+                    click.echo(f"html: {written}")
 
 
 @click.command()

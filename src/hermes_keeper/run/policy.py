@@ -86,6 +86,12 @@ def parse_size(value, where: str = "size") -> int:
     return int(_number(value, where, "a size like 2GB"))
 
 
+def _count(value, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KeeperError(f"{where}: expected a whole number, got {value!r}")
+    return value
+
+
 def _parse_bool(value, where: str) -> bool:
     if not isinstance(value, bool):
         raise KeeperError(f"{where}: must be true or false")
@@ -99,6 +105,8 @@ KINDS = {
     "bool": (_parse_bool, "true/false"),
     "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds"),
     "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction"),
+    "count": (_count, "whole number"),
+    "number": (lambda v, where: _number(v, where, "a number"), "number"),
 }
 
 
@@ -199,6 +207,70 @@ SETTINGS: tuple[Setting, ...] = (
         "orphan transcripts and request dumps older than this are removed",
         low=0,
     ),
+    Setting("runaway.min_messages", "count", 200, "a runaway: at least this many messages ...", low=1),
+    Setting("runaway.min_rate", "number", 1.0, "... at this many messages per second on average", low=0),
+    Setting("runaway.max_messages", "count", 2000, "any session with more messages is a runaway", low=1),
+    Setting("runaway.max_bytes", "size", "20MB", "any session with more message text is a runaway", low=1),
+    Setting(
+        "runaway.max_tokens", "count", 5_000_000, "input + output tokens (where Hermes counts them)", low=1
+    ),
+    Setting("runaway.max_cost_usd", "number", 25.0, "cost in USD (where Hermes records it)", low=0),
+    Setting("check.db_warn", "size", "2GB", "`check`: WARNING when `state.db` is larger", low=0),
+    Setting("check.db_crit", "size", "8GB", "`check`: CRITICAL when `state.db` is larger", low=0),
+    Setting(
+        "check.growth_warn", "size", "100MB", "`check`: WARNING above this growth per day (7-day rate)", low=0
+    ),
+    Setting("check.growth_crit", "size", "500MB", "`check`: CRITICAL above this growth per day", low=0),
+    Setting("check.wal_warn", "size", "256MB", "`check`: WARNING when `state.db-wal` is larger", low=0),
+    Setting("check.wal_crit", "size", "1GB", "`check`: CRITICAL when `state.db-wal` is larger", low=0),
+    Setting(
+        "check.free_warn", "size", "2GB", "`check`: WARNING below this free space on the home's disk", low=0
+    ),
+    Setting("check.free_crit", "size", "500MB", "`check`: CRITICAL below this free space", low=0),
+    Setting(
+        "check.full_in_warn",
+        "duration",
+        "30d",
+        "`check`: WARNING when the disk fills sooner at this growth",
+        low=0,
+    ),
+    Setting("check.full_in_crit", "duration", "7d", "`check`: CRITICAL when the disk fills sooner", low=0),
+    Setting("check.zombies_warn", "count", 20, "`check`: WARNING above this many zombie sessions", low=0),
+    Setting("check.runaways_crit", "count", 0, "`check`: CRITICAL above this many runaway sessions", low=0),
+    Setting(
+        "check.last_run_warn",
+        "duration",
+        "3d",
+        "`check`: WARNING when the last successful `run` is older",
+        low=0,
+    ),
+    Setting(
+        "check.last_run_crit", "duration", "8d", "`check`: CRITICAL when it is older (or never ran)", low=0
+    ),
+    Setting(
+        "check.backup_warn",
+        "duration",
+        "8d",
+        "`check`: WARNING when the newest verified backup is older",
+        low=0,
+    ),
+    Setting(
+        "check.backup_crit", "duration", "35d", "`check`: CRITICAL when it is older (or there is none)", low=0
+    ),
+    Setting(
+        "check.reclaimable_warn",
+        "size",
+        "1GB",
+        "`check`: WARNING above this many free pages in `state.db`",
+        low=0,
+    ),
+    Setting(
+        "check.verify_warn",
+        "duration",
+        "35d",
+        "`check`: WARNING when `archive verify` last ran longer ago",
+        low=0,
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -232,7 +304,15 @@ _ATTR = {
     "disk.low_water": "low_water",
 }
 _ATTR["files.max_age"] = "files_max_age_s"
-DEFAULT_RETENTION = {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == "retention"}
+#: Sections whose keys fill one dict attribute of :class:`Policy`, by the key after the dot.
+_TABLES = {"retention": "retention_s", "runaway": "runaway", "check": "check"}
+
+
+def _table_defaults(section: str) -> dict:
+    return {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == section}
+
+
+DEFAULT_RETENTION = _table_defaults("retention")
 
 
 @dataclass
@@ -249,6 +329,10 @@ class Policy:
     max_db_bytes: int | None = _default("disk.max_db_bytes")
     low_water: float = _default("disk.low_water")
     files_max_age_s: float = _default("files.max_age")
+    #: what makes a session a runaway (``report``, ``check``): [runaway] keys, in bytes/seconds/USD
+    runaway: dict[str, float] = field(default_factory=lambda: _table_defaults("runaway"))
+    #: ``check``'s WARNING and CRITICAL thresholds: [check] keys
+    check: dict[str, float] = field(default_factory=lambda: _table_defaults("check"))
     #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
@@ -267,8 +351,8 @@ class Policy:
         if s is None:
             raise KeeperError(f"{label}: unknown key {name}")
         parsed = s.parse(value, f"{label}: {name}")
-        if s.section == "retention":
-            self.retention_s[name.split(".", 1)[1]] = parsed
+        if s.section in _TABLES:
+            getattr(self, _TABLES[s.section])[name.split(".", 1)[1]] = parsed
         else:
             setattr(self, _ATTR.get(name, name), parsed)
         self.origin[name] = label
@@ -301,6 +385,8 @@ class Policy:
             "max_db_bytes": self.max_db_bytes,
             "low_water": self.low_water,
             "files_max_age_s": self.files_max_age_s,
+            "runaway": dict(self.runaway),
+            "check": dict(self.check),
             "origin": dict(self.origin),
             "settings": self.settings(),
         }

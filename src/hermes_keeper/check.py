@@ -1,0 +1,287 @@
+"""One profile's health as a monitor sees it: ``hermes-keeper check`` (Nagios plugin conventions).
+
+Every figure comes from what the keeper already knows (the report, the journal, the backup
+manifest, the disk) and is compared with the policy's ``[check]`` thresholds; runaway sessions
+(the policy's ``[runaway]`` limits) are CRITICAL. Read-only. :class:`CheckResult` is what the
+CLI prints, ``--json`` shows, ``--textfile`` exports, and a history can record (``to_dict``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+
+from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.home import Profile
+from hermes_keeper.journal import read_journal
+from hermes_keeper.run.policy import Policy
+
+OK, WARNING, CRITICAL, UNKNOWN = range(4)
+STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
+#: Journal action of a finished ``run`` and of an ``archive verify``.
+RUN_DONE = "summary"
+ARCHIVE_VERIFIED = "archive_verified"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One figure: its perfdata, and the problem it is when past a threshold.
+
+    ``floor`` thresholds are lower bounds (free space, time until full): Nagios writes them
+    ``N:``. ``value`` None: not measurable now (no growth, never ran): no perfdata figure.
+    """
+
+    label: str
+    value: float | None
+    uom: str  # "B" bytes, "s" seconds, "" a count
+    warn: float | None
+    crit: float | None
+    status: int
+    problem: str = ""  # one short phrase when status > OK
+    floor: bool = False
+
+    def perfdata(self, prefix: str = "") -> str | None:
+        if self.value is None:
+            return None
+
+        def bound(x):
+            return "" if x is None else f"{x:.0f}:" if self.floor else f"{x:.0f}"
+
+        value = f"{self.value:.0f}" if self.uom != "" or float(self.value).is_integer() else f"{self.value:g}"
+        return f"'{prefix}{self.label}'={value}{self.uom};{bound(self.warn)};{bound(self.crit)};0;"
+
+
+def _over(label, value, uom, warn, crit, what) -> Measure:
+    """``value`` above ``warn``/``crit`` is a problem (``what`` names it)."""
+    status = (
+        CRITICAL
+        if crit is not None and value > crit
+        else WARNING
+        if warn is not None and value > warn
+        else OK
+    )
+    return Measure(label, value, uom, warn, crit, status, what if status else "")
+
+
+def _under(label, value, uom, warn, crit, what) -> Measure:
+    status = (
+        CRITICAL
+        if crit is not None and value < crit
+        else WARNING
+        if warn is not None and value < warn
+        else OK
+    )
+    return Measure(label, value, uom, warn, crit, status, what if status else "", floor=True)
+
+
+def _age(label, since: float | None, now: float, warn, crit, what, never: str, never_status: int) -> Measure:
+    """How long ago ``since`` was; None (it never happened) is ``never`` at ``never_status``."""
+    if since is None:
+        return Measure(label, None, "s", warn, crit, never_status, never)
+    age = max(0.0, now - since)
+    return _over(label, age, "s", warn, crit, f"{what} {_days(age)} ago")
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:.1f}d" if seconds >= 86400 else f"{seconds / 3600:.1f}h"
+
+
+def newest_verified_backup(profile: Profile) -> float | None:
+    """``created_at`` of the newest backup of this home whose file still checks out (sha256);
+    older ones are only read when the newer fail."""
+    from hermes_keeper.backup.snapshot import backup_dir, list_backups, verify_backup
+
+    mine = [r for r in list_backups(backup_dir(profile)) if r.home == str(profile.home)]
+    for record in sorted(mine, key=lambda r: r.created_at, reverse=True):
+        if verify_backup(record):
+            return record.created_at
+    return None
+
+
+@dataclass
+class CheckResult:
+    """Every measure of one profile; its status is the worst of them."""
+
+    profile: str
+    home: str
+    checked_at: float
+    measures: list[Measure] = field(default_factory=list)
+    runaways: list[dict] = field(default_factory=list)
+
+    @property
+    def status(self) -> int:
+        return max((m.status for m in self.measures), default=OK)
+
+    def measure(self, label: str) -> Measure:
+        return next(m for m in self.measures if m.label == label)
+
+    def problems(self) -> list[str]:
+        """Worst first: what a person reads in the status line."""
+        bad = sorted((m for m in self.measures if m.status), key=lambda m: -m.status)
+        return [f"{STATUS[m.status]}: {m.problem}" for m in bad]
+
+    def perfdata(self, prefix: str = "") -> list[str]:
+        return [p for m in self.measures if (p := m.perfdata(prefix))]
+
+    def to_dict(self) -> dict:
+        return {
+            "profile": self.profile,
+            "home": self.home,
+            "checked_at": self.checked_at,
+            "status": STATUS[self.status],
+            "code": self.status,
+            "problems": self.problems(),
+            "measures": [asdict(m) | {"status": STATUS[m.status]} for m in self.measures],
+            "runaways": self.runaways,
+        }
+
+
+def check_profile(profile: Profile, policy: Policy | None = None, now: float | None = None) -> CheckResult:
+    """All checks on one profile against ``policy``'s ``[check]`` and ``[runaway]`` tables."""
+    policy = policy or profile.config()
+    now = time.time() if now is None else now
+    t = policy.check
+    rep = profile.report(policy.zombie_after_s, top=0, now=now, policy=policy)
+    growth = rep["growth"]["last_7d"]["bytes_per_day"]
+    free = shutil.disk_usage(profile.home).free
+    journal = read_journal(profile.keeper_dir)
+    last_run = max((r["ts"] for r in journal if r.get("action") == RUN_DONE), default=None)
+    verifies = [r for r in journal if r.get("action") == ARCHIVE_VERIFIED]
+    # never verified: counted from the keeper's first record in this home
+    first = min((r["ts"] for r in journal), default=None)
+    verify_since = max((r["ts"] for r in verifies if r.get("ok")), default=first)
+    runaways = rep["sessions"]["runaways"]
+    zombies = rep["sessions"]["zombies"]["total"]
+    full_in = free / growth * 86400 if growth > 0 else None
+    result = CheckResult(profile.name, str(profile.home), now, runaways=runaways)
+    result.measures = [
+        _over(
+            "db",
+            rep["disk"]["state_db"],
+            "B",
+            t["db_warn"],
+            t["db_crit"],
+            f"state.db {human_bytes(rep['disk']['state_db'])}",
+        ),
+        _over(
+            "growth_per_day",
+            growth,
+            "B",
+            t["growth_warn"],
+            t["growth_crit"],
+            f"growing {human_bytes(growth)}/day",
+        ),
+        _over(
+            "wal",
+            rep["disk"]["wal"],
+            "B",
+            t["wal_warn"],
+            t["wal_crit"],
+            f"WAL {human_bytes(rep['disk']['wal'])}",
+        ),
+        _under(
+            "free", free, "B", t["free_warn"], t["free_crit"], f"{human_bytes(free)} free on the home's disk"
+        ),
+        _under(
+            "full_in", full_in, "s", t["full_in_warn"], t["full_in_crit"], f"disk full in {_days(full_in)}"
+        )
+        if full_in is not None
+        else Measure("full_in", None, "s", t["full_in_warn"], t["full_in_crit"], OK, floor=True),
+        _over("zombies", zombies, "", t["zombies_warn"], None, f"{zombies} zombie sessions"),
+        _over(
+            "runaways",
+            len(runaways),
+            "",
+            None,
+            t["runaways_crit"],
+            f"{len(runaways)} runaway sessions ({'; '.join(runaways[0]['why']) if runaways else ''})",
+        ),
+        _over(
+            "reclaimable",
+            rep["database"]["reclaimable_bytes"],
+            "B",
+            t["reclaimable_warn"],
+            None,
+            f"{human_bytes(rep['database']['reclaimable_bytes'])} reclaimable in state.db",
+        ),
+        _age(
+            "last_run_age",
+            last_run,
+            now,
+            t["last_run_warn"],
+            t["last_run_crit"],
+            "last run",
+            "never ran",
+            CRITICAL,
+        ),
+        _age(
+            "backup_age",
+            newest_verified_backup(profile),
+            now,
+            t["backup_warn"],
+            t["backup_crit"],
+            "newest verified backup",
+            "no verified backup",
+            CRITICAL,
+        ),
+    ]
+    if profile.archive.exists:
+        result.measures.append(
+            _age(
+                "archive_verify_age",
+                verify_since,
+                now,
+                t["verify_warn"],
+                None,
+                "archive verified",
+                "archive never verified",
+                WARNING,
+            )
+        )
+        if verifies and not verifies[-1].get("ok"):
+            damaged = verifies[-1].get("damaged", 0)
+            result.measures.append(
+                Measure(
+                    "archive_damaged",
+                    damaged,
+                    "",
+                    None,
+                    0,
+                    CRITICAL,
+                    f"the last archive verify failed ({damaged} damaged rows)",
+                )
+            )
+    return result
+
+
+#: Severity for combining statuses (the monitoring-plugins rule): CRITICAL over UNKNOWN over WARNING.
+_SEVERITY = {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}
+
+
+def worst(codes: list[int]) -> int:
+    """The status of several: the most severe; none at all is UNKNOWN."""
+    return max(codes, key=_SEVERITY.__getitem__, default=UNKNOWN)
+
+
+def status_line(results: list[CheckResult], failures: list[str] = ()) -> tuple[str, int]:
+    """The one Nagios line for all ``results`` (a profile that could not be checked: UNKNOWN)."""
+    code = worst([r.status for r in results] + [UNKNOWN] * bool(failures))
+    several = len(results) + len(failures) > 1
+    problems = [f"{r.profile}: {p}" if several else p for r in results for p in r.problems()]
+    problems += list(failures)
+    if problems:
+        text = "; ".join(problems)
+    else:
+        text = ", ".join(
+            f"{r.profile + ': ' if several else ''}state.db {human_bytes(r.measure('db').value)}, "
+            f"{human_bytes(r.measure('growth_per_day').value)}/day, last run {_ago(r)}"
+            for r in results
+        )
+    perf = [p for r in results for p in r.perfdata(f"{r.profile}_" if several else "")]
+    return f"HERMES-KEEPER {STATUS[code]} - {text}" + (f" | {' '.join(perf)}" if perf else ""), code
+
+
+def _ago(r: CheckResult) -> str:
+    m = r.measure("last_run_age")
+    return "never" if m.value is None else f"{_days(m.value)} ago"

@@ -1,0 +1,132 @@
+"""A systemd user timer and service in ``$XDG_CONFIG_HOME/systemd/user`` (``~/.config``).
+
+The service is a oneshot at low CPU and idle I/O priority; the timer is ``Persistent=`` (a run
+missed while the machine was off happens at the next boot) with a randomized delay. After
+writing them, ``systemctl --user daemon-reload`` and ``enable --now`` the timer where systemctl
+is there; otherwise the note says the command to type.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import durable_rename
+from hermes_keeper.schedule import NAME, Change, Job
+
+VIA = "systemd"
+RANDOM_DELAY = "15min"
+NICE = 10
+
+
+def unit_dir(env=None) -> Path:
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "systemd" / "user"
+
+
+def unit_name(job: Job) -> str:
+    return f"{NAME}-{job.label}-{job.key}"
+
+
+def _exec_arg(arg: str) -> str:
+    """One ``ExecStart=`` word: quoted, ``%`` specifiers and ``$`` expansion escaped."""
+    if "\n" in arg:
+        raise KeeperError(f"a path holds a newline, which a unit file cannot carry: {arg!r}")
+    arg = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{arg}"'
+
+
+def units(job: Job) -> dict[str, str]:
+    """File name -> text of the service and the timer."""
+    name, what = unit_name(job), f"hermes-keeper run: {job.root} ({job.label})".replace("%", "%%")
+    service = (
+        f"[Unit]\nDescription={what}\n\n"
+        "[Service]\nType=oneshot\n"
+        f"ExecStart={' '.join(_exec_arg(a) for a in job.argv(quiet=True))}\n"
+        f"Nice={NICE}\nIOSchedulingClass=idle\n"
+    )
+    timer = (
+        f"[Unit]\nDescription={what}, {job.when.every} at {job.when.at}\n\n"
+        f"[Timer]\nOnCalendar={job.when.on_calendar()}\nPersistent=true\nRandomizedDelaySec={RANDOM_DELAY}\n"
+        f"Unit={name}.service\n\n"
+        "[Install]\nWantedBy=timers.target\n"
+    )
+    return {f"{name}.service": service, f"{name}.timer": timer}
+
+
+def _systemctl(*args: str) -> str | None:
+    """Run ``systemctl --user ...``; the failure as one line, None when it worked."""
+    if shutil.which("systemctl") is None:
+        return "systemctl not found"
+    out = subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, timeout=60)
+    return (
+        None if out.returncode == 0 else (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+    )
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        durable_rename(Path(tmp), path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def install(job: Job, dry_run: bool = False) -> list[Change]:
+    folder, changes = unit_dir(), []
+    for fname, text in units(job).items():
+        path = folder / fname
+        old = _read(path)
+        action = "unchanged" if old == text else "replaced" if old is not None else "installed"
+        if action != "unchanged" and not dry_run:
+            _write(path, text)
+        changes.append(Change(VIA, action, str(path), text))
+    timer = f"{unit_name(job)}.timer"
+    if not dry_run:
+        problem = _systemctl("daemon-reload") or _systemctl("enable", "--now", timer)
+        if problem:
+            how = f"systemctl --user daemon-reload && systemctl --user enable --now {timer}"
+            note = f"{problem}; enable it with: {how}"
+            changes[-1] = Change(VIA, changes[-1].action, changes[-1].where, changes[-1].text, note)
+    return changes
+
+
+def remove(job: Job, dry_run: bool = False) -> list[Change]:
+    folder, changes = unit_dir(), []
+    timer = f"{unit_name(job)}.timer"
+    present = [folder / f for f in units(job) if (folder / f).exists()]
+    if present and not dry_run:
+        _systemctl("disable", "--now", timer)  # best effort: the files go either way
+    for path in present:
+        changes.append(Change(VIA, "removed", str(path), _read(path) or ""))
+        if not dry_run:
+            path.unlink()
+    if present and not dry_run:
+        _systemctl("daemon-reload")
+    return changes or [Change(VIA, "absent", str(folder / timer), "")]
+
+
+def show(job: Job) -> list[Change]:
+    folder = unit_dir()
+    return [
+        Change(VIA, "found", str(folder / f), text)
+        for f in units(job)
+        if (text := _read(folder / f)) is not None
+    ]

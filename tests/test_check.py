@@ -1,0 +1,158 @@
+"""``hermes-keeper check``: Nagios plugin conventions on the demo home.
+
+Exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; one line with valid perfdata; a runaway is
+CRITICAL until a run prunes it (closed and past retention: an open one is only reported).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+
+from hermes_keeper import demo
+from hermes_keeper.check import CRITICAL, OK, check_profile
+from hermes_keeper.home import Home
+from tests.keeper_proc import keeper_cmd
+
+#: Nagios perfdata: 'label'=value[UOM];[warn];[crit];[min];[max]
+PERF = re.compile(r"'[^'=]+'=-?[0-9.]+(s|B|%|c)?;[0-9.:@~-]*;[0-9.:@~-]*;[0-9.]*;[0-9.]*")
+#: free space and time until full depend on the machine's disk: out of this test's way
+MACHINE_FREE = '[check]\nfree_warn = "0B"\nfree_crit = "0B"\nfull_in_warn = "0s"\nfull_in_crit = "0s"\n'
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=40))
+    # the demo's runaways are closed cli sessions 10-50 days old: a 5-day cli retention prunes them
+    (home / "keeper.toml").write_text('[retention]\ncli = "5d"\ntui = "5d"\n' + MACHINE_FREE)
+    return home
+
+
+def check(home, *args):
+    out = subprocess.run(keeper_cmd(home, "check", *args), capture_output=True, text=True)
+    return out.returncode, out.stdout, out.stderr
+
+
+def assert_nagios_line(stdout: str, status: str) -> None:
+    lines = stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"HERMES-KEEPER {status} - ")
+    text, _, perf = lines[0].partition(" | ")
+    assert perf and all(PERF.fullmatch(p) for p in perf.split(" ")), perf
+
+
+def test_runaway_is_critical_until_a_run_prunes_it(home):
+    code, out, _ = check(home)
+    assert code == 2
+    assert_nagios_line(out, "CRITICAL")
+    assert "runaway sessions (5" in out and "'runaways'=2;;0;0;" in out
+
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    code, out, err = check(home)
+    assert (code, err) == (0, ""), out
+    assert_nagios_line(out, "OK")
+    assert "'runaways'=0;;0;0;" in out and "'zombies'=0;" in out
+
+
+def test_open_runaway_is_reported_not_pruned(home):
+    """A runaway still open is never pruned: it stays CRITICAL after a run."""
+    import sqlite3
+
+    conn = sqlite3.connect(home / "state.db")
+    with conn:
+        sid = conn.execute(
+            "SELECT session_id FROM messages GROUP BY session_id ORDER BY count(*) DESC LIMIT 1"
+        ).fetchone()[0]
+        last = conn.execute("SELECT max(timestamp) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
+        conn.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", (sid,))
+        conn.execute(
+            "UPDATE messages SET timestamp = timestamp + ? WHERE session_id = ?", (time.time() - last, sid)
+        )
+    conn.close()
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    code, out, _ = check(home, "--json")
+    doc = json.loads(out)
+    assert code == 2 and doc["status"] == "CRITICAL"
+    assert [r["open"] for r in doc["profiles"][0]["runaways"]] == [True]
+
+
+def test_thresholds_from_flags_and_policy(home):
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    code, out, _ = check(home, "-t", "db_warn=1KB")
+    assert code == 1 and "WARNING: state.db" in out
+    code, out, _ = check(home, "--threshold", "db_crit=1KB")
+    assert code == 2
+    with (home / "keeper.toml").open("a") as f:
+        f.write('last_run_warn = "0s"\n')  # appended to the [check] table
+    code, out, _ = check(home)
+    assert code == 1 and "WARNING: last run" in out
+
+
+def test_quiet_ok_prints_nothing_and_problems_go_to_stderr(home):
+    code, out, err = check(home, "--quiet")
+    assert code == 2 and out == "" and err.startswith("HERMES-KEEPER CRITICAL")
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    assert check(home, "--quiet") == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--threshold", "nonsense"], ["-t", "db_warn=lots"], ["--no-such-flag"], ["--profile", "ghost"]],
+)
+def test_any_failure_of_the_check_is_unknown(home, args):
+    code, out, err = check(home, *args)
+    assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - ") and len(out.splitlines()) == 1
+
+
+def test_unreadable_home_is_unknown(tmp_path):
+    code, out, _ = check(tmp_path / "missing")
+    assert code == 3 and "not found" in out
+
+
+def test_library_result_to_dict(home):
+    """The dataclass other code records (history): every measure, worst status."""
+    profile = Home(home).profile()
+    result = check_profile(profile)
+    d = result.to_dict()
+    assert result.status == CRITICAL and d["status"] == "CRITICAL" and d["code"] == 2
+    by = {m["label"]: m for m in d["measures"]}
+    assert by["runaways"]["value"] == 2 and by["runaways"]["status"] == "CRITICAL"
+    assert by["db"]["value"] == (home / "state.db").stat().st_size and by["db"]["status"] == "OK"
+    assert by["last_run_age"]["value"] is None  # never ran
+    profile.run()
+    assert profile.check().status == OK
+
+
+def test_archive_verify_is_journaled_and_its_age_checked(home):
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    subprocess.run(keeper_cmd(home, "archive", "verify"), check=True, capture_output=True)
+    records = [json.loads(x) for x in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
+    [verified] = [r for r in records if r["action"] == "archive_verified"]
+    assert verified["ok"] is True and verified["checked"] > 0 and verified["damaged"] == 0
+    code, out, _ = check(home, "-t", "verify_warn=0s")
+    assert code == 1 and "WARNING: archive verified" in out
+    with (home / "keeper" / "journal.jsonl").open("a") as f:  # as a verify that found damage records it
+        f.write(
+            json.dumps({"ts": time.time(), "action": "archive_verified", "ok": False, "damaged": 2}) + "\n"
+        )
+    code, out, _ = check(home)
+    assert code == 2 and "CRITICAL: the last archive verify failed (2 damaged rows)" in out
+
+
+def test_all_profiles_one_line_worst_status(home):
+    work = home / "profiles" / "work"
+    demo.build_home(work, demo.generate(time.time(), sessions=10, seed=3))
+    (home / "profiles" / "broken").mkdir()
+    (home / "profiles" / "broken" / "state.db").write_bytes(b"not a database" * 100)
+    code, out, _ = check(home, "--all-profiles")
+    assert code == 2  # CRITICAL outranks UNKNOWN (a profile that could not be checked)
+    line = out.splitlines()
+    assert len(line) == 1 and line[0].startswith("HERMES-KEEPER CRITICAL - ")
+    assert "default: CRITICAL: 2 runaway" in out and "broken: " in out and "'work_db'=" in out
+    subprocess.run(keeper_cmd(home, "run", "--all-profiles", "--quiet"), capture_output=True)
+    code, out, _ = check(home, "--all-profiles")
+    assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - broken: ")  # now the worst left

@@ -1,0 +1,257 @@
+"""``schedule install|show|remove`` through each scheduler.
+
+Hermes: the real Hermes (three versions, their own virtualenvs) lists the job as a no-agent job
+and runs it, delivering the keeper's summary. systemd: ``systemd-analyze verify`` accepts the
+units (present on this machine and in CI). cron: a fake ``crontab`` on PATH keeps the table in
+a file, and the installed line's command is run as cron's shell would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_keeper import demo
+from tests.conftest import tree_digest
+from tests.hermes_env import IOT, hermes_python
+from tests.keeper_proc import keeper_cmd
+
+FAKE_CRONTAB = """#!/bin/sh
+if [ "$1" = "-l" ]; then
+  [ -f "$FAKE_CRONTAB" ] && exec cat "$FAKE_CRONTAB"
+  echo "no crontab for $(id -un)" >&2; exit 1
+fi
+[ "$1" = "-" ] && exec cat > "$FAKE_CRONTAB"
+exit 2
+"""
+FAKE_SYSTEMCTL = '#!/bin/sh\necho "$@" >> "$FAKE_SYSTEMCTL_LOG"\n'
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=30))
+    return home
+
+
+@pytest.fixture
+def env(tmp_path):
+    """PATH with the fake crontab and systemctl first; the user config folder in tmp."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("crontab", FAKE_CRONTAB), ("systemctl", FAKE_SYSTEMCTL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return os.environ | {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_CRONTAB": str(tmp_path / "crontab.txt"),
+        "FAKE_SYSTEMCTL_LOG": str(tmp_path / "systemctl.log"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+
+
+def keeper(home, *args, env=None, check=True):
+    out = subprocess.run(keeper_cmd(home, "schedule", *args), capture_output=True, text=True, env=env)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def in_hermes(spec: str, home: Path, code: str):
+    """``code`` in the real Hermes's Python with HERMES_HOME=home; its last stdout line as JSON."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HERMES_HOME": str(home)}
+    out = subprocess.run(
+        [str(hermes_python(spec)), "-I", "-c", code], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+LIST_AND_RUN = """
+import json
+from cron.jobs import list_jobs
+from cron.scheduler import run_job
+jobs = list_jobs(include_disabled=True)
+ok, _doc, final, err = run_job(jobs[0])
+print(json.dumps({"jobs": jobs, "ok": ok, "final": final, "error": err}, default=str))
+"""
+
+
+@pytest.mark.parametrize("spec", ["0.19.0", IOT, "0.13.0"])
+def test_hermes_lists_and_runs_the_no_agent_job(home, spec):
+    python = str(hermes_python(spec))
+    keeper(home, "install", "--via", "hermes", "--hermes", python)
+    jobs_json = (home / "cron" / "jobs.json").read_bytes()
+    again = keeper(home, "install", "--via", "hermes", "--hermes", python)
+    assert (home / "cron" / "jobs.json").read_bytes() == jobs_json  # idempotent: not even rewritten
+    assert again.stdout.count("unchanged") == 2
+
+    got = in_hermes(spec, home, LIST_AND_RUN)
+    [job] = got["jobs"]
+    assert job["no_agent"] is True and job["script"] == "hermes-keeper.sh" and job["deliver"] == "origin"
+    assert job["schedule"]["expr"] == "30 3 * * *" and job["enabled"] is True
+    # Hermes ran the script: the keeper's run, its one-line summary as the message to deliver
+    assert got["ok"] is True and got["error"] is None
+    assert re.fullmatch(r"default: zombies=\d+ pruned=\d+ .* messages", got["final"]), got["final"]
+    assert (home / "keeper" / "journal.jsonl").exists()
+    script = (home / "scripts" / "hermes-keeper.sh").read_text()
+    assert f"--home {home}" in script and "--profile default" in script
+    assert (home / "scripts" / "hermes-keeper.sh").stat().st_mode & 0o077 == 0
+
+    keeper(home, "remove", "--via", "hermes", "--hermes", python)
+    assert (
+        in_hermes(
+            spec, home, "import json; from cron.jobs import list_jobs; print(json.dumps(list_jobs(True)))"
+        )
+        == []
+    )
+    assert not (home / "scripts" / "hermes-keeper.sh").exists()
+
+
+def test_hermes_dry_run_prints_the_record_and_changes_nothing(home):
+    python = str(hermes_python("0.19.0"))
+    keeper(home, "install", "--via", "hermes", "--hermes", python, "--every", "monthly", "--at", "4:05")
+    before = tree_digest(home)
+    out = keeper(home, "install", "--via", "hermes", "--hermes", python, "--at", "02:00", "--dry-run")
+    assert tree_digest(home) == before
+    assert "would be replaced" in out.stdout and '"expr": "0 2 * * *"' in out.stdout
+    assert '"no_agent": true' in out.stdout and "exec " in out.stdout
+    shown = keeper(home, "show", "--via", "hermes", "--hermes", python).stdout
+    assert '"expr": "5 4 1 * *"' in shown
+
+
+def test_hermes_not_found_is_one_line(home, env):
+    out = keeper(
+        home, "install", "--via", "hermes", env=env | {"PATH": env["PATH"].split(":")[0]}, check=False
+    )
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and "Hermes not found" in out.stderr
+    assert not (home / "scripts").exists()
+
+
+def test_systemd_units_verify_and_install_idempotently(home, env, tmp_path):
+    dry = keeper(home, "install", "--via", "systemd", "--every", "weekly", "--dry-run", env=env).stdout
+    units = Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+    assert not units.exists()
+    keeper(home, "install", "--via", "systemd", "--every", "weekly", env=env)
+    files = sorted(units.iterdir())
+    assert [f.suffix for f in files] == [".service", ".timer"]
+    for f in files:  # the dry run printed exactly what was then written
+        assert f.read_text().rstrip("\n") in dry
+    service, timer = (f.read_text() for f in files)
+    assert "Nice=10" in service and "IOSchedulingClass=idle" in service and "Type=oneshot" in service
+    assert (
+        "Persistent=true" in timer
+        and "RandomizedDelaySec=" in timer
+        and "OnCalendar=Sun *-*-* 03:30:00" in timer
+    )
+    argv = shlex.split(service.split("ExecStart=", 1)[1].splitlines()[0])
+    assert Path(argv[0]).is_absolute() and argv[1:] == [
+        "run",
+        "--quiet",
+        "--home",
+        str(home),
+        "--profile",
+        "default",
+    ]
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    verify = subprocess.run(
+        ["systemd-analyze", "--user", "verify", *map(str, files)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"XDG_RUNTIME_DIR": str(runtime)},
+    )
+    assert verify.returncode == 0, verify.stderr
+    assert "enable --now hermes-keeper-default-" in Path(env["FAKE_SYSTEMCTL_LOG"]).read_text()
+
+    assert (
+        keeper(home, "install", "--via", "systemd", "--every", "weekly", env=env).stdout.count("unchanged")
+        == 2
+    )
+    keeper(home, "remove", "--via", "systemd", env=env)
+    assert list(units.iterdir()) == []
+    assert "disable --now" in Path(env["FAKE_SYSTEMCTL_LOG"]).read_text()
+
+
+def test_cron_line_runs_and_leaves_other_lines_alone(home, env):
+    table = Path(env["FAKE_CRONTAB"])
+    table.write_text("MAILTO=me@example.org\n15 * * * * /usr/local/bin/backup-photos\n")
+    dry = keeper(home, "install", "--via", "cron", "--dry-run", env=env).stdout
+    assert table.read_text().count("\n") == 2
+    keeper(home, "install", "--via", "cron", env=env)
+    lines = table.read_text().splitlines()
+    assert lines[:2] == ["MAILTO=me@example.org", "15 * * * * /usr/local/bin/backup-photos"]
+    [ours] = lines[2:]
+    assert ours in dry
+    fields = ours.split(" ", 5)
+    assert fields[:5] == ["30", "3", "*", "*", "*"]
+    # what cron does with the line: /bin/sh -c the rest; the quiet run prints nothing
+    ran = subprocess.run(
+        ["/bin/sh", "-c", fields[5]], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert '"action": "summary"' in (home / "keeper" / "journal.jsonl").read_text()
+
+    keeper(home, "install", "--via", "cron", env=env)
+    assert table.read_text().splitlines()[2:] == [ours]
+    keeper(home, "install", "--via", "cron", "--every", "monthly", "--at", "23:59", env=env)
+    [replaced] = table.read_text().splitlines()[2:]
+    assert replaced.startswith("59 23 1 * * ")
+    assert "found" in keeper(home, "show", "--via", "cron", env=env).stdout
+    keeper(home, "remove", "--via", "cron", env=env)
+    assert table.read_text().splitlines() == lines[:2]
+
+
+def test_show_and_remove_every_way(home, env):
+    keeper(home, "install", "--via", "cron", env=env)
+    out = keeper(home, "show", "--json", env=env | {"PATH": env["PATH"].split(":")[0] + ":/usr/bin:/bin"})
+    changes = json.loads(out.stdout)["changes"]
+    assert [c["via"] for c in changes if c["action"] == "found"] == ["cron"]
+    assert any(c["via"] == "hermes" and "Hermes not found" in c["note"] for c in changes)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["install", "--via", "cron", "--at", "25:00"], "HH:MM"),
+        (["install", "--via", "hermes", "--hermes", sys.executable + "-missing"], "not a file"),
+        (["install", "--via", "hermes", "--hermes", "/etc/hostname"], "not a Hermes command"),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_nothing(home, env, args, words):
+    before = tree_digest(home)
+    out = keeper(home, *args, env=env, check=False)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and words in out.stderr, out.stderr
+    assert tree_digest(home) == before and not Path(env["FAKE_CRONTAB"]).exists()
+
+
+def test_hermes_without_no_agent_is_refused(home, tmp_path):
+    """A Hermes whose cron jobs always wake the agent would spend tokens: refused, nothing written."""
+    fake = tmp_path / "old-hermes"
+    (fake / "cron").mkdir(parents=True)
+    (fake / "cron" / "__init__.py").write_text("")
+    (fake / "cron" / "jobs.py").write_text(
+        "def list_jobs(include_disabled=False):\n    return []\n\n"
+        "def create_job(prompt, schedule, name=None, deliver=None, script=None):\n    raise AssertionError\n"
+    )
+    python = tmp_path / "python"  # Hermes's Python, as the keeper calls it: python -I hermes_side.py REQUEST
+    boot = (
+        f"import sys, runpy; sys.path.insert(0, {str(fake)!r}); sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -I -c "{boot}" "$2" "$3"\n')
+    python.chmod(0o755)
+    before = tree_digest(home)
+    out = keeper(home, "install", "--via", "hermes", "--hermes", str(python), check=False)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "has no no_agent cron jobs" in out.stderr
+    assert tree_digest(home) == before
