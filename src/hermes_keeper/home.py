@@ -74,13 +74,24 @@ class Profile:
 
         return effective_policy(self.root, self.name, config_path, overrides)
 
-    def report(self, zombie_after_s: float | None = None, top: int = 10, now: float | None = None) -> dict:
-        """Where every byte goes (read-only; ``data/report.schema.json``)."""
+    def report(
+        self,
+        zombie_after_s: float | None = None,
+        top: int = 10,
+        now: float | None = None,
+        policy: Policy | None = None,
+    ) -> dict:
+        """Where every byte goes and what the policy (default: :meth:`config`) would remove of the
+        files (read-only; ``data/report.schema.json``)."""
         from hermes_keeper.report import build_report
         from hermes_keeper.run.policy import DAY
 
         return build_report(
-            self, now=now, zombie_after_s=DAY if zombie_after_s is None else zombie_after_s, top=top
+            self,
+            now=now,
+            zombie_after_s=DAY if zombie_after_s is None else zombie_after_s,
+            top=top,
+            policy=policy or self.config(),
         )
 
     def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:

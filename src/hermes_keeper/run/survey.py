@@ -22,6 +22,7 @@ from pathlib import Path
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
+from hermes_keeper.run.files import Folders, scan_folders
 from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import Holder, find_holders, lease_holder_dead, process_gone
@@ -162,6 +163,8 @@ class Survey:
     #: Hermes's own startup auto-prune on this profile (config.yaml + state_meta)
     auto_prune: AutoPrune | None = None
     holders: list[Holder] = field(default_factory=list)  # processes with state.db open (Hermes)
+    #: the growing folders beyond sessions/ (:mod:`files`)
+    folders: Folders = field(default_factory=lambda: Folders([]))
 
 
 def safe_filename_component(session_id: str) -> str:
@@ -565,5 +568,6 @@ def survey_profile(
                 turn_lease_holder_dead=lease_holder_dead(turn_holder),
             )
     survey.files = scan_files(profile.fs, set(survey.sessions))
+    survey.folders = scan_folders(profile.fs)
     survey.holders = find_holders(profile.db_path) if holders is None else holders
     return survey
