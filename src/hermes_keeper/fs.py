@@ -257,6 +257,8 @@ class HomeFS:
         try:
             folder, name = self._split(parts)
             with self._folder(folder) as dfd:
+                if not stat.S_ISDIR(os.lstat(name, dir_fd=dfd).st_mode):
+                    return None
                 return _clear_folder(dfd, name)[0]
         except (FileNotFoundError, KeeperError):
             return None
