@@ -383,3 +383,21 @@ def test_a_plan_entry_outside_its_kind_s_folder_is_not_removed(home):
     ):
         assert remove(fs, FileAction(str(home / rel), kind, 0, "forged")) is None
         assert (home / rel).exists()
+
+
+def test_state_db_held_in_delete_mode_is_not_read_whole_and_counts_as_failing(tmp_path):
+    """A quick_check would block the holder's commits for the whole read: skipped, and without
+    another readable copy no malformed copy goes."""
+    home = tmp_path / "h"
+    home.mkdir()
+    _sqlite(home / "state.db")
+    for stamp, days in (("20260101_000000", 300), ("20260201_000000", 200)):
+        (home / f"state.db.malformed-backup-{stamp}").write_bytes(b"\x00" * 512)
+        _old(home / f"state.db.malformed-backup-{stamp}", days)
+    folders = scan_folders(HomeFS(home), check_db=False)
+    assert folders.db_check.startswith("not checked")
+    remove_, keep = plan_folders(folders, Policy(), home, NOW)
+    assert remove_ == [] and [Path(a.path).name for a in keep] == [
+        "state.db.malformed-backup-20260101_000000"
+    ]
+    assert plan_folders(scan_folders(HomeFS(home)), Policy(), home, NOW)[0]  # checked: it goes

@@ -195,11 +195,12 @@ def _link(st) -> str:
     return "" if stat.S_ISREG(st.st_mode) else SYMLINK
 
 
-def scan_folders(fs: HomeFS) -> Folders:
+def scan_folders(fs: HomeFS, check_db: bool = True) -> Folders:
     """Every entry the rules decide, read through the door (changes nothing).
 
     ``state.db`` (and, while it fails, each copy) is quick_checked only when Hermes's
     malformed-db copies exist: the plan may remove one only while another readable copy stays.
+    Without ``check_db`` state.db counts as failing (so only another readable copy frees one).
     """
     top = fs.entries() or []
     found = _cron_output(fs) + _state_snapshots(fs)
@@ -208,7 +209,12 @@ def scan_folders(fs: HomeFS) -> Folders:
     db_check = None
     if malformed:
         st = fs.lstat(DB_NAME)
-        db_check = quick_check(fs.path(DB_NAME)) if st and stat.S_ISREG(st.st_mode) else "state.db missing"
+        if not (st and stat.S_ISREG(st.st_mode)):
+            db_check = "state.db missing"
+        elif not check_db:
+            db_check = "not checked: a process holds state.db in a rollback-journal mode"
+        else:
+            db_check = quick_check(fs.path(DB_NAME))
         if db_check != "ok":
             malformed = [
                 f if f.link else replace(f, readable=quick_check(fs.path(*f.parts)) == "ok")

@@ -568,6 +568,8 @@ def survey_profile(
                 turn_lease_holder_dead=lease_holder_dead(turn_holder),
             )
     survey.files = scan_files(profile.fs, set(survey.sessions))
-    survey.folders = scan_folders(profile.fs)
     survey.holders = find_holders(profile.db_path) if holders is None else holders
+    # quick_check reads every page in one read transaction: in a rollback-journal database a
+    # process holds, that would block its commits throughout (unchecked counts as failing).
+    survey.folders = scan_folders(profile.fs, check_db=schema.journal_mode == "wal" or not survey.holders)
     return survey
