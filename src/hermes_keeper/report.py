@@ -356,7 +356,7 @@ def build_report(
             "timestamp_problems": schema.timestamp_problems,
             "generation": generation(schema.schema_version),
             "protections": schema_protections(schema),
-            "quick_check": quick_check(profile.db_path),
+            "quick_check": survey.folders.checked_db or quick_check(profile.db_path),
         },
         "hermes_auto_prune": auto_prune_section(survey, now),
         "disk": disk,

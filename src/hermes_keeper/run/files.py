@@ -49,6 +49,7 @@ CHECKPOINTS_NOTE = (
 SYMLINK = "symlink: never followed or removed"
 HOLDS_SYMLINK = "holds a symlink: never followed or removed"
 FTS_HOLD_TMP = Path(HOLD_NAME).with_suffix(".tmp").name
+NOT_CHECKED = "not checked"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,11 @@ class Folders:
 
     found: list[Found]
     db_check: str | None = None
+
+    @property
+    def checked_db(self) -> str | None:
+        """state.db's quick_check result when one was taken (``report`` then needs no second)."""
+        return None if self.db_check is None or self.db_check.startswith(NOT_CHECKED) else self.db_check
 
 
 def _copies(entries, prefix: str, kind: str) -> list[Found]:
@@ -210,9 +216,9 @@ def scan_folders(fs: HomeFS, check_db: bool = True) -> Folders:
     if malformed:
         st = fs.lstat(DB_NAME)
         if not (st and stat.S_ISREG(st.st_mode)):
-            db_check = "state.db missing"
+            db_check = f"{NOT_CHECKED}: state.db missing"
         elif not check_db:
-            db_check = "not checked: a process holds state.db in a rollback-journal mode"
+            db_check = f"{NOT_CHECKED}: a process holds state.db in a rollback-journal mode"
         else:
             db_check = quick_check(fs.path(DB_NAME))
         if db_check != "ok":
