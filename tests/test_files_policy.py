@@ -471,3 +471,24 @@ def test_what_real_hermes_writes_is_found_ruled_and_still_read_by_hermes(tmp_pat
         timeout=120,
     )
     assert json.loads(listed.stdout) == [snaps[1]]
+
+
+def test_a_folder_turned_symlink_after_the_plan_is_not_followed(home, tmp_path):
+    """Between plan and removal ``cron/output`` is swapped for a link to a look-alike elsewhere:
+    nothing there is removed, and the run does not fail over it."""
+    fs = HomeFS(home)
+    remove_, _ = plan_folders(scan_folders(fs), Policy(), home, NOW)
+    old = next(a for a in remove_ if a.kind == "cron_output")
+    elsewhere = tmp_path / "elsewhere"
+    (home / "cron" / "output").rename(elsewhere)
+    (home / "cron" / "output").symlink_to(elsewhere)
+    before = sorted(p.name for p in elsewhere.rglob("*"))
+    assert remove(fs, old) is None
+    assert sorted(p.name for p in elsewhere.rglob("*")) == before
+    assert [a.reason for a in plan_folders(scan_folders(fs), Policy(), home, NOW)[1]] == [SYMLINK]
+    (home / "cron").rename(tmp_path / "cron-moved")
+    (home / "cron").symlink_to(tmp_path / "cron-moved")
+    assert remove(fs, old) is None
+    assert [a.path for a in plan_folders(scan_folders(fs), Policy(), home, NOW)[1]] == [
+        str(home / "cron/output")
+    ]

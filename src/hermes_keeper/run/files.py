@@ -18,6 +18,7 @@ from pathlib import Path
 from hermes_keeper.backup.compact import ESTIMATE_PREFIX
 from hermes_keeper.backup.restore import RESTORE_TMP, SAFETY_PREFIX
 from hermes_keeper.backup.snapshot import TEMP_PREFIX, killed_backup_leftovers
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import DB_NAME, KEEPER_DIR, SQLITE_SIDES, HomeFS
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.sqlite.fts import HOLD_NAME
@@ -126,8 +127,7 @@ def _tree(fs: HomeFS, *parts: str) -> tuple[int, int, str]:
 def _cron_output(fs: HomeFS) -> list[Found]:
     jobs = fs.entries("cron", "output")
     if jobs is None:  # cron/output is a symlink (or behind one): kept whole
-        st = fs.lstat("cron", "output") or fs.lstat("cron")
-        return [Found(CRON_OUTPUT, ("cron", "output"), 0, st.st_mtime if st else 0.0, 0, link=SYMLINK)]
+        return [Found(CRON_OUTPUT, ("cron", "output"), 0, 0.0, 0, link=SYMLINK)]
     out = []
     for job, st in jobs:
         if not stat.S_ISDIR(st.st_mode):
@@ -144,8 +144,7 @@ def _cron_output(fs: HomeFS) -> list[Found]:
 def _state_snapshots(fs: HomeFS) -> list[Found]:
     entries = fs.entries("state-snapshots")
     if entries is None:
-        st = fs.lstat("state-snapshots")
-        return [Found(STATE_SNAPSHOT, ("state-snapshots",), 0, st.st_mtime if st else 0.0, 0, link=SYMLINK)]
+        return [Found(STATE_SNAPSHOT, ("state-snapshots",), 0, 0.0, 0, link=SYMLINK)]
     out = []
     for name, st in entries:
         if name.startswith(".") or name.endswith(".partial"):
@@ -259,12 +258,12 @@ def _newest_first(found: list[Found]) -> list[Found]:
 def _decide(kind: str, real: list[Found], folders: Folders, policy: Policy, now: float):
     """(entry, reason to remove it | None, reason it is kept though the rule would remove it | None)."""
     if kind == CRON_OUTPUT:
+        keep, age = policy.cron_output_keep, policy.cron_output_age_s
         jobs: dict[str, list[Found]] = {}
         for f in real:
             jobs.setdefault(f.group, []).append(f)
         for files in jobs.values():
             for i, f in enumerate(_newest_first(files)[1:], 1):
-                keep, age = policy.cron_output_keep, policy.cron_output_age_s
                 if keep is not None and i >= keep:
                     yield f, f"cron output beyond the newest {keep} of its job", None
                 elif age is not None and now - f.mtime > age:
@@ -334,7 +333,10 @@ def remove(fs: HomeFS, action: FileAction) -> int | None:
         return None
     if not _allowed(action.kind, parts):
         return None
-    st = fs.lstat(*parts)
+    try:
+        st = fs.lstat(*parts)
+    except KeeperError:  # a folder on the way became a symlink since the plan: kept
+        return None
     if st is None:
         return None
     if stat.S_ISDIR(st.st_mode) and action.kind in (STATE_SNAPSHOT, KEEPER_LEFTOVER):
