@@ -492,3 +492,18 @@ def test_a_folder_turned_symlink_after_the_plan_is_not_followed(home, tmp_path):
     assert [a.path for a in plan_folders(scan_folders(fs), Policy(), home, NOW)[1]] == [
         str(home / "cron/output")
     ]
+
+
+def test_a_run_with_no_database_work_still_removes_the_files(home):
+    (home / "keeper.toml").write_text(
+        'zombie_after = "3650d"\n[retention]\n'
+        + "".join(
+            f'{s} = "3650d"\n' for s in ("cron", "subagent", "cli", "tui", "acp", "messaging", "default")
+        )
+        + '[files]\nmax_age = "3650d"\n'
+    )
+    planned = folder_removals(plan_json(home), home)
+    assert len(planned) == 14
+    out = json.loads(invoke("run", "--json", "--home", home).stdout)["profiles"][0]
+    assert (out["pruned"], out["zombies_closed"], out["backup"]) == (0, 0, None)
+    assert out["files_removed"] == 14 and not any(os.path.lexists(home / p) for p in planned)
