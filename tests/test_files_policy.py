@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -29,6 +30,7 @@ from hermes_keeper.run.files import (
 )
 from hermes_keeper.run.policy import DAY, Policy, effective_policy
 from tests.hermes_env import IOT, Hermes
+from tests.test_report import SCHEMA
 
 NOW = time.time()
 
@@ -122,7 +124,9 @@ def test_plan_and_run_remove_exactly_what_the_policy_says(home):
 
 
 def test_report_counts_each_folder_with_what_the_run_would_do(home):
-    rep = json.loads(invoke("report", "--json", "--home", home).stdout)["profiles"][0]
+    data = json.loads(invoke("report", "--json", "--home", home).stdout)
+    jsonschema.validate(data, SCHEMA)
+    rep = data["profiles"][0]
     rows = {r["kind"]: r for r in rep["files"]["policy"]}
     plan = plan_json(home)
     for kind in KINDS:
