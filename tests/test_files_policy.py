@@ -511,3 +511,22 @@ def test_a_run_with_no_database_work_still_removes_the_files(home):
     out = json.loads(invoke("run", "--json", "--home", home).stdout)["profiles"][0]
     assert (out["pruned"], out["zombies_closed"], out["backup"]) == (0, 0, None)
     assert out["files_removed"] == 14 and not any(os.path.lexists(home / p) for p in planned)
+
+
+def test_a_file_the_keeper_may_not_delete_is_journaled_and_the_run_goes_on(home, monkeypatch):
+    from hermes_keeper.run import execute
+
+    def refuse_cron(fs, action):
+        if action.kind == "cron_output":
+            raise PermissionError(13, "Permission denied")
+        return remove(fs, action)
+
+    monkeypatch.setattr(execute, "remove", refuse_cron)
+    planned = folder_removals(plan_json(home), home)
+    invoke("run", "--home", home)
+    journal = read_journal(home / "keeper")
+    refused = {r["path"]: r["error"] for r in journal if r["action"] == "file_not_removed"}
+    assert refused == {p: "Permission denied" for p, why in planned.items() if why.startswith("cron output")}
+    assert all((home / p).exists() for p in refused)
+    done = {r["path"] for r in journal if r["action"] == "file_removed" and r["kind"] in KINDS}
+    assert done == set(planned) - set(refused) and journal[-1]["action"] == "summary"

@@ -160,18 +160,29 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: S
     return closed
 
 
+def _home_path(profile: Profile, f: FileAction) -> str:
+    """The journal's name of a file :func:`remove` reached (so one inside the home)."""
+    return "/".join(Path(f.path).relative_to(profile.home).parts)
+
+
 def remove_files(profile: Profile, files: list[FileAction], journal: Journal | None) -> tuple[int, int]:
     """Delete these planned files, each only inside its kind's folder, through the door (never via
     a symlink); each one journaled with its name, bytes, kind and reason."""
     removed = size = 0
     for f in files:
-        n = remove(profile.fs, f)
+        try:
+            n = remove(profile.fs, f)
+        except OSError as exc:  # not ours to remove (another owner, a read-only mount): said, kept
+            if journal:
+                path = _home_path(profile, f)
+                journal.write("file_not_removed", durable=False, path=path, kind=f.kind, error=exc.strerror)
+            continue
         if n is None:
             continue  # gone, a symlink, behind one, or outside its kind's folder: kept
         removed += 1
         size += n
         if journal:
-            path = "/".join(Path(f.path).relative_to(profile.home).parts)
+            path = _home_path(profile, f)
             journal.write("file_removed", durable=False, path=path, bytes=n, kind=f.kind, reason=f.reason)
     if journal:
         journal.sync()
