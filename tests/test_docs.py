@@ -26,6 +26,16 @@ def test_readme_policy_example_loads_and_shows_the_defaults(tmp_path):
         assert getattr(shown, key) == defaults[key], key
     assert shown.retention_s == defaults["retention_s"]
     assert shown.files_max_age_s == defaults["files_max_age_s"]
+    for key in ("cron_output_age_s", "cron_output_keep", "state_snapshots_keep", "malformed_copies_age_s"):
+        assert getattr(shown, key) == defaults[key], key
+    assert (
+        (shown.restore_copies_keep, shown.keeper_leftovers)
+        == (1, True)
+        == (
+            defaults["restore_copies_keep"],
+            defaults["keeper_leftovers"],
+        )
+    )
     # The optional disk budget is an example, and the profile override applies to that profile only.
     assert shown.max_db_bytes == 2 * 1024**3 and defaults["max_db_bytes"] is None
     assert work.retention_s["cron"] == 3 * 86400 != shown.retention_s["cron"]

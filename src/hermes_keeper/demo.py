@@ -71,8 +71,10 @@ def generate(
     words_per_message: int = 40,
     days: int = 75,
     seed: int = 7,
+    folders: bool = False,
 ) -> DemoSpec:
-    """A deterministic home of ``sessions`` sessions spread over ``days`` days before ``now``."""
+    """A deterministic home of ``sessions`` sessions spread over ``days`` days before ``now``;
+    ``folders`` adds the other folders that grow (:func:`_add_folders`)."""
     rng = random.Random(seed)
     spec = DemoSpec(now=now)
     n_cron = int(sessions * CRON_SHARE)
@@ -116,6 +118,8 @@ def generate(
         spec.sessions.append(s)
     _add_special_cases(rng, spec, words_per_message)
     _add_files(rng, spec)
+    if folders:
+        _add_folders(spec)
     return spec
 
 
@@ -214,6 +218,40 @@ def _add_files(rng: random.Random, spec: DemoSpec) -> None:
     spec.files.append(("state.db.malformed-backup-20260101-000000", 2_000_000, spec.now - 90 * DAY))
     spec.files.append(("cron/output/job0/latest.md", 4_000, spec.now - DAY))
     spec.files.append(("logs/agent.log", 250_000, spec.now))
+
+
+def _stamp(ts: float, fmt: str = "%Y%m%d-%H%M%S") -> str:
+    import time
+
+    return time.strftime(fmt, time.gmtime(ts))
+
+
+#: Ages in days of each cron job's output files, and how many state snapshots there are.
+CRON_OUTPUT_AGES, STATE_SNAPSHOTS = (1, 5, 20, 40, 60, 90), 22
+
+
+def _add_folders(spec: DemoSpec) -> None:
+    """Small copies of what grows beside state.db (issue 15): per-run cron output, state snapshots,
+    a second malformed-db copy, the keeper's pre-restore copies and a killed restore's temp file,
+    and a ``checkpoints/`` store."""
+    now = spec.now
+    for job in ("job0", "job1", "job2"):
+        for age in CRON_OUTPUT_AGES:
+            ts = now - age * DAY
+            spec.files.append((f"cron/output/{job}/{_stamp(ts, '%Y-%m-%d_%H-%M-%S')}.md", 3_000, ts))
+    for k in range(STATE_SNAPSHOTS):
+        ts = now - (k + 1) * 3 * DAY
+        spec.files.append((f"state-snapshots/{_stamp(ts)}/state.db", 8_000, ts))
+        spec.files.append((f"state-snapshots/{_stamp(ts)}/config.yaml", 300, ts))
+    spec.files.append(("state.db.malformed-backup-20260101-000000-wal", 100_000, now - 90 * DAY))
+    spec.files.append(
+        (f"state.db.malformed-backup-{_stamp(now - 3 * DAY, '%Y%m%d_%H%M%S')}", 2_000_000, now - 3 * DAY)
+    )
+    for age in (60, 2):
+        name = f"state.db.keeper-before-restore-{_stamp(now - age * DAY, '%Y%m%dT%H%M%SZ')}"
+        spec.files += [(name, 1_500_000, now - age * DAY), (f"{name}-wal", 0, now - age * DAY)]
+    spec.files.append((".state.db.keeper-restore.tmp", 1_000_000, now - 10 * DAY))
+    spec.files += [("checkpoints/store/HEAD", 40, now), ("checkpoints/store/objects/pack.pack", 60_000, now)]
 
 
 def hermes_schema_sql() -> str:

@@ -246,6 +246,33 @@ class HomeFS:
         except (FileNotFoundError, KeeperError):
             return None
 
+    def entries(self, *parts: str) -> list[tuple[str, os.stat_result]] | None:
+        """Names and ``lstat`` of what the folder ``parts`` holds, sorted by name; ``[]`` when it is
+        absent, None when it is a symlink, is behind one or is not a folder (never listed through)."""
+        try:
+            with self._folder(parts) as dfd, os.scandir(dfd) as it:
+                return sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+        except FileNotFoundError:
+            return [] if self.lstat(*parts) is None else None
+        except (KeeperError, NotADirectoryError):
+            return None
+
+    def remove_tree(self, *parts: str) -> int | None:
+        """Delete the folder ``parts`` with its regular files and folders; the bytes removed.
+
+        Walked by descriptors, never through a symlink: a symlink (or a FIFO, a device) inside
+        is left as it is, and so are the folders that hold it. None, and nothing deleted, when
+        ``parts`` is not a real folder reached without a symlink.
+        """
+        try:
+            folder, name = self._split(parts)
+            with self._folder(folder) as dfd:
+                if not stat.S_ISDIR(os.lstat(name, dir_fd=dfd).st_mode):
+                    return None
+                return _clear_folder(dfd, name)[0]
+        except (FileNotFoundError, KeeperError):
+            return None
+
     def folder(self, path: Path | str) -> Path:
         """A folder the user named (``--dest``), created 0700: walked from the home when inside it.
 
@@ -288,6 +315,39 @@ class HomeFS:
                         raise _refuse(self.path(*parts, entry.name), st)
             except FileNotFoundError:
                 continue
+
+
+def _clear_folder(parent_fd: int, name: str) -> tuple[int, bool]:
+    """Delete the folder ``name`` of ``parent_fd`` as :meth:`HomeFS.remove_tree` does: (bytes, whole)."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return 0, False
+        raise
+    removed, whole = 0, True
+    try:
+        with os.scandir(fd) as it:
+            children = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+        for child, st in children:
+            if stat.S_ISREG(st.st_mode):
+                os.unlink(child, dir_fd=fd)
+                removed += st.st_size
+            elif stat.S_ISDIR(st.st_mode):
+                n, done = _clear_folder(fd, child)
+                removed, whole = removed + n, whole and done
+            else:
+                whole = False  # a symlink or special file: kept, and its folder with it
+    finally:
+        os.close(fd)
+    if whole:
+        try:
+            os.rmdir(name, dir_fd=parent_fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):  # something arrived meanwhile: kept
+                raise
+            whole = False
+    return removed, whole
 
 
 def private_dir(path: Path) -> Path:

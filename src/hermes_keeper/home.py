@@ -82,8 +82,8 @@ class Profile:
         now: float | None = None,
         policy: Policy | None = None,
     ) -> dict:
-        """Where every byte goes (read-only; ``data/report.schema.json``); runaways by the
-        policy's ``[runaway]`` limits (``policy``, else this profile's ``keeper.toml``)."""
+        """Where every byte goes, what the policy (default: :meth:`config`) would remove of the
+        files, runaways by its ``[runaway]`` limits (read-only; ``data/report.schema.json``)."""
         from hermes_keeper.report import build_report
         from hermes_keeper.run.policy import DAY
 
@@ -92,7 +92,7 @@ class Profile:
             now=now,
             zombie_after_s=DAY if zombie_after_s is None else zombie_after_s,
             top=top,
-            runaway=(policy or self.config()).runaway,
+            policy=policy or self.config(),
         )
 
     def check(self, policy: Policy | None = None, now: float | None = None):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
+from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
+from hermes_keeper.run.files import KINDS as FILE_KINDS
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import (
@@ -137,7 +139,7 @@ def db_usage(objects: dict[str, int] | None, schema: SchemaInfo) -> dict:
     }
 
 
-def files_usage(home: Path, survey: Survey) -> dict:
+def files_usage(home: Path, survey: Survey, policy: Policy, now: float) -> dict:
     kinds: dict[str, dict] = defaultdict(lambda: {"bytes": 0, "files": 0})
     orphans = {"bytes": 0, "files": 0}
     for f in survey.files:
@@ -149,14 +151,51 @@ def files_usage(home: Path, survey: Survey) -> dict:
             orphans["files"] += 1
     other = {d: dir_usage(home / d, home) for d in OTHER_DIRS}
     malformed = [
-        {"name": p.name, "bytes": _size(p)} for p in sorted(home.glob("state.db.malformed-backup-*"))
+        {"name": f.parts[-1], "bytes": f.bytes} for f in survey.folders.found if f.kind == MALFORMED_COPY
     ]
     return {
         "sessions_dir": dict(sorted(kinds.items())),
         "orphans": orphans,
         "other": other,
-        "malformed_copies": malformed,
+        "malformed_copies": sorted(malformed, key=lambda m: m["name"]),
+        "policy": folders_policy(survey, policy, now, other["checkpoints"]),
     }
+
+
+def folders_policy(survey: Survey, policy: Policy, now: float, checkpoints: dict) -> list[dict]:
+    """Each kind of growing file: what is there, the rule, and what a run would remove or keep from
+    it (the plan's own :func:`plan_folders`); ``checkpoints/`` last, never removed."""
+    remove, kept = plan_folders(survey.folders, policy, survey.profile.home, now)
+    rows = []
+    for kind in FILE_KINDS:
+        found = [f for f in survey.folders.found if f.kind == kind]
+        gone = [a for a in remove if a.kind == kind]
+        rows.append(
+            {
+                "kind": kind,
+                "where": WHERE[kind],
+                "entries": len(found),
+                "files": sum(f.files for f in found),
+                "bytes": sum(f.bytes for f in found),
+                "rule": rule(kind, policy),
+                "remove_entries": len(gone),
+                "remove_bytes": sum(a.bytes for a in gone),
+                "kept": sum(1 for a in kept if a.kind == kind),
+            }
+        )
+    rows.append(
+        {
+            "kind": "checkpoints",
+            "where": "checkpoints/",
+            "entries": checkpoints["files"],
+            **checkpoints,
+            "rule": CHECKPOINTS_RULE,
+            "remove_entries": 0,
+            "remove_bytes": 0,
+            "kept": 0,
+        }
+    )
+    return rows
 
 
 def _session_summary(s: SessionRow) -> dict:
@@ -307,11 +346,13 @@ def build_report(
     now: float | None = None,
     zombie_after_s: float = DAY,
     top: int = 10,
-    runaway: dict | None = None,
+    policy: Policy | None = None,
 ) -> dict:
     """The whole report for one profile (raises KeeperError if state.db is not readable);
-    ``runaway``: the policy's ``[runaway]`` limits (None: the defaults)."""
+    ``policy`` (default: the defaults) says what a run would do with the files and which
+    sessions are runaways."""
     now = time.time() if now is None else now
+    policy = policy or Policy()
     schema = inspect(profile.db_path)
     schema.require_readable()
     survey = survey_profile(profile, schema, now=now)
@@ -339,13 +380,13 @@ def build_report(
             "timestamp_problems": schema.timestamp_problems,
             "generation": generation(schema.schema_version),
             "protections": schema_protections(schema),
-            "quick_check": quick_check(profile.db_path),
+            "quick_check": survey.folders.checked_db or quick_check(profile.db_path),
         },
         "hermes_auto_prune": auto_prune_section(survey, now),
         "disk": disk,
         "database": db,
-        "files": files_usage(profile.home, survey),
-        "sessions": sessions_section(survey, now, zombie_after_s, top, runaway),
+        "files": files_usage(profile.home, survey, policy, now),
+        "sessions": sessions_section(survey, now, zombie_after_s, top, policy.runaway),
         "growth": growth_section(
             (s.started_at for s in survey.sessions.values()),
             windows,

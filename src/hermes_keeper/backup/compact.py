@@ -152,10 +152,14 @@ def _wait_idle(db_path: Path, wait_s: float | None) -> list:
     return holders
 
 
+#: The scratch folder of :func:`estimate_vacuum_s` (a full copy; a killed run leaves it behind).
+ESTIMATE_PREFIX = "vacuum-estimate-"
+
+
 def estimate_vacuum_s(db: Path, scratch: Path) -> float:
     """Seconds a VACUUM of ``db`` would hold the lock: a ``VACUUM INTO`` copy of it timed (one read
     transaction: Hermes keeps writing meanwhile), times :data:`VACUUM_COPY_FACTOR`."""
-    folder = Path(tempfile.mkdtemp(prefix="vacuum-estimate-", dir=private_dir(scratch)))
+    folder = Path(tempfile.mkdtemp(prefix=ESTIMATE_PREFIX, dir=private_dir(scratch)))
     conn = connect_ro(db, query_only=False)
     try:
         t0 = time.perf_counter()

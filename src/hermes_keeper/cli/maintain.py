@@ -26,6 +26,12 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         f"{d['files']['remove']} files ({human_bytes(d['files']['bytes'])})"
         + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
     )
+    if kinds := [
+        f"{k} {v['remove']} ({human_bytes(v['bytes'])})"
+        for k, v in d["files"]["by_kind"].items()
+        if v["remove"]
+    ]:
+        console.print(f"files by kind: {', '.join(kinds)}")
     console.print(
         f"safeguard: {plan.safeguard.why}",
         style="red" if plan.safeguard.kind == REFUSE else None,

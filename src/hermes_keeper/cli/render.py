@@ -13,6 +13,7 @@ from rich.table import Table
 
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.report import AGE_BUCKETS
+from hermes_keeper.run.files import CHECKPOINTS_NOTE
 
 GROUP_LABELS = {
     "messages": "messages (rows + indexes)",
@@ -87,10 +88,21 @@ def _files_table(files: dict) -> Table:
             t.add_row(cell(f"{d}/"), str(v["files"]), human_bytes(v["bytes"]))
     if copies := files["malformed_copies"]:
         t.add_row(
-            "state.db.malformed-backup-* (never removed)",
-            str(len(copies)),
-            human_bytes(sum(m["bytes"] for m in copies)),
+            "state.db.malformed-backup-*", str(len(copies)), human_bytes(sum(m["bytes"] for m in copies))
         )
+    return t
+
+
+def _folders_table(rows: list[dict]) -> Table:
+    """Each kind of growing file with the policy's rule and what `run` would remove of it."""
+    t = Table(title="Files that grow, and what `run` does with them (\\[files] in keeper.toml)")
+    for col in ("where", "entries", "bytes", "policy", "run removes"):
+        t.add_column(col, justify="right" if col in ("entries", "bytes") else "left", overflow="fold")
+    for r in rows:
+        removes = f"{r['remove_entries']} ({human_bytes(r['remove_bytes'])})" if r["remove_entries"] else "-"
+        if r["kept"]:
+            removes += f"; keeps {r['kept']} (symlink, last readable)"
+        t.add_row(cell(r["where"]), str(r["entries"]), human_bytes(r["bytes"]), cell(r["rule"]), removes)
     return t
 
 
@@ -187,6 +199,9 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     if not rep["database"]["per_object"]:
         c.print("[yellow]this SQLite has no dbstat: bytes per table unknown[/]")
     c.print(_files_table(rep["files"]))
+    c.print(_folders_table(rep["files"]["policy"]))
+    if rep["files"]["other"]["checkpoints"]["files"]:
+        c.print(CHECKPOINTS_NOTE)
 
     s = rep["sessions"]
     c.print(_sources_table(s))

@@ -89,7 +89,7 @@ def demo(directory, sessions):
     home = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="hermes-demo-"))
     if (home / "state.db").exists():
         raise KeeperError(f"{home} already holds a state.db; choose an empty folder")
-    demo_home.build_home(home, demo_home.generate(time.time(), sessions=sessions))
+    demo_home.build_home(home, demo_home.generate(time.time(), sessions=sessions, folders=True))
     click.echo(f"demo home: {home}")
     for p in select_profiles(home, env={}):
         render_report(build_report(p))

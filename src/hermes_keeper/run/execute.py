@@ -20,6 +20,7 @@ from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
+from hermes_keeper.run.files import KINDS, remove
 from hermes_keeper.run.plan import REFUSE, SNAPSHOT, ZOMBIE_END_REASON, FileAction, Plan
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
@@ -161,23 +162,30 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: S
     return closed
 
 
+def _home_path(profile: Profile, f: FileAction) -> str:
+    """The journal's name of a file :func:`remove` reached (so one inside the home)."""
+    return "/".join(Path(f.path).relative_to(profile.home).parts)
+
+
 def remove_files(profile: Profile, files: list[FileAction], journal: Journal | None) -> tuple[int, int]:
-    """Delete these planned files, only inside ``sessions/``, through the door (never via a symlink)."""
+    """Delete these planned files, each only inside its kind's folder, through the door (never via
+    a symlink); each one journaled with its name, bytes, kind and reason."""
     removed = size = 0
     for f in files:
         try:
-            parts = Path(f.path).relative_to(profile.home).parts
-        except ValueError:
+            n = remove(profile.fs, f)
+        except OSError as exc:  # not ours to remove (another owner, a read-only mount): said, kept
+            if journal:
+                path = _home_path(profile, f)
+                journal.write("file_not_removed", durable=False, path=path, kind=f.kind, error=exc.strerror)
             continue
-        if parts[:1] != ("sessions",):
-            continue
-        n = profile.fs.unlink(*parts)
         if n is None:
-            continue  # gone, a symlink, or behind one: kept
+            continue  # gone, a symlink, behind one, or outside its kind's folder: kept
         removed += 1
         size += n
         if journal:
-            journal.write("file_removed", durable=False, path="/".join(parts), bytes=n, reason=f.reason)
+            path = _home_path(profile, f)
+            journal.write("file_removed", durable=False, path=path, bytes=n, kind=f.kind, reason=f.reason)
     if journal:
         journal.sync()
     return removed, size
@@ -217,12 +225,15 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
         record = take_backup(profile, journal=journal, schema=ctx.schema, holders=ctx.holders())
         res.backup = record.name
         apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
-    # Files go on a thread of their own: orphans now, a pruned session's as soon as it is gone
-    # (never those of a session that woke up and was put back).
+    # Files under sessions/ go on a thread of their own: orphans now, a pruned session's as soon
+    # as it is gone (never those of a session that woke up and was put back). The other folders'
+    # files wait for the database work: copies of state.db among them stay until it is done.
     pruning = set(plan.prune)
     by_session: dict[str | None, list[FileAction]] = {}
+    folders = [f for f in plan.files if f.kind in KINDS]
     for f in plan.files:
-        by_session.setdefault(f.session_id if f.session_id in pruning else None, []).append(f)
+        if f.kind not in KINDS:
+            by_session.setdefault(f.session_id if f.session_id in pruning else None, []).append(f)
     removals: list[Future] = []
     hold = None
     try:
@@ -246,8 +257,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
         if journal:
             journal.write("stopped", reason=str(exc), writer=writer_figures(w, hold))
         raise
-    for r in removals:
-        n, size = r.result()
+    for n, size in [r.result() for r in removals] + [remove_files(profile, folders, journal)]:
         res.files_removed += n
         res.file_bytes += size
     res.writer = writer_figures(w, hold)

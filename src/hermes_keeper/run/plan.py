@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from hermes_keeper.backup.compact import LIVE_VACUUM_STALL_S
 from hermes_keeper.run.conversations import continues, conversations, lineage_root
+from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
@@ -199,15 +200,6 @@ def safeguard(policy: Policy, journal_mode: str | None, holders: list[Holder], d
     return Safeguard(NONE, "no snapshot and no archive (backup = false, --no-archive): deletes are final")
 
 
-@dataclass(frozen=True)
-class FileAction:
-    path: str
-    kind: str
-    bytes: int
-    reason: str
-    session_id: str | None = None
-
-
 @dataclass
 class Plan:
     profile: str
@@ -252,6 +244,17 @@ class Plan:
                 c["messages"] += d.messages
         return {k: dict(v) for k, v in sorted(out.items())}
 
+    def files_by_kind(self) -> dict[str, dict]:
+        """Per kind of file: how many the run removes (and their bytes), how many are kept from it."""
+        out: dict[str, Counter] = defaultdict(Counter)
+        for f in self.files:
+            out[f.kind].update(remove=1, bytes=f.bytes)
+        for f in self.kept_files:
+            out[f.kind].update(kept=1)
+        return {
+            k: {"remove": c["remove"], "bytes": c["bytes"], "kept": c["kept"]} for k, c in sorted(out.items())
+        }
+
     def keep_reasons(self) -> dict[str, int]:
         return dict(Counter(d.reason for d in self.decisions.values() if d.action == "keep").most_common())
 
@@ -268,7 +271,8 @@ class Plan:
             "files": {
                 "remove": len(self.files),
                 "bytes": sum(f.bytes for f in self.files),
-                "kept": len(self.kept_files),  # would be removed, but reached through a symlink
+                "kept": len(self.kept_files),  # symlinks, and files a safety keeps from their rule
+                "by_kind": self.files_by_kind(),
             },
             "by_source": self.by_source(),
             "keep_reasons": self.keep_reasons(),
@@ -401,9 +405,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             continue
         action = None
         if f.symlink:
-            plan.kept_files.append(
-                FileAction(str(f.path), f.kind, f.size, "symlink: never followed or removed", f.session_id)
-            )
+            plan.kept_files.append(FileAction(str(f.path), f.kind, f.size, SYMLINK, f.session_id))
             continue
         if f.session_id in pruned:
             action = "session pruned"
@@ -413,6 +415,9 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             action = f"request dump older than {_days(policy.files_max_age_s)}"
         if action:
             plan.files.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
+    removes, kept = plan_folders(survey.folders, policy, survey.profile.home, now)
+    plan.files += removes
+    plan.kept_files += kept
     if survey.routing_problem:
         plan.warnings.append(
             f"{survey.routing_problem}: routing unknown, every session the gateway could route to is kept"

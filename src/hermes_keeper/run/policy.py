@@ -86,7 +86,8 @@ def parse_size(value, where: str = "size") -> int:
     return int(_number(value, where, "a size like 2GB"))
 
 
-def _count(value, where: str) -> int:
+def parse_count(value, where: str) -> int:
+    """A whole number of things (files, folders): ``5``, never ``5.5`` or ``"5"``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise KeeperError(f"{where}: expected a whole number, got {value!r}")
     return value
@@ -105,7 +106,7 @@ KINDS = {
     "bool": (_parse_bool, "true/false"),
     "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds"),
     "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction"),
-    "count": (_count, "whole number"),
+    "count": (parse_count, "whole number"),
     "number": (lambda v, where: _number(v, where, "a number"), "number"),
 }
 
@@ -121,9 +122,12 @@ class Setting:
     low: float | None = None  # in the code's unit (seconds, bytes, ms)
     high: float | None = None
     low_open: bool = False  # the range excludes ``low``
+    off: bool = False  # ``"off"`` is a value: the rule does not apply (None)
 
     def parse(self, value, where: str):
         """The value in the code's unit, or a one-line refusal naming ``where``."""
+        if self.off and value == "off":
+            return None
         parsed = KINDS[self.kind][0](value, where)
         if self.low is not None and (parsed < self.low or (self.low_open and parsed == self.low)):
             raise KeeperError(f"{where}: must be {self._range_words()}, got {value!r}")
@@ -135,8 +139,10 @@ class Setting:
         if self.kind == "bool":
             return ""
         if self.high is None:
-            return f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
-        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+            text = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
+        else:
+            text = f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+        return f"{text} or off" if self.off else text
 
     def _range_words(self) -> str:
         return f"in {self.range_text()}" if self.high is not None else self.range_text()
@@ -271,6 +277,53 @@ SETTINGS: tuple[Setting, ...] = (
         "`check`: WARNING when `archive verify` last ran longer ago",
         low=0,
     ),
+    Setting(
+        "files.cron_output_age",
+        "duration",
+        "30d",
+        "`cron/output/<job>/*.md` older than this are removed; the newest of each job is kept",
+        low=0,
+        off=True,
+    ),
+    Setting(
+        "files.cron_output_keep",
+        "count",
+        "off",
+        "per job, only the newest this many `cron/output/<job>/*.md` are kept",
+        low=1,
+        off=True,
+    ),
+    Setting(
+        "files.state_snapshots_keep",
+        "count",
+        20,
+        "only the newest this many `state-snapshots/` folders are kept (Hermes's own default cap)",
+        low=1,
+        off=True,
+    ),
+    Setting(
+        "files.malformed_copies_age",
+        "duration",
+        "30d",
+        "Hermes's `state.db.malformed-backup-*` older than this are removed: never the newest, never"
+        " the only copy that passes quick_check while state.db fails it",
+        low=0,
+        off=True,
+    ),
+    Setting(
+        "files.restore_copies_keep",
+        "count",
+        1,
+        "only the newest this many `state.db.keeper-before-restore-*` copies are kept",
+        low=1,
+        off=True,
+    ),
+    Setting(
+        "files.keeper_leftovers",
+        "bool",
+        True,
+        "temporary files of killed keeper commands (backup, restore, FTS hold, VACUUM estimate) are removed",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -312,6 +365,14 @@ def _table_defaults(section: str) -> dict:
     return {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == section}
 
 
+_ATTR |= {
+    "files.cron_output_age": "cron_output_age_s",
+    "files.cron_output_keep": "cron_output_keep",
+    "files.state_snapshots_keep": "state_snapshots_keep",
+    "files.malformed_copies_age": "malformed_copies_age_s",
+    "files.restore_copies_keep": "restore_copies_keep",
+    "files.keeper_leftovers": "keeper_leftovers",
+}
 DEFAULT_RETENTION = _table_defaults("retention")
 
 
@@ -333,6 +394,12 @@ class Policy:
     runaway: dict[str, float] = field(default_factory=lambda: _table_defaults("runaway"))
     #: ``check``'s WARNING and CRITICAL thresholds: [check] keys
     check: dict[str, float] = field(default_factory=lambda: _table_defaults("check"))
+    cron_output_age_s: float | None = _default("files.cron_output_age")
+    cron_output_keep: int | None = _default("files.cron_output_keep")
+    state_snapshots_keep: int | None = _default("files.state_snapshots_keep")
+    malformed_copies_age_s: float | None = _default("files.malformed_copies_age")
+    restore_copies_keep: int | None = _default("files.restore_copies_keep")
+    keeper_leftovers: bool = _default("files.keeper_leftovers")
     #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
@@ -387,6 +454,14 @@ class Policy:
             "files_max_age_s": self.files_max_age_s,
             "runaway": dict(self.runaway),
             "check": dict(self.check),
+            "files": {
+                "cron_output_age_s": self.cron_output_age_s,
+                "cron_output_keep": self.cron_output_keep,
+                "state_snapshots_keep": self.state_snapshots_keep,
+                "malformed_copies_age_s": self.malformed_copies_age_s,
+                "restore_copies_keep": self.restore_copies_keep,
+                "keeper_leftovers": self.keeper_leftovers,
+            },
             "origin": dict(self.origin),
             "settings": self.settings(),
         }

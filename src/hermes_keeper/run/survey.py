@@ -22,6 +22,7 @@ from pathlib import Path
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
+from hermes_keeper.run.files import Folders, scan_folders
 from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import Holder, find_holders, lease_holder_dead, process_gone
@@ -162,6 +163,8 @@ class Survey:
     #: Hermes's own startup auto-prune on this profile (config.yaml + state_meta)
     auto_prune: AutoPrune | None = None
     holders: list[Holder] = field(default_factory=list)  # processes with state.db open (Hermes)
+    #: the growing folders beyond sessions/ (:mod:`files`)
+    folders: Folders = field(default_factory=lambda: Folders([]))
 
 
 def safe_filename_component(session_id: str) -> str:
@@ -566,4 +569,7 @@ def survey_profile(
             )
     survey.files = scan_files(profile.fs, set(survey.sessions))
     survey.holders = find_holders(profile.db_path) if holders is None else holders
+    # quick_check reads every page in one read transaction: in a rollback-journal database a
+    # process holds, that would block its commits throughout (unchecked counts as failing).
+    survey.folders = scan_folders(profile.fs, check_db=schema.journal_mode == "wal" or not survey.holders)
     return survey

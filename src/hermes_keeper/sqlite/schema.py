@@ -268,7 +268,10 @@ def quick_check(path: Path) -> str:
     It reads every page, so it runs where a damaged page matters: before compact writes, and
     in report and plan, which must not say all is well about a corrupt database.
     """
-    conn = connect_ro(path)
+    try:
+        conn = connect_ro(path)
+    except sqlite3.DatabaseError as exc:  # not a database at all (a damaged header)
+        return str(exc)
     try:
         rows = conn.execute("PRAGMA quick_check(5)").fetchall()
     except sqlite3.DatabaseError as exc:
