@@ -70,12 +70,14 @@ def median_s(fn: Callable[[], object], runs: int = 3) -> tuple[float, object]:
 
 def scan_floor(store: Archive) -> int:
     zd = zstandard.ZstdDecompressor()
-    return sum(len(zd.decompress(b)) for (b,) in store.conn.execute("SELECT payload FROM archived_sessions"))
+    return sum(
+        len(zd.decompress(b)) for (b,) in store.files[0].conn.execute("SELECT payload FROM archived_sessions")
+    )
 
 
 def dictionary_variant(store: Archive) -> None:
     zd = zstandard.ZstdDecompressor()
-    raws = [zd.decompress(b) for (b,) in store.conn.execute("SELECT payload FROM archived_sessions")]
+    raws = [zd.decompress(b) for (b,) in store.files[0].conn.execute("SELECT payload FROM archived_sessions")]
     t0 = time.perf_counter()
     zdict = zstandard.train_dictionary(112_640, raws[:: max(1, len(raws) // 2000)])
     train = time.perf_counter() - t0
@@ -120,9 +122,11 @@ def main() -> None:
     args = ap.parse_args()
     path = build(args.sessions)
     with Archive(path, create=False) as store:
-        n, raw, stored = store.conn.execute(
-            "SELECT count(*), sum(raw_bytes), sum(stored_bytes) FROM archived_sessions"
-        ).fetchone()
+        n, raw, stored = (
+            store.files[0]
+            .conn.execute("SELECT count(*), sum(raw_bytes), sum(stored_bytes) FROM archived_sessions")
+            .fetchone()
+        )
         print(
             f"archive: {n} sessions, {path.stat().st_size / 1e6:.1f} MB on disk "
             f"(payloads {raw / 1e6:.1f} MB JSON -> {stored / 1e6:.1f} MB zstd level {ZSTD_LEVEL})"

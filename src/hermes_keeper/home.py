@@ -248,9 +248,9 @@ class ProfileArchive:
 
     @property
     def exists(self) -> bool:
-        from hermes_keeper.archive.store import ARCHIVE_NAME
+        from hermes_keeper.archive.store import archive_exists
 
-        return (self.profile.keeper_dir / ARCHIVE_NAME).exists()
+        return archive_exists(self.profile.keeper_dir)
 
     @contextmanager
     def _store(self):
@@ -312,7 +312,7 @@ class ProfileArchive:
             return write_export(store, Path(output) if output else None, filters or ALL, split=split)
 
     def verify(self):
-        """Decompress every payload and recompute its sha256; plus a quick_check of archive.db."""
+        """Decompress every payload and recompute its sha256; plus a quick_check of every archive file."""
         from hermes_keeper.archive.query import verify
 
         with self._store() as store:

@@ -235,7 +235,7 @@ def verify_cmd(profiles, as_json):
         return p.archive.verify()
 
     def show(p: Profile, r) -> None:
-        db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
+        db = "" if r.database == "ok" else f"; quick_check: {r.database}"
         click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
         for why in r.damaged.values():
             click.echo(term(f"  damaged: {why}"))

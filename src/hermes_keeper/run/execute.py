@@ -8,12 +8,11 @@ compact.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
+from hermes_keeper.archive.store import Archive, archive_exists
 from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
@@ -187,11 +186,10 @@ def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
     opens and is of a layout it knows (a :class:`KeeperError` otherwise)."""
     schema.require_actionable()
     refuse_during_maintenance(schema)
-    path = profile.keeper_dir / ARCHIVE_NAME
     # A link (dangling too) is refused by the door, a file that is not SQLite or of a newer
     # layout by the archive; one without tables (a first run killed before them) is set up.
-    if policy.archive and os.path.lexists(path):
-        Archive(path).close()
+    if policy.archive and archive_exists(profile.keeper_dir):
+        Archive.for_home(profile.keeper_dir).close()
 
 
 def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) -> RunResult:
