@@ -311,6 +311,14 @@ class ProfileArchive:
         with self._store() as store:
             return write_export(store, Path(output) if output else None, filters or ALL, split=split)
 
+    def export_markdown(self, folder: str | os.PathLike, filters: Filters | None = None):
+        """One readable ``<id>.md`` per chosen session into ``folder`` (0700); (result, files written)."""
+        from hermes_keeper.archive.export import write_markdown
+        from hermes_keeper.archive.query import ALL
+
+        with self._store() as store:
+            return write_markdown(store, Path(folder), filters or ALL)
+
     def verify(self):
         """Decompress every payload and recompute its sha256; plus a quick_check of every archive file."""
         from hermes_keeper.archive.query import verify

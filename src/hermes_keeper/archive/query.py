@@ -158,20 +158,27 @@ def content_text(value) -> str:
     return " ".join(out)
 
 
-def tool_calls(value) -> list[str]:
-    """Each tool call of a message as ``name(arguments)``."""
+def call_parts(value) -> list[tuple[str, object]] | None:
+    """Each tool call of a message as (name, arguments as stored); None when it is not JSON."""
     value = decode_value(value)
     try:
         calls = json.loads(value) if isinstance(value, str) else value
     except ValueError:
-        return [str(value)]
+        return None
     out = []
     for c in calls if isinstance(calls, list) else [calls]:
         fn = c.get("function", c) if isinstance(c, dict) else {}
         name = fn.get("name") if isinstance(fn, dict) else None
-        args = fn.get("arguments", "") if isinstance(fn, dict) else ""
-        out.append(f"{name or '?'}({args if isinstance(args, str) else json.dumps(args)})")
+        out.append((name or "?", fn.get("arguments", "") if isinstance(fn, dict) else ""))
     return out
+
+
+def tool_calls(value) -> list[str]:
+    """Each tool call of a message as ``name(arguments)``."""
+    parts = call_parts(value)
+    if parts is None:
+        return [str(decode_value(value))]
+    return [f"{name}({args if isinstance(args, str) else json.dumps(args)})" for name, args in parts]
 
 
 def searchable_fields(m: dict) -> list[str]:
