@@ -84,11 +84,14 @@ class Profile:
         )
 
     def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:
+        from hermes_keeper.archive.retention import plan_archive_retention
         from hermes_keeper.run.plan import make_plan
         from hermes_keeper.run.survey import survey_profile
 
         now = time.time() if now is None else now
-        return make_plan(survey_profile(self, schema, now, holders), policy, now)
+        plan = make_plan(survey_profile(self, schema, now, holders), policy, now)
+        plan_archive_retention(self, plan, policy)
+        return plan
 
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
@@ -318,6 +321,17 @@ class ProfileArchive:
 
         with self._store() as store:
             return write_markdown(store, Path(folder), filters or ALL)
+
+    def usage(self, policy: Policy | None = None, now: float | None = None):
+        """The archive's bytes, files, entries, oldest conversation and budget (``archive.max_bytes``),
+        and whether it is over it: an ``ArchiveUsage`` (for ``report``, and a monitoring check)."""
+        from hermes_keeper.archive.retention import archive_usage, survey_archive
+
+        policy = policy or self.profile.config()
+        now = time.time() if now is None else now
+        return archive_usage(
+            survey_archive(self.profile), policy.archive_keep_s, policy.archive_max_bytes, now
+        )
 
     def verify(self):
         """Decompress every payload and recompute its sha256; plus a quick_check of every archive file."""

@@ -39,7 +39,7 @@ import orjson
 import zstandard
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.fs import HomeFS
+from hermes_keeper.fs import SQLITE_SIDES, HomeFS
 from hermes_keeper.sqlite.connect import write_txn
 from hermes_keeper.sqlite.schema import SchemaInfo
 
@@ -354,6 +354,25 @@ class ArchiveFile:
                 "INSERT INTO sqlite_sequence (name, seq) VALUES ('archived_sessions', ?)", (floor,)
             )
 
+    def base_bytes(self) -> int:
+        """What this file holds with no entry: page 1 and a page per table and index."""
+        roots = self.conn.execute("SELECT count(*) FROM sqlite_master WHERE rootpage > 0").fetchone()[0]
+        return (1 + roots) * self.conn.execute("PRAGMA page_size").fetchone()[0]
+
+    def entries(self, where: str = "", params: tuple = ()) -> Iterator[Entry]:
+        for row in self.conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions {where}", params):
+            yield Entry(*row)
+
+    def delete(self, entries: list[int]) -> int:
+        """Delete these entries (retention; inside the caller's transaction); rows deleted."""
+        n = 0
+        for i in range(0, len(entries), 500):
+            chunk = entries[i : i + 500]
+            n += self.conn.execute(
+                f"DELETE FROM archived_sessions WHERE entry IN ({','.join('?' * len(chunk))})", chunk
+            ).rowcount
+        return n
+
     def close(self) -> None:
         self.conn.close()
 
@@ -580,13 +599,13 @@ class Archive:
             if done < len(chunk) and self._refresh():  # some sit in a file the archiver made meanwhile
                 self.set_state(chunk, state)
 
-    def delete(self, entries: Iterable[int]) -> None:
-        """Drop entries (retention), each in its file, one transaction per file."""
-        ids = list(entries)
-        for f in self.files:
-            with write_txn(f.conn):
-                for i in range(0, len(ids), 500):
-                    self._each(ids[i : i + 500], f, "DELETE FROM archived_sessions WHERE entry IN ({})")
+    def drop_file(self, f: ArchiveFile) -> None:
+        """Delete one file of the archive (retention: a whole month gone), through the door."""
+        self.files.remove(f)
+        f.close()
+        folder = f.path.absolute().parent
+        for side in ("", *SQLITE_SIDES):
+            HomeFS(folder.parent).unlink(folder.name, f.path.name + side)
 
     def entry(self, session_id: str) -> Entry | None:
         """The newest entry of a session."""
@@ -628,11 +647,7 @@ class Archive:
         ``order``: the key of that ORDER BY, to merge the files' streams; without it, file after
         file (which is entry order when each file's rows are).
         """
-        sql = f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions {where}"
-        streams = [
-            (e for e in (Entry(*r) for r in f.conn.execute(sql, params)) if keep is None or keep(e))
-            for f in self.files
-        ]
+        streams = [(e for e in f.entries(where, params) if keep is None or keep(e)) for f in self.files]
         return heapq.merge(*streams, key=order) if order else chain.from_iterable(streams)
 
     def payloads(

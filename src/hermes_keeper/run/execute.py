@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_keeper.archive.retention import apply_retention
 from hermes_keeper.archive.store import Archive, archive_exists
 from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
@@ -52,6 +53,7 @@ class RunResult:
     backup: str | None = None
     safeguard: str = ""
     compact: dict | None = None
+    archive_retention: dict | None = None  # what [archive] keep / max_bytes dropped
 
     @property
     def freed_bytes(self) -> int:
@@ -92,6 +94,7 @@ class RunResult:
             "backup": self.backup,
             "safeguard": self.safeguard,
             "compact": self.compact,
+            "archive_retention": self.archive_retention,
             "summary": self.summary(),
         }
 
@@ -247,6 +250,8 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
         res.files_removed += n
         res.file_bytes += size
     res.writer = writer_figures(w, hold)
+    if plan.archive_retention is not None:  # after the prune: its new entries are not touched
+        res.archive_retention = apply_retention(profile, plan.archive_retention, journal)
     if policy.compact and res.prune.pruned:
         res.compact = compact_run(ctx).to_dict()
     conn = connect_ro(profile.db_path)

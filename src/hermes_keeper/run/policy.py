@@ -199,6 +199,20 @@ SETTINGS: tuple[Setting, ...] = (
         "orphan transcripts and request dumps older than this are removed",
         low=0,
     ),
+    Setting(
+        "archive.keep",
+        "duration",
+        None,
+        "optional: archived conversations last active longer ago are deleted from the archive for good",
+        low=0,
+    ),
+    Setting(
+        "archive.max_bytes",
+        "size",
+        None,
+        "optional budget for the archive's files; over it, the oldest conversations go first",
+        low=0,
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -232,6 +246,7 @@ _ATTR = {
     "disk.low_water": "low_water",
 }
 _ATTR["files.max_age"] = "files_max_age_s"
+_ATTR |= {"archive.keep": "archive_keep_s", "archive.max_bytes": "archive_max_bytes"}
 DEFAULT_RETENTION = {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == "retention"}
 
 
@@ -249,6 +264,8 @@ class Policy:
     max_db_bytes: int | None = _default("disk.max_db_bytes")
     low_water: float = _default("disk.low_water")
     files_max_age_s: float = _default("files.max_age")
+    archive_keep_s: float | None = _default("archive.keep")
+    archive_max_bytes: int | None = _default("archive.max_bytes")
     #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
@@ -301,6 +318,8 @@ class Policy:
             "max_db_bytes": self.max_db_bytes,
             "low_water": self.low_water,
             "files_max_age_s": self.files_max_age_s,
+            "archive_keep_s": self.archive_keep_s,
+            "archive_max_bytes": self.archive_max_bytes,
             "origin": dict(self.origin),
             "settings": self.settings(),
         }
@@ -312,7 +331,8 @@ _SECTIONS = {s.section for s in SETTINGS if s.section}
 def _apply(policy: Policy, data: dict, label: str) -> None:
     """Apply one TOML table (top level or a profile's) onto ``policy``, key by key through SETTINGS."""
     for key, value in data.items():
-        if key in _SECTIONS:
+        # ``archive = false`` is a key, ``[archive]`` a table: the one name is both.
+        if key in _SECTIONS and (isinstance(value, dict) or key not in _BY_NAME):
             if not isinstance(value, dict):
                 raise KeeperError(f"{label}: [{key}] must be a table")
             for sub, v in value.items():
