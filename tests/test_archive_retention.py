@@ -183,3 +183,12 @@ def test_apply_rechecks_what_changed_since_the_plan(tmp_path):
     assert (home / "keeper" / ARCHIVE_NAME).exists() and done["files_deleted"] == 0
     with Archive.for_home(home / "keeper", create=False) as store:
         assert [e.entry for e in store.entries("ORDER BY entry")] == [entries[0]]
+
+
+def test_a_report_with_an_unreadable_archive_says_so_and_shows_the_rest(tmp_path):
+    home = _home(tmp_path, _spec("old", "otter", age_days=120))
+    _run(home)
+    (home / "keeper" / ARCHIVE_NAME).write_bytes(b"not an archive\n" * 100)
+    (rep,) = json.loads(_cli_report(home))["profiles"]
+    assert "cannot open the archive" in rep["archive"]["problem"] and rep["archive"]["files"] == 0
+    assert rep["sessions"]["total"] >= 1  # everything else is reported as before

@@ -325,13 +325,15 @@ class ProfileArchive:
     def usage(self, policy: Policy | None = None, now: float | None = None):
         """The archive's bytes, files, entries, oldest conversation and budget (``archive.max_bytes``),
         and whether it is over it: an ``ArchiveUsage`` (for ``report``, and a monitoring check)."""
-        from hermes_keeper.archive.retention import archive_usage, survey_archive
+        from hermes_keeper.archive.retention import ArchiveSurvey, archive_usage, survey_archive
 
-        policy = policy or self.profile.config()
         now = time.time() if now is None else now
-        return archive_usage(
-            survey_archive(self.profile), policy.archive_keep_s, policy.archive_max_bytes, now
-        )
+        try:
+            policy = policy or self.profile.config()
+            survey = survey_archive(self.profile)
+        except KeeperError as exc:  # a report still shows everything else, and says why not this
+            return archive_usage(ArchiveSurvey((), frozenset()), None, None, now, problem=str(exc))
+        return archive_usage(survey, policy.archive_keep_s, policy.archive_max_bytes, now)
 
     def verify(self):
         """Decompress every payload and recompute its sha256; plus a quick_check of every archive file."""

@@ -292,13 +292,14 @@ class ArchiveUsage:
     keep_s: float | None  # archive.keep
     over_budget: bool
     expired: int  # entries older than archive.keep (a run drops them)
+    problem: str | None = None  # why the archive or its policy could not be read (figures are zeros)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def archive_usage(
-    survey: ArchiveSurvey, keep_s: float | None, max_bytes: int | None, now: float
+    survey: ArchiveSurvey, keep_s: float | None, max_bytes: int | None, now: float, problem: str | None = None
 ) -> ArchiveUsage:
     entries = [e for f in survey.files for e in f.entries]
     return ArchiveUsage(
@@ -313,6 +314,7 @@ def archive_usage(
         expired=0
         if keep_s is None
         else sum(1 for e in entries if e.state != ARCHIVED and age_of(e) < now - keep_s),
+        problem=problem,
     )
 
 

@@ -648,7 +648,9 @@ class Archive:
         file (which is entry order when each file's rows are).
         """
         streams = [(e for e in f.entries(where, params) if keep is None or keep(e)) for f in self.files]
-        return heapq.merge(*streams, key=order) if order else chain.from_iterable(streams)
+        return (
+            heapq.merge(*streams, key=order) if order and len(streams) > 1 else chain.from_iterable(streams)
+        )
 
     def payloads(
         self,
@@ -671,7 +673,7 @@ class Archive:
                     yield entry, None
 
         streams = [stream(f) for f in self.files]
-        if order is None:
+        if order is None or len(streams) == 1:
             return chain.from_iterable(streams)
         return heapq.merge(*streams, key=lambda pair: order(pair[0]))
 

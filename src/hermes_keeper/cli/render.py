@@ -168,6 +168,8 @@ def _when(ts: float) -> str:
 
 def _archive_line(a: dict, now: float, c: Console) -> None:
     """The archive's size against ``[archive] max_bytes`` / ``keep``; red when over its budget."""
+    if a["problem"]:
+        c.print(f"[yellow]archive: {escape(term(a['problem']))}[/]")
     if not a["files"]:
         return
     budget = f" of a {human_bytes(a['budget'])} budget" if a["budget"] is not None else ""
