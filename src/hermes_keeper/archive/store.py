@@ -364,7 +364,7 @@ class ArchiveFile:
             yield Entry(*row)
 
     def delete(self, entries: list[int]) -> int:
-        """Delete these entries (retention; inside the caller's transaction); rows deleted."""
+        """Delete these entries where this file holds them (inside the caller's transaction); rows deleted."""
         n = 0
         for i in range(0, len(entries), 500):
             chunk = entries[i : i + 500]
@@ -472,14 +472,14 @@ class Archive:
                 )
                 out.append(inserted.lastrowid)
             self._each(reused, cur, "UPDATE archived_sessions SET state = ? WHERE entry IN ({})", [ARCHIVED])
-            self._each(dropped, cur, "DELETE FROM archived_sessions WHERE entry IN ({})")
+            cur.delete(dropped)
         for f in self.files if reused or dropped else ():
             if f is not cur:
                 with write_txn(f.conn):
                     self._each(
                         reused, f, "UPDATE archived_sessions SET state = ? WHERE entry IN ({})", [ARCHIVED]
                     )
-                    self._each(dropped, f, "DELETE FROM archived_sessions WHERE entry IN ({})")
+                    f.delete(dropped)
         return out
 
     @staticmethod
