@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from hermes_keeper.archive.retention import (
     ArchiveSurvey,
     FileFacts,
@@ -192,3 +194,21 @@ def test_a_report_with_an_unreadable_archive_says_so_and_shows_the_rest(tmp_path
     (rep,) = json.loads(_cli_report(home))["profiles"]
     assert "cannot open the archive" in rep["archive"]["problem"] and rep["archive"]["files"] == 0
     assert rep["sessions"]["total"] >= 1  # everything else is reported as before
+
+
+def test_the_archive_key_and_the_archive_table_live_side_by_side(tmp_path):
+    from hermes_keeper.errors import KeeperError
+    from hermes_keeper.run.policy import effective_policy
+
+    (tmp_path / "keeper.toml").write_text(
+        'archive = true\n[profiles.work.archive]\nkeep = "30d"\nmax_bytes = "1GB"\n'
+        "[profiles.off]\narchive = false\n"
+    )
+    default = effective_policy(tmp_path, "default")
+    assert (default.archive, default.archive_keep_s, default.archive_max_bytes) == (True, None, None)
+    work = effective_policy(tmp_path, "work")
+    assert (work.archive, work.archive_keep_s, work.archive_max_bytes) == (True, 30 * DAY, 1024**3)
+    assert effective_policy(tmp_path, "off").archive is False
+    (tmp_path / "keeper.toml").write_text("[archive]\nkeep = 30\n")
+    with pytest.raises(KeeperError, match="archive.keep: a duration needs a unit"):
+        effective_policy(tmp_path, "default")
