@@ -122,7 +122,7 @@ def test_bad_use_is_one_line_and_writes_nothing(pruned_home, tmp_path):
 
 
 def test_long_results_are_cut_and_fences_cannot_be_closed_early():
-    p = ah.payload("s1", "cli", ah.NOW, title='a "quoted": title', texts=("cut off:\n```python\nx = 1",))
+    p = ah.payload("s1", "cli", ah.NOW, title='a "quoted":\ntitle', texts=("cut off:\n```python\nx = 1",))
     p["messages"].append(
         {
             "id": 9,
@@ -134,7 +134,7 @@ def test_long_results_are_cut_and_fences_cannot_be_closed_early():
     )
     meta, tokens = _parse(markdown(p))
     assert _headings(tokens, "h2")[1].startswith("Tool result · `cat`")
-    assert meta["title"] == 'a "quoted": title'
+    assert meta["title"] == 'a "quoted":\ntitle' and _headings(tokens, "h1") == ['a "quoted": title']
     (fence,) = [t for t in tokens if t.type == "fence" and t.info == "text"]
     assert fence.content == "y" * RESULT_CHARS + "\n"
     assert "500 more characters not shown" in " ".join(t.content for t in tokens if t.type == "inline")

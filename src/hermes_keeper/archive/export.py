@@ -264,11 +264,16 @@ def _arguments(args) -> tuple[str, str]:
     return "json", json.dumps(args, indent=2, ensure_ascii=False)
 
 
+def _line(value) -> str:
+    """A heading's text on one line (a title or tool name with a newline would end the heading)."""
+    return " ".join(str(_plain(value)).split())
+
+
 def _message_md(m: dict) -> list[str]:
-    role = m.get("role") or "?"
+    role = _line(m.get("role") or "?")
     head = _ROLES.get(role, role.capitalize())
     if role == "tool" and m.get("tool_name"):
-        head += f" · `{_plain(m['tool_name'])}`"
+        head += f" · `{_line(m['tool_name'])}`"
     if isinstance(m.get("timestamp"), (int, float)):
         head += f" · {when(m['timestamp'])}"
     out = [f"## {head}", ""]
@@ -287,7 +292,7 @@ def _message_md(m: dict) -> list[str]:
     calls = call_parts(m["tool_calls"]) if m.get("tool_calls") else []
     for name, raw in calls if calls is not None else [("?", str(_plain(m["tool_calls"])))]:
         info, args = _arguments(raw)
-        out += [f"**Tool call** `{_plain(name)}`", "", _fenced(args, info), ""]
+        out += [f"**Tool call** `{_line(name)}`", "", _fenced(args, info), ""]
     return out
 
 
@@ -302,7 +307,7 @@ def markdown(payload: dict) -> str:
     active = [m for m in payload["messages"] if m.get("active", 1) != 0]
     s = payload["session"]
     lines = [_front_matter(payload, len(active), len(payload["messages"]) - len(active))]
-    lines += [f"# {_plain(s.get('title')) or _plain(s['id'])}", ""]
+    lines += [f"# {_line(s.get('title') or s['id'])}", ""]
     for m in active:
         lines += _message_md(m)
     return "\n".join(lines).rstrip("\n") + "\n"
