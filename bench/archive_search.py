@@ -11,7 +11,10 @@ keeper's own ``Archive.put``, then prints the archive size and, median of 3 runs
 - alternative B, an FTS5 trigram index of the message text beside the archive: build
   time, extra bytes on disk, query time.
 
-    .venv/bin/python bench/archive_search.py [--sessions 10000]
+    .venv/bin/python bench/archive_search.py [--sessions 10000] [--months 12]
+
+``--months N`` instead compares reading the archive as one file with reading the same entries
+rolled over into N month files (list and search, median of 3).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_keeper import demo  # noqa: E402
-from hermes_keeper.archive.query import search, searchable_fields  # noqa: E402
+from hermes_keeper.archive.query import ALL, list_entries, search, searchable_fields  # noqa: E402
 from hermes_keeper.archive.store import ZSTD_LEVEL, Archive, read_payload  # noqa: E402
 from hermes_keeper.sqlite.connect import connect_ro, read_txn  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
@@ -70,12 +73,14 @@ def median_s(fn: Callable[[], object], runs: int = 3) -> tuple[float, object]:
 
 def scan_floor(store: Archive) -> int:
     zd = zstandard.ZstdDecompressor()
-    return sum(len(zd.decompress(b)) for (b,) in store.conn.execute("SELECT payload FROM archived_sessions"))
+    return sum(
+        len(zd.decompress(b)) for (b,) in store.files[0].conn.execute("SELECT payload FROM archived_sessions")
+    )
 
 
 def dictionary_variant(store: Archive) -> None:
     zd = zstandard.ZstdDecompressor()
-    raws = [zd.decompress(b) for (b,) in store.conn.execute("SELECT payload FROM archived_sessions")]
+    raws = [zd.decompress(b) for (b,) in store.files[0].conn.execute("SELECT payload FROM archived_sessions")]
     t0 = time.perf_counter()
     zdict = zstandard.train_dictionary(112_640, raws[:: max(1, len(raws) // 2000)])
     train = time.perf_counter() - t0
@@ -114,15 +119,45 @@ def fts_variant(store: Archive, workdir: Path) -> None:
     conn.close()
 
 
+def months_variant(path: Path, out: Path, months: int) -> None:
+    """The same entries rolled over into ``months`` files, read by every command through one Archive."""
+    now = time.time()
+    with Archive(path, create=False) as src, Archive(out) as dst:
+        entries = list(src.entries("ORDER BY entry"))
+        per = -(-len(entries) // months)
+        for m in range(months):
+            chunk = entries[m * per : (m + 1) * per]
+            for i in range(0, len(chunk), 500):
+                dst.put(
+                    [src.get_entry(e.entry) for e in chunk[i : i + 500]], now=now - (months - m) * 31 * 86400
+                )
+    for label, p in (("1 file", path), (f"{months} month files", out)):
+        with Archive(p, create=False) as store:
+            listed, _ = median_s(lambda store=store: list_entries(store, ALL))
+            none, _ = median_s(lambda store=store: search(store, QUERIES[2], limit=None))
+            kube, _ = median_s(lambda store=store: search(store, QUERIES[0], limit=None))
+            print(
+                f"{label:>16}: list {listed:.2f} s, search {QUERIES[2]!r} {none:.2f} s, "
+                f"{QUERIES[0]!r} {kube:.2f} s ({len(store.files)} files)"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument("--months", type=int, default=0, help="Also read the same entries as N month files.")
     args = ap.parse_args()
     path = build(args.sessions)
+    if args.months:
+        with tempfile.TemporaryDirectory() as tmp:
+            months_variant(path, Path(tmp) / "archive.db", args.months)
+        return
     with Archive(path, create=False) as store:
-        n, raw, stored = store.conn.execute(
-            "SELECT count(*), sum(raw_bytes), sum(stored_bytes) FROM archived_sessions"
-        ).fetchone()
+        n, raw, stored = (
+            store.files[0]
+            .conn.execute("SELECT count(*), sum(raw_bytes), sum(stored_bytes) FROM archived_sessions")
+            .fetchone()
+        )
         print(
             f"archive: {n} sessions, {path.stat().st_size / 1e6:.1f} MB on disk "
             f"(payloads {raw / 1e6:.1f} MB JSON -> {stored / 1e6:.1f} MB zstd level {ZSTD_LEVEL})"

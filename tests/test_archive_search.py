@@ -81,10 +81,14 @@ def test_damaged_rows_are_reported_not_searched(tmp_path):
     with Archive(tmp_path / "archive.db") as store:
         store.put([ah.payload("a", "cli", 1.7e9, texts=("needle here",)), ah.payload("b", "cli", 1.7e9 + 9)])
         blob = bytearray(
-            store.conn.execute("SELECT payload FROM archived_sessions WHERE session_id='a'").fetchone()[0]
+            store.files[0]
+            .conn.execute("SELECT payload FROM archived_sessions WHERE session_id='a'")
+            .fetchone()[0]
         )
         blob[-3] ^= 0xFF
-        store.conn.execute("UPDATE archived_sessions SET payload = ? WHERE session_id = 'a'", (bytes(blob),))
+        store.files[0].conn.execute(
+            "UPDATE archived_sessions SET payload = ? WHERE session_id = 'a'", (bytes(blob),)
+        )
         result = search(store, "needle", Filters())
     assert result.damaged == ["a"] and result.hits == [] and result.scanned == 2
 

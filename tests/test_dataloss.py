@@ -176,11 +176,15 @@ def test_a_layout_1_archive_is_migrated_in_place(tmp_path):
     path = home / "keeper" / ARCHIVE_NAME
     with Archive(path, create=False) as store:
         before = {e.session_id: (e.sha256, store.get_entry(e.entry)) for e in store.entries()}
-        rows = store.conn.execute(
-            "SELECT session_id, source, title, parent_session_id, started_at, ended_at, last_activity,"
-            " message_count, raw_bytes, stored_bytes, sha256, schema_version, format, reason, state,"
-            " archived_at, payload FROM archived_sessions"
-        ).fetchall()
+        rows = (
+            store.files[0]
+            .conn.execute(
+                "SELECT session_id, source, title, parent_session_id, started_at, ended_at, last_activity,"
+                " message_count, raw_bytes, stored_bytes, sha256, schema_version, format, reason, state,"
+                " archived_at, payload FROM archived_sessions"
+            )
+            .fetchall()
+        )
     path.unlink()
     old = sqlite3.connect(path)
     old.executescript(_LAYOUT_1)
@@ -188,9 +192,9 @@ def test_a_layout_1_archive_is_migrated_in_place(tmp_path):
     old.commit()
     old.close()
     with Archive(path, create=False) as store:
-        assert store.conn.execute("SELECT value FROM archive_meta WHERE key = 'layout'").fetchone() == (
-            str(LAYOUT),
-        )
+        assert store.files[0].conn.execute(
+            "SELECT value FROM archive_meta WHERE key = 'layout'"
+        ).fetchone() == (str(LAYOUT),)
         after = {e.session_id: (e.sha256, store.get_entry(e.entry)) for e in store.entries()}
     assert after == before
     _bring_back(home / "state.db", "a1", "alphatwo")

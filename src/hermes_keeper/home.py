@@ -102,11 +102,14 @@ class Profile:
         return check_profile(self, policy, now)
 
     def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:
+        from hermes_keeper.archive.retention import plan_archive_retention
         from hermes_keeper.run.plan import make_plan
         from hermes_keeper.run.survey import survey_profile
 
         now = time.time() if now is None else now
-        return make_plan(survey_profile(self, schema, now, holders), policy, now)
+        plan = make_plan(survey_profile(self, schema, now, holders), policy, now)
+        plan_archive_retention(self, plan, policy)
+        return plan
 
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
@@ -276,9 +279,9 @@ class ProfileArchive:
 
     @property
     def exists(self) -> bool:
-        from hermes_keeper.archive.store import ARCHIVE_NAME
+        from hermes_keeper.archive.store import archive_exists
 
-        return (self.profile.keeper_dir / ARCHIVE_NAME).exists()
+        return archive_exists(self.profile.keeper_dir)
 
     @contextmanager
     def _store(self):
@@ -339,8 +342,29 @@ class ProfileArchive:
         with self._store() as store:
             return write_export(store, Path(output) if output else None, filters or ALL, split=split)
 
+    def export_markdown(self, folder: str | os.PathLike, filters: Filters | None = None):
+        """One readable ``<id>.md`` per chosen session into ``folder`` (0700); (result, files written)."""
+        from hermes_keeper.archive.export import write_markdown
+        from hermes_keeper.archive.query import ALL
+
+        with self._store() as store:
+            return write_markdown(store, Path(folder), filters or ALL)
+
+    def usage(self, policy: Policy | None = None, now: float | None = None):
+        """The archive's bytes, files, entries, oldest conversation and budget (``archive.max_bytes``),
+        and whether it is over it: an ``ArchiveUsage`` (for ``report``, and a monitoring check)."""
+        from hermes_keeper.archive.retention import ArchiveSurvey, archive_usage, survey_archive
+
+        now = time.time() if now is None else now
+        try:
+            policy = policy or self.profile.config()
+            survey = survey_archive(self.profile)
+        except KeeperError as exc:  # a report still shows everything else, and says why not this
+            return archive_usage(ArchiveSurvey((), frozenset()), None, None, now, problem=str(exc))
+        return archive_usage(survey, policy.archive_keep_s, policy.archive_max_bytes, now)
+
     def verify(self):
-        """Decompress every payload and recompute its sha256; plus a quick_check of archive.db.
+        """Decompress every payload and recompute its sha256; plus a quick_check of every archive file.
 
         Journaled (``archive_verified``): ``check`` alerts when the last one is old or failed.
         """

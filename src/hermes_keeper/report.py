@@ -398,4 +398,5 @@ def build_report(
             "processes": [h.to_dict() for h in survey.holders],
             "gateway_pid": gateway_pid(profile.home),
         },
+        "archive": profile.archive.usage(now=now).to_dict(),
     }

@@ -1,5 +1,6 @@
-"""Archived sessions as JSON lines in the shape of Hermes's own ``SessionDB.export_session``.
+"""Archived sessions out of the archive: JSON lines Hermes imports, or Markdown people read.
 
+JSONL is in the shape of Hermes's own ``SessionDB.export_session``.
 Each line is the session row plus ``messages``: active messages only, as Hermes's
 ``get_messages`` returns them (``\\x00json:`` content decoded, ``tool_calls`` parsed),
 written like ``hermes sessions export --format jsonl`` writes (``json.dumps``,
@@ -11,18 +12,34 @@ children (:mod:`conversations`), so an import cut into batches
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import os
+import re
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+from ruamel.yaml import YAML
+
 from hermes_keeper.archive.hermes_import import import_batches, too_big
-from hermes_keeper.archive.query import ALL, CONTENT_JSON_PREFIX, Filters, list_entries
+from hermes_keeper.archive.query import (
+    ALL,
+    CONTENT_JSON_PREFIX,
+    Filters,
+    call_parts,
+    content_text,
+    list_entries,
+    when,
+)
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, decode_value
-from hermes_keeper.fs import check_export_target, durable_rename, open_private
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import check_export_target, durable_rename, fsync_dir, open_private, plain_name
 from hermes_keeper.run.conversations import Facts, conversations
 
 
@@ -101,18 +118,23 @@ class ExportResult:
     too_big: dict[str, str] = field(default_factory=dict)  # exported; Hermes's import would refuse them
 
 
+def _chosen(store: Archive, filters: Filters, result: ExportResult) -> Iterator[tuple[Entry, dict]]:
+    """Each matching entry with its verified payload, parents first; damaged rows counted, skipped."""
+    entries = list_entries(store, filters)
+    for entry in parents_first(entries, _linked_rows(store, entries)):
+        try:
+            yield entry, store.get_entry(entry.entry)
+        except ArchiveDamaged:
+            result.damaged.append(entry.session_id)
+
+
 def export_sessions(
     store: Archive, filters: Filters = ALL, result: ExportResult | None = None
 ) -> Iterator[dict]:
     """Each matching archived session in export_session shape, parents first; damaged rows counted."""
     result = result if result is not None else ExportResult()
-    entries = list_entries(store, filters)
-    for entry in parents_first(entries, _linked_rows(store, entries)):
-        try:
-            session = hermes_export(store.get_entry(entry.entry))
-        except ArchiveDamaged:
-            result.damaged.append(entry.session_id)
-            continue
+    for entry, payload in _chosen(store, filters, result):
+        session = hermes_export(payload)
         reason = too_big(session)
         if reason:
             result.too_big[entry.session_id] = reason
@@ -146,13 +168,21 @@ def write_export(
 
 
 def _write_file(out: Path, sessions: Iterator[dict]) -> None:
-    """Complete or not at all: a 0600 temporary file beside ``out``, renamed over it."""
     check_export_target(out)
+    _atomic(out, lambda fh: _write(fh, sessions))
+
+
+def _atomic(out: Path, write: Callable[[TextIO], object], durable: bool = True) -> None:
+    """Complete or not at all: a 0600 temporary file beside ``out``, renamed over it (fsynced
+    when ``durable``; many small files get one fsync of their folder instead)."""
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
-            _write(fh, sessions)
-        durable_rename(tmp, out)
+            write(fh)
+        if durable:
+            durable_rename(tmp, out)
+        else:
+            os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -160,3 +190,162 @@ def _write_file(out: Path, sessions: Iterator[dict]) -> None:
 def _write(fh: TextIO, sessions: Iterator[dict]) -> None:
     for s in sessions:
         fh.write(json.dumps(s, ensure_ascii=False) + "\n")
+
+
+# --- Markdown: one readable file per session -------------------------------------------------
+
+#: Characters of a tool result written out; a longer one is cut there, with a note saying how much.
+RESULT_CHARS = 4000
+_ROLES = {"user": "User", "assistant": "Assistant", "tool": "Tool result", "system": "System"}
+
+
+def _iso(ts) -> str | None:
+    """Local time with its offset, like the dates Hermes shows (None when unknown)."""
+    if not isinstance(ts, (int, float)):
+        return None
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def _fenced(text: str, info: str = "") -> str:
+    """``text`` in a code fence longer than any backtick run inside it, so it cannot close early."""
+    ticks = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", text)), default=0))
+    return f"{ticks}{info}\n{text}\n{ticks}"
+
+
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def _closed(text: str) -> str:
+    """Markdown as written, with a code fence it leaves open closed (a reply cut off mid-block
+    would otherwise swallow every turn after it)."""
+    opened = None
+    for line in text.splitlines():
+        if not (m := _FENCE_LINE.match(line)):
+            continue
+        if opened is None:
+            opened = m.group(1)
+        elif line.strip() == m.group(1) and m.group(1)[0] == opened[0] and len(m.group(1)) >= len(opened):
+            opened = None
+    return text if opened is None else f"{text}\n{opened}"
+
+
+def _front_matter(payload: dict, shown: int, hidden: int) -> str:
+    s = {k: _plain(v) for k, v in payload["session"].items()}
+    meta = {
+        "id": s["id"],
+        "title": s.get("title"),
+        "source": s.get("source"),
+        "model": s.get("model"),
+        "started": _iso(s.get("started_at")),
+        "ended": _iso(s.get("ended_at")),
+        "end_reason": s.get("end_reason"),
+        "parent": s.get("parent_session_id"),
+        "messages": shown,
+    }
+    if hidden:
+        meta["inactive_messages_not_shown"] = hidden
+    buf = io.StringIO()
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False  # id, title, source first: the order people read
+    yaml.allow_unicode = True
+    yaml.width = 1 << 16
+    yaml.dump({k: v for k, v in meta.items() if v is not None}, buf)
+    return f"---\n{buf.getvalue()}---\n"
+
+
+def _arguments(args) -> tuple[str, str]:
+    """A tool call's arguments as (fence info, text): pretty JSON when they parse, else as stored."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return "", args
+    return "json", json.dumps(args, indent=2, ensure_ascii=False)
+
+
+def _line(value) -> str:
+    """A heading's text on one line (a title or tool name with a newline would end the heading)."""
+    return " ".join(str(_plain(value)).split())
+
+
+def _message_md(m: dict) -> list[str]:
+    role = _line(m.get("role") or "?")
+    head = _ROLES.get(role, role.capitalize())
+    if role == "tool" and m.get("tool_name"):
+        head += f" · `{_line(m['tool_name'])}`"
+    if isinstance(m.get("timestamp"), (int, float)):
+        head += f" · {when(m['timestamp'])}"
+    out = [f"## {head}", ""]
+    reasoning = next((_plain(m.get(k)) for k in ("reasoning", "reasoning_content") if m.get(k)), None)
+    if isinstance(reasoning, str) and reasoning.strip():
+        out += ["<details>", "<summary>Reasoning</summary>", "", reasoning.strip(), "", "</details>", ""]
+    text = content_text(m.get("content"))
+    if role == "tool":
+        if len(text) > RESULT_CHARS:
+            cut = len(text) - RESULT_CHARS
+            out += [_fenced(text[:RESULT_CHARS], "text"), "", f"*… {cut:,} more characters not shown.*", ""]
+        elif text:
+            out += [_fenced(text, "text"), ""]
+    elif text.strip():
+        out += [_closed(text.strip()), ""]
+    calls = call_parts(m["tool_calls"]) if m.get("tool_calls") else []
+    for name, raw in calls if calls is not None else [("?", str(_plain(m["tool_calls"])))]:
+        info, args = _arguments(raw)
+        out += [f"**Tool call** `{_line(name)}`", "", _fenced(args, info), ""]
+    return out
+
+
+def markdown(payload: dict) -> str:
+    """One archived session as Markdown: YAML front matter, then the conversation, turn by turn.
+
+    Turns are level-2 headings; user and assistant text as written (it is Markdown already),
+    tool calls with their arguments as a fenced JSON block, tool results fenced and cut at
+    :data:`RESULT_CHARS`, reasoning folded in ``<details>``. Rewound or compacted messages are
+    left out, as Hermes's own views leave them out (the front matter counts them).
+    """
+    active = [m for m in payload["messages"] if m.get("active", 1) != 0]
+    s = payload["session"]
+    lines = [_front_matter(payload, len(active), len(payload["messages"]) - len(active))]
+    lines += [f"# {_line(s.get('title') or s['id'])}", ""]
+    for m in active:
+        lines += _message_md(m)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _md_name(sid, entry: int, taken: set[str]) -> str:
+    """A file name for a session: its id when that is one plain, visible name, else a digest of it."""
+    sid = _plain(sid)
+    ok = isinstance(sid, str) and plain_name(sid) and not sid.startswith(".") and len(sid.encode()) <= 200
+    base = sid if ok else "session-" + hashlib.sha256(str(sid).encode("utf-8", "replace")).hexdigest()[:16]
+    name = f"{base}.md" if f"{base}.md" not in taken else f"{base}.entry-{entry}.md"
+    taken.add(name)
+    return name
+
+
+def _export_dir(folder: Path) -> Path:
+    """The folder Markdown goes to: made 0700 when new; an existing one must be a real folder."""
+    folder = Path(os.path.abspath(folder))
+    check_export_target(folder / "x.md")  # never inside a home's keeper/ folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode):
+        raise KeeperError(f"export folder {folder} is not a folder (a symlink or a file); nothing written")
+    return folder
+
+
+def write_markdown(store: Archive, folder: Path, filters: Filters = ALL) -> tuple[ExportResult, list[Path]]:
+    """Each chosen session as ``<folder>/<id>.md`` (0600, complete or not at all), parents first."""
+    folder = _export_dir(folder)
+    result, paths, taken = ExportResult(), [], set()
+    for entry, payload in _chosen(store, filters, result):
+        out = check_export_target(folder / _md_name(entry.session_id, entry.entry, taken))
+        text = markdown(payload)
+        _atomic(out, lambda fh, text=text: fh.write(text), durable=False)
+        result.sessions += 1
+        result.messages += sum(1 for m in payload["messages"] if m.get("active", 1) != 0)
+        paths.append(out)
+    fsync_dir(folder)
+    return result, paths

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -55,21 +56,21 @@ class Filters:
     newest: bool = False  # of ``ids`` (or of all, without ``entries``): only each newest entry
 
     def where(self) -> tuple[str, tuple]:
+        """The SQL each archive file runs (newest first); :meth:`keep` then picks newest entries."""
         clauses, params = [], []
         if self.sources:
             clauses.append(f"source IN ({','.join('?' * len(self.sources))})")
             params += self.sources
-        chosen = (
-            ["entry IN (SELECT max(entry) FROM archived_sessions GROUP BY session_id)"] if self.newest else []
-        )
+        ids = f"session_id IN ({','.join('?' * len(self.ids))})"
         if self.ids:
-            chosen.append(f"session_id IN ({','.join('?' * len(self.ids))})")
             params += self.ids
         if self.entries:
-            either = f"({' AND '.join(chosen)}) OR " if self.ids else ""
-            chosen = [f"({either}entry IN ({','.join('?' * len(self.entries))}))"]
+            clauses.append(
+                f"({ids + ' OR ' if self.ids else ''}entry IN ({','.join('?' * len(self.entries))}))"
+            )
             params += self.entries
-        clauses += chosen
+        elif self.ids:
+            clauses.append(ids)
         if self.since is not None:
             clauses.append("coalesce(last_activity, started_at) >= ?")
             params.append(self.since)
@@ -82,6 +83,18 @@ class Filters:
         sql = ("WHERE " + " AND ".join(clauses)) if clauses else ""
         return sql + " ORDER BY last_activity DESC, session_id, entry DESC", tuple(params)
 
+    def keep(self, store: Archive) -> Callable[[Entry], bool] | None:
+        """With ``newest``: an addressed entry, or the newest of its session over every file."""
+        if not self.newest:
+            return None
+        newest, addressed = store.newest(), set(self.entries)
+        return lambda e: e.entry in addressed or newest.get(e.session_id) == e.entry
+
+    def scan(self, store: Archive, payloads: bool = False) -> Iterator:
+        """The chosen entries (with their payloads) of every file, newest first."""
+        read = store.payloads if payloads else store.entries
+        return read(*self.where(), keep=self.keep(store), order=recent)
+
     def addressed(self, texts: tuple[str, ...]) -> Filters:
         """These filters narrowed to session ids and ``#N`` entry addresses."""
         entries = tuple(int(t[1:]) for t in texts if ENTRY_ADDRESS.match(t))
@@ -92,8 +105,13 @@ class Filters:
 ALL = Filters()
 
 
+def recent(e: Entry) -> tuple:
+    """The key of :meth:`Filters.where`'s ORDER BY (SQL puts NULL last in DESC)."""
+    return (e.last_activity is None, -(e.last_activity or 0.0), e.session_id, -e.entry)
+
+
 def list_entries(store: Archive, filters: Filters = ALL) -> list[Entry]:
-    return list(store.entries(*filters.where()))
+    return list(filters.scan(store))
 
 
 def resolve_id(store: Archive, text: str) -> Entry:
@@ -104,13 +122,8 @@ def resolve_id(store: Archive, text: str) -> Entry:
     if ENTRY_ADDRESS.match(text) and (e := store.by_entry(int(text[1:]))) is not None:
         return e
     like = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    found = [
-        r[0]
-        for r in store.conn.execute(
-            "SELECT session_id FROM archived_sessions WHERE session_id LIKE ? ESCAPE '\\' LIMIT 6", (like,)
-        )
-    ]
-    if len(set(found)) == 1:
+    found = store.session_ids(like, limit=6)
+    if len(found) == 1:
         return store.entry(found[0])
     if not found:
         raise KeeperError(f"{text!r} is not in the archive (see `hermes-keeper archive list`)")
@@ -145,20 +158,27 @@ def content_text(value) -> str:
     return " ".join(out)
 
 
-def tool_calls(value) -> list[str]:
-    """Each tool call of a message as ``name(arguments)``."""
+def call_parts(value) -> list[tuple[str, object]] | None:
+    """Each tool call of a message as (name, arguments as stored); None when it is not JSON."""
     value = decode_value(value)
     try:
         calls = json.loads(value) if isinstance(value, str) else value
     except ValueError:
-        return [str(value)]
+        return None
     out = []
     for c in calls if isinstance(calls, list) else [calls]:
         fn = c.get("function", c) if isinstance(c, dict) else {}
         name = fn.get("name") if isinstance(fn, dict) else None
-        args = fn.get("arguments", "") if isinstance(fn, dict) else ""
-        out.append(f"{name or '?'}({args if isinstance(args, str) else json.dumps(args)})")
+        out.append((name or "?", fn.get("arguments", "") if isinstance(fn, dict) else ""))
     return out
+
+
+def tool_calls(value) -> list[str]:
+    """Each tool call of a message as ``name(arguments)``."""
+    parts = call_parts(value)
+    if parts is None:
+        return [str(decode_value(value))]
+    return [f"{name}({args if isinstance(args, str) else json.dumps(args)})" for name, args in parts]
 
 
 def searchable_fields(m: dict) -> list[str]:
@@ -256,7 +276,7 @@ def search(store: Archive, text: str, filters: Filters = ALL, limit: int | None 
     ascii_only = text.isascii()
     byte_needles = [n.encode("utf-8") for n in needles(text)]
     str_needles = needles(text)
-    for entry, raw in store.payloads(*filters.where()):
+    for entry, raw in filters.scan(store, payloads=True):
         result.scanned += 1
         if raw is None:
             result.damaged.append(entry.session_id)
@@ -284,7 +304,7 @@ def search(store: Archive, text: str, filters: Filters = ALL, limit: int | None 
 class VerifyResult:
     checked: int = 0
     damaged: dict[str, str] = field(default_factory=dict)  # session id (``#N`` beside it if older) -> why
-    database: str = "ok"  # PRAGMA quick_check of archive.db
+    database: str = "ok"  # PRAGMA quick_check of every archive file
 
     @property
     def ok(self) -> bool:
@@ -295,12 +315,16 @@ class VerifyResult:
 
 
 def verify(store: Archive) -> VerifyResult:
-    """Decompress every payload, recompute its sha256 and parse it; plus a quick_check of the file."""
+    """Decompress every payload, recompute its sha256 and parse it; plus a quick_check of each file."""
     result = VerifyResult()
-    rows = store.conn.execute("PRAGMA quick_check").fetchall()
-    result.database = "; ".join(r[0] for r in rows)[:500] or "ok"
-    newest = {e.session_id: e.entry for e in store.entries("ORDER BY entry")}
-    for e in list(store.entries("ORDER BY session_id, entry DESC")):
+    problems = []
+    for f in store.files:
+        rows = [r[0] for r in f.conn.execute("PRAGMA quick_check")]
+        if rows != ["ok"]:
+            problems.append(f"{f.path.name}: {'; '.join(rows)}")
+    result.database = "; ".join(problems)[:500] or "ok"
+    newest = store.newest()
+    for e in sorted(store.entries(), key=lambda e: (e.session_id, -e.entry)):
         result.checked += 1
         sid = e.session_id
         key = sid if newest[sid] == e.entry else f"{sid} #{e.entry}"

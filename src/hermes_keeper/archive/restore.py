@@ -503,7 +503,7 @@ def apply_restore(
 def open_archive(profile: Profile) -> arch.Archive:
     """The profile's existing archive, or a one-line refusal."""
     path = profile.keeper_dir / arch.ARCHIVE_NAME
-    if not path.exists():
+    if not arch.archive_exists(profile.keeper_dir):
         raise KeeperError(f"no archive for profile {profile.name} ({path})")
     try:
         return arch.Archive.for_home(profile.keeper_dir, create=False)

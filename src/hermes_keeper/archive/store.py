@@ -1,4 +1,7 @@
-"""The per-profile archive: every pruned session, restorable, in ``<home>/keeper/archive.db``.
+"""The per-profile archive: every pruned session, restorable, in ``<home>/keeper/archive*.db``.
+
+One file per UTC month (``archive.db`` first, then ``archive-YYYY-MM.db``), read together as
+one :class:`Archive`, so no file grows without bound and retention can drop a month whole.
 
 One row (an *entry*) per archived version of a session: a few columns to list and filter
 by, and a zstd-compressed JSON payload holding the session row, *all* its messages
@@ -21,17 +24,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
+import os
+import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import orjson
 import zstandard
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.fs import HomeFS
+from hermes_keeper.fs import SQLITE_SIDES, HomeFS
 from hermes_keeper.sqlite.connect import write_txn
 from hermes_keeper.sqlite.schema import SchemaInfo
 
@@ -229,15 +237,39 @@ def message_keys(payload: dict) -> set[bytes]:
     return {canonical_bytes(m) for m in payload["messages"]}
 
 
-class Archive:
-    """``archive.db`` of one profile. Owner-only; WAL with synchronous=FULL so a commit is on disk.
+def period_of(ts: float) -> str:
+    """The rollover period ``ts`` falls in: its UTC month (``2026-12``)."""
+    return time.strftime("%Y-%m", time.gmtime(ts))
+
+
+def archive_exists(keeper_dir: Path) -> bool:
+    """Any file of the archive is there (a link too: opening it is refused, not skipped)."""
+    return bool(archive_paths(Path(keeper_dir) / ARCHIVE_NAME))
+
+
+def archive_paths(first: Path) -> list[Path]:
+    """The archive's files, oldest first: ``archive.db``, then each ``archive-YYYY-MM.db`` by month.
+
+    Links are listed too (the door refuses them when they are opened), so nothing is skipped silently.
+    """
+    try:
+        names = set(os.listdir(first.parent))
+    except FileNotFoundError:
+        return []
+    rolled = re.compile(rf"{re.escape(first.stem)}-\d{{4}}-\d{{2}}{re.escape(first.suffix)}")
+    later = sorted(n for n in names if rolled.fullmatch(n))
+    return ([first] if first.name in names else []) + [first.with_name(n) for n in later]
+
+
+class ArchiveFile:
+    """One SQLite file of the archive. Owner-only; WAL with synchronous=FULL so a commit is on disk.
 
     Opening checks the file before anything is written anywhere: not SQLite, or a layout
     newer than :data:`LAYOUT`, is a :class:`KeeperError`; layout 1 is migrated in place
     (one transaction).
     """
 
-    def __init__(self, path: Path, create: bool = True):
+    def __init__(self, path: Path, create: bool = True, synchronous: str = "FULL"):
         self.path = Path(path)
         # Its folder (``keeper/``) and the file through the door: SQLite itself follows symlinks.
         # Not SQLite, or a layout this keeper does not know, is refused in ``_open``, by SQLite
@@ -249,14 +281,12 @@ class Archive:
         # an exception left suspended is finalised wherever the garbage collector runs.
         self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10, check_same_thread=False)
         try:
-            self._open(create)
+            self._open(create, synchronous)
         except BaseException:
             self.conn.close()
             raise
-        self._zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-        self._zd = zstandard.ZstdDecompressor()
 
-    def _open(self, create: bool) -> None:
+    def _open(self, create: bool, synchronous: str) -> None:
         try:
             layout = self._layout()
         except sqlite3.DatabaseError as exc:
@@ -268,7 +298,7 @@ class Archive:
         if layout is None and not create:  # before the pragmas below, which would write to it
             raise KeeperError(f"{self.path}: cannot open the archive (it holds no archive tables)")
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute(f"PRAGMA synchronous={synchronous}")
         if layout == 1:
             self._migrate_1()
         elif layout is None:
@@ -301,12 +331,92 @@ class Archive:
                     if stmt.strip():
                         self.conn.execute(stmt)
 
-    @classmethod
-    def for_home(cls, keeper_dir: Path, create: bool = True) -> Archive:
-        return cls(Path(keeper_dir) / ARCHIVE_NAME, create=create)
+    @property
+    def period(self) -> str | None:
+        """The month this file holds: recorded when it was made, else (``archive.db``) its first entry's."""
+        row = self.conn.execute("SELECT value FROM archive_meta WHERE key = 'period'").fetchone()
+        if row is not None:
+            return row[0]
+        first = self.conn.execute("SELECT min(archived_at) FROM archived_sessions").fetchone()[0]
+        return None if first is None else period_of(first)
+
+    def high_water(self) -> int:
+        """The highest entry number this file ever handed out (deleted rows included)."""
+        row = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'archived_sessions'").fetchone()
+        top = self.conn.execute("SELECT max(entry) FROM archived_sessions").fetchone()[0]
+        return max(row[0] if row else 0, top or 0)
+
+    def seed(self, floor: int) -> None:
+        """In a write transaction: the next entry of this file is above ``floor`` (entries never repeat)."""
+        if self.high_water() < floor:
+            self.conn.execute("DELETE FROM sqlite_sequence WHERE name = 'archived_sessions'")
+            self.conn.execute(
+                "INSERT INTO sqlite_sequence (name, seq) VALUES ('archived_sessions', ?)", (floor,)
+            )
+
+    def base_bytes(self) -> int:
+        """What this file holds with no entry: page 1 and a page per table and index."""
+        roots = self.conn.execute("SELECT count(*) FROM sqlite_master WHERE rootpage > 0").fetchone()[0]
+        return (1 + roots) * self.conn.execute("PRAGMA page_size").fetchone()[0]
+
+    def entries(self, where: str = "", params: tuple = ()) -> Iterator[Entry]:
+        for row in self.conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions {where}", params):
+            yield Entry(*row)
+
+    def delete(self, entries: list[int]) -> int:
+        """Delete these entries where this file holds them (inside the caller's transaction); rows deleted."""
+        n = 0
+        for i in range(0, len(entries), 500):
+            chunk = entries[i : i + 500]
+            n += self.conn.execute(
+                f"DELETE FROM archived_sessions WHERE entry IN ({','.join('?' * len(chunk))})", chunk
+            ).rowcount
+        return n
 
     def close(self) -> None:
         self.conn.close()
+
+
+class Archive:
+    """Every file of one profile's archive, read as one; new entries go to the current month's file.
+
+    ``archive.db`` is the first file (every archive written before rollover is one, read as it
+    is); each later UTC month gets ``archive-YYYY-MM.db``, so no file grows without bound and
+    retention can drop a whole month as a file. Entry numbers run on across files (a new file
+    starts above every entry before it), so ``entry`` names one row of one file and a session's
+    newest entry is its highest number, whichever file holds it.
+    """
+
+    def __init__(self, path: Path, create: bool = True, synchronous: str = "FULL"):
+        self.path = Path(path)  # the first file; the others sit beside it
+        self.create, self.synchronous = create, synchronous
+        self.files: list[ArchiveFile] = []
+        self._zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        self._zd = zstandard.ZstdDecompressor()
+        try:
+            self._refresh()
+            if not self.files:  # a new archive (or, reading, the one-line refusal of a missing one)
+                self.files.append(ArchiveFile(self.path, create, synchronous))
+        except BaseException:
+            self.close()
+            raise
+
+    def _refresh(self) -> bool:
+        """Open the files another connection (the run's archiver) added since; True if any."""
+        known = {f.path for f in self.files}
+        new = [p for p in archive_paths(self.path) if p not in known]
+        for p in new:
+            self.files.append(ArchiveFile(p, self.create, self.synchronous))
+        self.files.sort(key=lambda f: (f.path != self.path, f.path.name))
+        return bool(new)
+
+    @classmethod
+    def for_home(cls, keeper_dir: Path, create: bool = True, synchronous: str = "FULL") -> Archive:
+        return cls(Path(keeper_dir) / ARCHIVE_NAME, create=create, synchronous=synchronous)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
 
     def __enter__(self) -> Archive:
         return self
@@ -314,34 +424,71 @@ class Archive:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def put(self, payloads: Iterable[dict], reason: str | None = None) -> list[int]:
-        """Store payloads in one transaction; returns the entry of each, in order.
+    def _current(self, now: float) -> ArchiveFile:
+        """The file new entries go to: the newest, unless it holds an earlier month (then a new one).
+
+        A clock set back keeps writing to the newest file: entries stay in file order.
+        """
+        newest, period = self.files[-1], period_of(now)
+        if newest.period is None or newest.period >= period:
+            return newest
+        f = ArchiveFile(
+            self.path.with_name(f"{self.path.stem}-{period}{self.path.suffix}"), True, self.synchronous
+        )
+        self.files.append(f)
+        with write_txn(f.conn):
+            f.conn.execute("INSERT OR IGNORE INTO archive_meta VALUES ('period', ?)", (period,))
+        return f
+
+    def put(self, payloads: Iterable[dict], reason: str | None = None, now: float | None = None) -> list[int]:
+        """Store payloads in the current month's file, in one transaction; returns the entry of each.
 
         Never overwrites other content: a payload the session's newest entry already holds
         reuses that entry (see :meth:`_holder`); otherwise a new entry is added, and the newest
         one is dropped only when it is not ``pruned`` and every message of it is in the new
         payload (a session that woke up mid-prune, archived again: nothing of it is lost).
         Every entry returned ends up ``archived``. Serialising and compressing happen before
-        the transaction, so the archive's write lock is held only for the inserts.
+        the transaction, so the archive's write lock is held only for the inserts. An entry
+        reused or dropped in an older file is changed after the commit, in that file: a crash
+        in between leaves one copy too many, never one too few.
         """
-        now = time.time()
+        now = time.time() if now is None else now
         rows = [(p, self._row(p, reason, now)) for p in payloads]
-        out = []
-        with write_txn(self.conn):
-            for p, row in rows:
-                held, superseded = self._holder(p, row[10])
+        cur = self._current(now)
+        decided = [(row, *self._holder(p, row[10])) for p, row in rows]
+        out, reused, dropped = [], [], []
+        with write_txn(cur.conn):
+            cur.seed(max(f.high_water() for f in self.files))
+            for row, held, superseded in decided:
                 if held is not None:
-                    self.set_state([held], ARCHIVED)
+                    reused.append(held)
                     out.append(held)
                     continue
                 if superseded is not None:
-                    self.conn.execute("DELETE FROM archived_sessions WHERE entry = ?", (superseded,))
-                cur = self.conn.execute(
+                    dropped.append(superseded)
+                inserted = cur.conn.execute(
                     f"INSERT INTO archived_sessions ({_INSERT_COLUMNS}) VALUES ({','.join('?' * len(row))})",
                     row,
                 )
-                out.append(cur.lastrowid)
+                out.append(inserted.lastrowid)
+            self._each(reused, cur, "UPDATE archived_sessions SET state = ? WHERE entry IN ({})", [ARCHIVED])
+            cur.delete(dropped)
+        for f in self.files if reused or dropped else ():
+            if f is not cur:
+                with write_txn(f.conn):
+                    self._each(
+                        reused, f, "UPDATE archived_sessions SET state = ? WHERE entry IN ({})", [ARCHIVED]
+                    )
+                    f.delete(dropped)
         return out
+
+    @staticmethod
+    def _each(entries: list[int], f: ArchiveFile, sql: str, first: list | None = None) -> int:
+        """``sql`` over the ``entries`` that live in ``f`` (``{}``: their placeholders); rows changed."""
+        if not entries:
+            return 0
+        cur = f.conn.execute(sql.format(",".join("?" * len(entries))), [*(first or []), *entries])
+        return cur.rowcount
 
     def _row(self, p: dict, reason: str | None, now: float) -> tuple:
         """The ``archived_sessions`` row of one payload: columns to list by, sha256, zstd payload."""
@@ -380,30 +527,28 @@ class Archive:
         and has every message of ``p`` (by content): the session is in state.db only in part
         because an ``archive restore`` was interrupted, and replacing it would lose the rest.
         """
-        row = self.conn.execute(
-            "SELECT entry, sha256, payload, state FROM archived_sessions WHERE session_id = ?"
-            " ORDER BY entry DESC LIMIT 1",
-            (p["session"]["id"],),
-        ).fetchone()
-        if row is None:
+        e = self.entry(p["session"]["id"])
+        if e is None:
             return None, None
-        entry, old_sha, blob, state = row
-        if old_sha == sha:
-            return entry, None
+        if e.sha256 == sha:
+            return e.entry, None
         try:
-            old = orjson.loads(self._checked(p["session"]["id"], old_sha, blob))
+            old = self.get_entry(e.entry)
         except ArchiveDamaged:
             return None, None  # kept as it is; the new content gets an entry of its own
         new_keys, old_keys = message_keys(p), message_keys(old)
-        if state == PRUNED and new_keys <= old_keys:
-            return entry, None
-        if state != PRUNED and old_keys <= new_keys:
-            return None, entry
+        if e.state == PRUNED and new_keys <= old_keys:
+            return e.entry, None
+        if e.state != PRUNED and old_keys <= new_keys:
+            return None, e.entry
         return None, None
 
     def get(self, session_id: str) -> dict:
         """The verified payload of a session's newest entry (else :class:`ArchiveDamaged`)."""
-        return self.get_entry(self._newest(session_id))
+        e = self.entry(session_id)
+        if e is None:
+            raise KeyError(session_id)
+        return self.get_entry(e.entry)
 
     def get_entry(self, entry: int) -> dict:
         """The verified payload of one entry."""
@@ -417,16 +562,21 @@ class Archive:
             return False
         return True
 
-    def _newest(self, session_id: str) -> int:
-        e = self.entry(session_id)
-        if e is None:
-            raise KeyError(session_id)
-        return e.entry
+    def _find(self, sql: str, params: tuple) -> tuple | None:
+        """The first row ``sql`` finds in any file, newest file first (looking again for new files)."""
+        for attempt in range(2):
+            for f in reversed(self.files):
+                row = f.conn.execute(sql, params).fetchone()
+                if row is not None:
+                    return row
+            if attempt or not self._refresh():
+                return None
+        return None
 
     def _verified_bytes(self, entry: int) -> bytes:
-        row = self.conn.execute(
+        row = self._find(
             "SELECT session_id, sha256, payload FROM archived_sessions WHERE entry = ?", (entry,)
-        ).fetchone()
+        )
         if row is None:
             raise KeyError(entry)
         return self._checked(*row)
@@ -442,42 +592,90 @@ class Archive:
 
     def set_state(self, entries: Iterable[int], state: str) -> None:
         ids = list(entries)
-        if not ids:
-            return
-        with_marks = ",".join("?" * len(ids))
-        self.conn.execute(
-            f"UPDATE archived_sessions SET state = ? WHERE entry IN ({with_marks})", [state, *ids]
-        )
+        sql = "UPDATE archived_sessions SET state = ? WHERE entry IN ({})"
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            done = sum(self._each(chunk, f, sql, [state]) for f in self.files)
+            if done < len(chunk) and self._refresh():  # some sit in a file the archiver made meanwhile
+                self.set_state(chunk, state)
+
+    def drop_file(self, f: ArchiveFile) -> None:
+        """Delete one file of the archive (retention: a whole month gone), through the door."""
+        self.files.remove(f)
+        f.close()
+        folder = f.path.absolute().parent
+        for side in ("", *SQLITE_SIDES):
+            HomeFS(folder.parent).unlink(folder.name, f.path.name + side)
 
     def entry(self, session_id: str) -> Entry | None:
         """The newest entry of a session."""
-        row = self.conn.execute(
+        row = self._find(
             f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions WHERE session_id = ?"
             " ORDER BY entry DESC LIMIT 1",
             (session_id,),
-        ).fetchone()
+        )
         return Entry(*row) if row else None
 
     def by_entry(self, entry: int) -> Entry | None:
-        row = self.conn.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions WHERE entry = ?", (entry,)
-        ).fetchone()
+        row = self._find(f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions WHERE entry = ?", (entry,))
         return Entry(*row) if row else None
 
-    def entries(self, where: str = "", params: tuple = ()) -> Iterator[Entry]:
-        sql = f"SELECT {_ENTRY_COLUMNS} FROM archived_sessions {where}"
-        for row in self.conn.execute(sql, params):
-            yield Entry(*row)
+    def newest(self) -> dict[str, int]:
+        """Each archived session id -> its newest entry, over every file (from the index alone)."""
+        out: dict[str, int] = {}
+        for f in self.files:
+            for sid, entry in f.conn.execute(
+                "SELECT session_id, max(entry) FROM archived_sessions GROUP BY session_id"
+            ):
+                out[sid] = max(entry, out.get(sid, 0))
+        return out
 
-    def payloads(self, where: str = "", params: tuple = ()) -> Iterator[tuple[Entry, bytes | None]]:
-        """Entries with their uncompressed payload bytes (None when damaged), streaming."""
+    def session_ids(self, like: str, limit: int) -> list[str]:
+        """Archived ids matching a LIKE pattern (``\\`` escapes), at most ``limit`` per file."""
+        sql = "SELECT DISTINCT session_id FROM archived_sessions WHERE session_id LIKE ? ESCAPE '\\' LIMIT ?"
+        return sorted({r[0] for f in self.files for r in f.conn.execute(sql, (like, limit))})
+
+    def entries(
+        self,
+        where: str = "",
+        params: tuple = (),
+        keep: Callable[[Entry], bool] | None = None,
+        order: Callable[[Entry], Any] | None = None,
+    ) -> Iterator[Entry]:
+        """Entries of every file: ``where`` (SQL, with its ORDER BY) in each, then ``keep``.
+
+        ``order``: the key of that ORDER BY, to merge the files' streams; without it, file after
+        file (which is entry order when each file's rows are).
+        """
+        streams = [(e for e in f.entries(where, params) if keep is None or keep(e)) for f in self.files]
+        return (
+            heapq.merge(*streams, key=order) if order and len(streams) > 1 else chain.from_iterable(streams)
+        )
+
+    def payloads(
+        self,
+        where: str = "",
+        params: tuple = (),
+        keep: Callable[[Entry], bool] | None = None,
+        order: Callable[[Entry], Any] | None = None,
+    ) -> Iterator[tuple[Entry, bytes | None]]:
+        """Entries with their uncompressed payload (None when damaged), streaming, as :meth:`entries`."""
         sql = f"SELECT {_ENTRY_COLUMNS}, payload FROM archived_sessions {where}"
-        for row in self.conn.execute(sql, params):
-            entry = Entry(*row[:-1])
-            try:
-                yield entry, self._checked(entry.session_id, entry.sha256, row[-1])
-            except ArchiveDamaged:
-                yield entry, None
+
+        def stream(f: ArchiveFile) -> Iterator[tuple[Entry, bytes | None]]:
+            for row in f.conn.execute(sql, params):
+                entry = Entry(*row[:-1])
+                if keep is not None and not keep(entry):
+                    continue
+                try:
+                    yield entry, self._checked(entry.session_id, entry.sha256, row[-1])
+                except ArchiveDamaged:
+                    yield entry, None
+
+        streams = [stream(f) for f in self.files]
+        if order is None or len(streams) == 1:
+            return chain.from_iterable(streams)
+        return heapq.merge(*streams, key=lambda pair: order(pair[0]))
 
 
 def _plain(value):

@@ -189,16 +189,26 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
 @click.argument("session_ids", nargs=-1)
 @filter_options
 @click.option(
-    "--format", "fmt", type=click.Choice(["hermes-jsonl"]), default="hermes-jsonl", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["hermes-jsonl", "markdown"]),
+    default="hermes-jsonl",
+    show_default=True,
+    help="hermes-jsonl: one file Hermes imports; markdown: one readable .md per session into -o DIR.",
 )
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), default=None, help="File (0600); default stdout."
+    "-o",
+    "--output",
+    type=click.Path(),
+    default=None,
+    help="File (0600; default stdout), or with --format markdown the folder (made 0700).",
 )
 @click.option(
     "--split", is_flag=True, help="With -o: FILE-001.jsonl, ... each fitting one Hermes import call."
 )
 def export_cmd(profiles, session_ids, filters, fmt, output, split):
-    """One session per line, as Hermes's export_session returns it (importable by import_sessions).
+    """One session per line, as Hermes's export_session returns it (importable by import_sessions),
+    or --format markdown: one readable file per session into -o DIR.
 
     Import with Hermes's own code: HERMES_HOME=... <hermes python> hermes_import.py FILE
     (the path is printed after the export), or a --split file on the dashboard's Sessions page.
@@ -206,6 +216,9 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     if split and not output:
         raise click.UsageError("--split needs -o FILE")
     filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
+    if fmt == "markdown":
+        _export_markdown(_one(profiles), output, filters, split)
+        return
     res, paths = _one(profiles).archive.export(output, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"
     click.echo(f"exported {res.sessions} sessions ({res.messages} messages) to {where}", err=True)
@@ -215,12 +228,27 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
             term(f"hermes-keeper: warning: {sid}: {why}; Hermes's import refuses it (use `archive restore`)"),
             err=True,
         )
-    for sid in res.damaged:
+    _damaged_exit(res.damaged)
+
+
+def _damaged_exit(damaged: list[str]) -> None:
+    """Name each damaged row left out of an export; exit 1 if any."""
+    for sid in damaged:
         click.echo(
             term(f"hermes-keeper: {sid}: archive row damaged, not exported (see `archive verify`)"), err=True
         )
-    if res.damaged:
+    if damaged:
         sys.exit(1)
+
+
+def _export_markdown(profile: Profile, output: str | None, filters: Filters, split: bool) -> None:
+    if not output or split:
+        raise click.UsageError("--format markdown writes one file per session: give -o DIR (no --split)")
+    res, paths = profile.archive.export_markdown(output, filters)
+    click.echo(
+        f"exported {res.sessions} sessions ({res.messages} messages) as Markdown to {output}", err=True
+    )
+    _damaged_exit(res.damaged)
 
 
 @archive.command("verify")
@@ -235,7 +263,7 @@ def verify_cmd(profiles, as_json):
         return p.archive.verify()
 
     def show(p: Profile, r) -> None:
-        db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
+        db = "" if r.database == "ok" else f"; quick_check: {r.database}"
         click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
         for why in r.damaged.values():
             click.echo(term(f"  damaged: {why}"))

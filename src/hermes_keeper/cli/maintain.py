@@ -10,6 +10,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.cli.options import for_each, metrics_to, profile_options, quiet_option, textfile_option
 from hermes_keeper.cli.render import auto_prune_line, human_bytes
 from hermes_keeper.cli.text import cell, term
@@ -76,8 +77,24 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
     if d["hermes_auto_prune"]:
         what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
         console.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
+    if plan.archive_retention is not None:
+        _render_archive_retention(plan.archive_retention, verbose, console)
     for w in plan.warnings:
         console.print(Text(f"warning: {term(w)}", style="yellow"))
+
+
+def _render_archive_retention(r: RetentionPlan, verbose: bool, console: Console) -> None:
+    """What ``[archive] keep`` / ``max_bytes`` drops from the archive (the gone-for-good warning follows)."""
+    files = f", {len(r.delete_files)} month files deleted whole" if r.delete_files else ""
+    console.print(
+        f"archive: {r.entries} entries in {human_bytes(r.bytes)}; drop {len(r.drops)} entries "
+        f"(~{human_bytes(r.freed_bytes)}{files})",
+        markup=False,
+    )
+    if verbose:
+        for d in r.drops:
+            last = " (last copy: not in state.db)" if d.gone_for_good else ""
+            console.print(cell(f"drop {d.session_id} #{d.entry} in {d.file}: {d.reason}{last}"))
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics=None):

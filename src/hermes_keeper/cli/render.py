@@ -178,6 +178,26 @@ def local_time(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
+def _archive_line(a: dict, now: float, c: Console) -> None:
+    """The archive's size against ``[archive] max_bytes`` / ``keep``; red when over its budget."""
+    if a["problem"]:
+        c.print(f"[yellow]archive: {escape(term(a['problem']))}[/]")
+    if not a["files"]:
+        return
+    budget = f" of a {human_bytes(a['budget'])} budget" if a["budget"] is not None else ""
+    oldest = f", oldest active {_ago(a['oldest'], now)}" if a["oldest"] is not None else ""
+    c.print(
+        f"archive: {human_bytes(a['bytes'])}{budget} in {a['files']} files, {a['entries']} entries{oldest}",
+        markup=False,
+    )
+    if a["over_budget"]:
+        c.print(
+            "[red]archive over its budget (archive.max_bytes): the next run drops the oldest conversations[/]"
+        )
+    if a["expired"]:
+        c.print(f"[yellow]{a['expired']} archive entries older than archive.keep: the next run drops them[/]")
+
+
 def render_report(rep: dict, console: Console | None = None) -> None:
     c = console or Console()
     now = rep["generated_at"]
@@ -235,6 +255,7 @@ def render_report(rep: dict, console: Console | None = None) -> None:
         f"projected state.db: {human_bytes(g['projection']['in_30d_bytes'])} in 30 days, "
         f"{human_bytes(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
     )
+    _archive_line(rep["archive"], now, c)
     ap = rep["hermes_auto_prune"]
     what = f"{ap['deletes']} sessions ({ap['deletes_messages']} messages, {ap['deletes_titled']} titled)"
     c.print(auto_prune_line(ap, now, what))

@@ -8,12 +8,12 @@ compact.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
+from hermes_keeper.archive.retention import apply_retention
+from hermes_keeper.archive.store import Archive, archive_exists
 from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
@@ -55,6 +55,7 @@ class RunResult:
     safeguard: str = ""
     compact: dict | None = None
     seconds: float = 0.0  # the whole run, lock wait included (set by Profile.run)
+    archive_retention: dict | None = None  # what [archive] keep / max_bytes dropped
 
     @property
     def freed_bytes(self) -> int:
@@ -96,6 +97,7 @@ class RunResult:
             "safeguard": self.safeguard,
             "compact": self.compact,
             "seconds": self.seconds,
+            "archive_retention": self.archive_retention,
             "summary": self.summary(),
         }
 
@@ -197,11 +199,10 @@ def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
     opens and is of a layout it knows (a :class:`KeeperError` otherwise)."""
     schema.require_actionable()
     refuse_during_maintenance(schema)
-    path = profile.keeper_dir / ARCHIVE_NAME
     # A link (dangling too) is refused by the door, a file that is not SQLite or of a newer
     # layout by the archive; one without tables (a first run killed before them) is set up.
-    if policy.archive and os.path.lexists(path):
-        Archive(path).close()
+    if policy.archive and archive_exists(profile.keeper_dir):
+        Archive.for_home(profile.keeper_dir).close()
 
 
 def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) -> RunResult:
@@ -261,6 +262,8 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
         res.files_removed += n
         res.file_bytes += size
     res.writer = writer_figures(w, hold)
+    if plan.archive_retention is not None:  # after the prune: its new entries are not touched
+        res.archive_retention = apply_retention(profile, plan.archive_retention, journal)
     if policy.compact and res.prune.pruned:
         res.compact = compact_run(ctx).to_dict()
     conn = connect_ro(profile.db_path)

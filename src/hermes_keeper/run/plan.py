@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
+from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.backup.compact import LIVE_VACUUM_STALL_S
 from hermes_keeper.run.conversations import continues, conversations, lineage_root
 from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
@@ -220,6 +221,7 @@ class Plan:
     remaining_sessions: int = 0
     remaining_messages: int = 0
     warnings: list[str] = field(default_factory=list)  # what the plan could not know
+    archive_retention: RetentionPlan | None = None  # [archive] keep / max_bytes, when set
 
     def prune_conversations(self) -> list[list[str]]:
         """:attr:`prune` cut into its conversations: the sets prune deletes (or puts back) whole."""
@@ -283,6 +285,7 @@ class Plan:
             and {**self.hermes_auto_prune, "deletes_kept": len(self.hermes_deletes_kept)},
             "warnings": self.warnings,
             "safeguard": asdict(self.safeguard),
+            "archive_retention": self.archive_retention and self.archive_retention.to_dict(verbose),
         }
         if verbose:
             out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]

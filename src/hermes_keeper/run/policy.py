@@ -324,6 +324,20 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "temporary files of killed keeper commands (backup, restore, FTS hold, VACUUM estimate) are removed",
     ),
+    Setting(
+        "archive.keep",
+        "duration",
+        None,
+        "optional: archived conversations last active longer ago are deleted from the archive for good",
+        low=0,
+    ),
+    Setting(
+        "archive.max_bytes",
+        "size",
+        None,
+        "optional budget for the archive's files; over it, the oldest conversations go first",
+        low=0,
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -373,6 +387,7 @@ _ATTR |= {
     "files.restore_copies_keep": "restore_copies_keep",
     "files.keeper_leftovers": "keeper_leftovers",
 }
+_ATTR |= {"archive.keep": "archive_keep_s", "archive.max_bytes": "archive_max_bytes"}
 DEFAULT_RETENTION = _table_defaults("retention")
 
 
@@ -400,6 +415,8 @@ class Policy:
     malformed_copies_age_s: float | None = _default("files.malformed_copies_age")
     restore_copies_keep: int | None = _default("files.restore_copies_keep")
     keeper_leftovers: bool = _default("files.keeper_leftovers")
+    archive_keep_s: float | None = _default("archive.keep")
+    archive_max_bytes: int | None = _default("archive.max_bytes")
     #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
@@ -462,6 +479,8 @@ class Policy:
                 "restore_copies_keep": self.restore_copies_keep,
                 "keeper_leftovers": self.keeper_leftovers,
             },
+            "archive_keep_s": self.archive_keep_s,
+            "archive_max_bytes": self.archive_max_bytes,
             "origin": dict(self.origin),
             "settings": self.settings(),
         }
@@ -473,7 +492,8 @@ _SECTIONS = {s.section for s in SETTINGS if s.section}
 def _apply(policy: Policy, data: dict, label: str) -> None:
     """Apply one TOML table (top level or a profile's) onto ``policy``, key by key through SETTINGS."""
     for key, value in data.items():
-        if key in _SECTIONS:
+        # ``archive = false`` is a key, ``[archive]`` a table: the one name is both.
+        if key in _SECTIONS and (isinstance(value, dict) or key not in _BY_NAME):
             if not isinstance(value, dict):
                 raise KeeperError(f"{label}: [{key}] must be a table")
             for sub, v in value.items():

@@ -433,9 +433,7 @@ def _state_store(profile: Profile) -> arch.Archive:
     (:func:`resume_pending` re-checks every ``archived`` row against state.db), while the
     archiver's own connection keeps ``synchronous=FULL`` for the payloads themselves.
     """
-    store = arch.Archive.for_home(profile.keeper_dir)
-    store.conn.execute("PRAGMA synchronous=NORMAL")
-    return store
+    return arch.Archive.for_home(profile.keeper_dir, synchronous="NORMAL")
 
 
 def _archive_verified(
@@ -515,8 +513,7 @@ def prune_sessions(
 def resume_pending(ctx: RunContext) -> int:
     """Finish prunes a crash interrupted: archived (verified) rows whose session is still in state.db."""
     profile, schema, journal = ctx.profile, ctx.schema, ctx.journal
-    path = profile.keeper_dir / arch.ARCHIVE_NAME
-    if not path.exists():
+    if not arch.archive_exists(profile.keeper_dir):
         return 0
     with _state_store(profile) as store:
         pending = list(store.entries("WHERE state = ? ORDER BY entry", (arch.ARCHIVED,)))
