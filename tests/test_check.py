@@ -156,3 +156,13 @@ def test_all_profiles_one_line_worst_status(home):
     subprocess.run(keeper_cmd(home, "run", "--all-profiles", "--quiet"), capture_output=True)
     code, out, _ = check(home, "--all-profiles")
     assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - broken: ")  # now the worst left
+
+
+def test_archive_over_its_budget_is_a_warning(home):
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    assert check(home)[0] == 0
+    with (home / "keeper.toml").open("a") as f:  # a budget the archive the run made is already over
+        f.write('[archive]\nmax_bytes = "1KB"\n')
+    code, out, _ = check(home)
+    assert code == 1 and "WARNING: archive " in out and "over its budget of" in out
+    assert "'archive'=" in out

@@ -226,6 +226,18 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             CRITICAL,
         ),
     ]
+    archive = rep["archive"]
+    if archive["budget"] is not None:  # [archive] max_bytes: over it is a WARNING (the run trims it)
+        result.measures.append(
+            _over(
+                "archive",
+                archive["bytes"],
+                "B",
+                archive["budget"],
+                None,
+                f"archive {human_bytes(archive['bytes'])} over its budget of {human_bytes(archive['budget'])}",
+            )
+        )
     if profile.archive.exists:
         result.measures.append(
             _age(
