@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.homes import live_writer
+from hermes_keeper import units
 from hermes_keeper.backup import compact as compact_mod
 from hermes_keeper.backup.compact import WAL_LIMIT_BYTES, compact
 from hermes_keeper.cli import main
@@ -170,7 +171,8 @@ def test_run_beside_hermes_says_reclaimable_not_freed_for_pages_left_in_the_file
     assert res["file_bytes_after"] == res["file_bytes_before"]  # nothing came back from state.db
     assert res["freed_bytes"] == res["file_bytes"]  # only the removed session files
     assert res["reclaimable_bytes"] > 1_000_000
-    assert f"reclaimable={res['reclaimable_bytes'] / 1e6:.0f}MB" in res["summary"]
+    assert f"{units.size(res['reclaimable_bytes'])} reclaimable still in state.db" in res["summary"]
+    assert f"freed {units.size(res['freed_bytes'])} on disk" in res["summary"]
     assert "compact --wait-idle" in res["summary"]
 
 

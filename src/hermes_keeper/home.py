@@ -75,13 +75,13 @@ class Profile:
         return effective_policy(self.root, self.name, config_path, overrides)
 
     def report(self, zombie_after_s: float | None = None, top: int = 10, now: float | None = None) -> dict:
-        """Where every byte goes (read-only; ``data/report.schema.json``)."""
+        """Where every byte goes (read-only; ``data/report.schema.json``). Zombies by the policy's
+        ``zombie_after`` unless ``zombie_after_s`` is given: the report and the run agree."""
         from hermes_keeper.report import build_report
-        from hermes_keeper.run.policy import DAY
 
-        return build_report(
-            self, now=now, zombie_after_s=DAY if zombie_after_s is None else zombie_after_s, top=top
-        )
+        if zombie_after_s is None:
+            zombie_after_s = self.config().zombie_after_s
+        return build_report(self, now=now, zombie_after_s=zombie_after_s, top=top)
 
     def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:
         from hermes_keeper.run.plan import make_plan

@@ -76,7 +76,14 @@ class ReclaimResult:
 
     @property
     def freed_bytes(self) -> int:
-        return (self.db_bytes_before + self.wal_bytes_before) - (self.db_bytes_after + self.wal_bytes_after)
+        """Bytes the disk got back; never negative (a WAL that grew while Hermes wrote is not "freed")."""
+        before = self.db_bytes_before + self.wal_bytes_before
+        return max(0, before - self.db_bytes_after - self.wal_bytes_after)
+
+    @property
+    def unconverted(self) -> bool:
+        """Still auto_vacuum=NONE: free pages cannot go back to the disk until the one-time VACUUM runs."""
+        return self.auto_vacuum_after == "none"
 
     def to_dict(self) -> dict:
         return asdict(self) | {"freed_bytes": self.freed_bytes}

@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from hermes_keeper import units
 from hermes_keeper.archive import hermes_import
 from hermes_keeper.archive.query import (
     Filters,
@@ -20,7 +21,6 @@ from hermes_keeper.archive.query import (
     when,
 )
 from hermes_keeper.cli.options import for_each, profile_options
-from hermes_keeper.cli.render import human_bytes
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile, ProfileArchive, Skipped
@@ -100,7 +100,7 @@ def list_cmd(profiles, filters, as_json):
     for p, e in rows:
         address = f"{e.session_id} #{e.entry}" if (p.name, e.session_id) in repeated else e.session_id
         cells = [cell(address), cell(e.source), when(e.started_at), when(e.last_activity), cell(e.title)]
-        cells += [str(e.message_count), human_bytes(e.raw_bytes), e.state]
+        cells += [str(e.message_count), units.size(e.raw_bytes), e.state]
         t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
     Console().print(t)
 

@@ -9,11 +9,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from hermes_keeper import units
 from hermes_keeper.cli.options import for_each, profile_options
-from hermes_keeper.cli.render import human_bytes
 from hermes_keeper.cli.text import cell
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.run.policy import parse_duration
+from hermes_keeper.units import parse_duration
 
 dest_option = click.option(
     "--dest",
@@ -66,8 +66,8 @@ def backup(profiles, dest, rules, no_rotate, as_json):
         lambda p: p.backup(dest, rotate=False if no_rotate else rules),
         as_json,
         lambda _p, done: click.echo(
-            f"{done.record.profile}: {done.record.path} {human_bytes(done.record.bytes)} (database"
-            f" {human_bytes(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
+            f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
+            f" {units.size(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
             f" {', '.join(done.rotated_out) or 'none'}"
         ),
     )
@@ -98,9 +98,9 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
         for b in o["backups"]:
             t.add_row(
                 cell(b["name"]),
-                human_bytes(b["bytes"]),
-                human_bytes(b["raw_bytes"]),
-                f"{(now - b['created_at']) / 86400:.1f}d",
+                units.size(b["bytes"]),
+                units.size(b["raw_bytes"]),
+                units.ago(b["created_at"], now),
                 "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
                 ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
@@ -109,9 +109,9 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
             console.print(cell(f"removed {name}"))
         for lo in o["leftovers"]:
             verb = "removed" if lo["removed"] else "can be removed with --remove-leftovers"
-            console.print(cell(f"Hermes leftover {lo['name']} ({human_bytes(lo['bytes'])}): {verb}"))
+            console.print(cell(f"Hermes leftover {lo['name']} ({units.size(lo['bytes'])}): {verb}"))
         for lo in o["killed_backup_files"]:
-            size = human_bytes(lo["bytes"])
+            size = units.size(lo["bytes"])
             console.print(cell(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it"))
 
     for_each(
@@ -175,10 +175,10 @@ def compact(profiles, wait_idle, no_vacuum, as_json):
 def _compact_line(r: dict) -> None:
     click.echo(
         (
-            f"{r['profile']}: freed {human_bytes(r['freed_bytes'])} (database "
-            f"{human_bytes(r['db_bytes_before'])} -> {human_bytes(r['db_bytes_after'])}, WAL "
-            f"{human_bytes(r['wal_bytes_before'])} -> {human_bytes(r['wal_bytes_after'])}, auto_vacuum "
-            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']})"
-            + (f"; {r['note']}" if r["note"] else "")
+            f"{r['profile']}: freed {units.size(r['freed_bytes'])} on disk (state.db "
+            f"{units.size(r['db_bytes_before'])} -> {units.size(r['db_bytes_after'])}, WAL "
+            f"{units.size(r['wal_bytes_before'])} -> {units.size(r['wal_bytes_after'])}); "
+            f"{units.size(r['free_bytes_after'])} reclaimable still in state.db; auto_vacuum "
+            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}" + (f"; {r['note']}" if r["note"] else "")
         ),
     )

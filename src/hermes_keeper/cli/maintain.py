@@ -10,8 +10,9 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from hermes_keeper import units
 from hermes_keeper.cli.options import for_each, profile_options
-from hermes_keeper.cli.render import auto_prune_line, human_bytes
+from hermes_keeper.cli.render import auto_prune_line
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.run.plan import REFUSE, Plan
 
@@ -21,8 +22,8 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
     console.rule(f"[bold]{plan.profile}[/] plan")
     console.print(
         f"close {len(plan.zombies)} zombie sessions · prune {d['prune']['sessions']} sessions "
-        f"({d['prune']['messages']} messages, ~{human_bytes(d['prune']['est_bytes'])}) · remove "
-        f"{d['files']['remove']} files ({human_bytes(d['files']['bytes'])})"
+        f"({d['prune']['messages']} messages, ~{units.size(d['prune']['est_bytes'])}) · remove "
+        f"{d['files']['remove']} files ({units.size(d['files']['bytes'])})"
         + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
     )
     console.print(
@@ -42,7 +43,7 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
             str(c.get("prune", 0)),
             str(c.get("keep", 0)),
             str(c.get("messages", 0)),
-            human_bytes(c.get("bytes", 0)),
+            units.size(c.get("bytes", 0)),
         )
     console.print(t)
     t = Table(title="Why sessions are kept")
@@ -62,9 +63,9 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
             t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
         console.print(t)
         for f in plan.files:
-            console.print(cell(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}"))
+            console.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
         for f in plan.kept_files:
-            console.print(cell(f"keep {f.path} ({human_bytes(f.bytes)}): {f.reason}"))
+            console.print(cell(f"keep {f.path} ({units.size(f.bytes)}): {f.reason}"))
     console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
     if d["hermes_auto_prune"]:
         what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"

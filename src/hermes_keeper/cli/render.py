@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hermes_keeper import units
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.report import AGE_BUCKETS
 
@@ -29,47 +30,22 @@ FILE_KIND_LABELS = {
     "routing": "sessions/sessions.json (gateway routing)",
     "other": "sessions/ other",
 }
-LARGEST_SHOWN = 5
 RUNAWAYS_SHOWN = 5
-
-
-def human_bytes(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
-
-
-def _ago(ts: float, now: float) -> str:
-    d = max(0.0, now - ts)
-    if d < 3600:
-        return f"{d / 60:.0f}m ago"
-    if d < 86400:
-        return f"{d / 3600:.0f}h ago"
-    return f"{d / 86400:.0f}d ago"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 86400:g}d" if seconds % 86400 == 0 else f"{seconds / 3600:g}h"
 
 
 def _database_table(rep: dict) -> Table:
     db, disk = rep["database"], rep["disk"]
-    t = Table(
-        title=f"state.db: {human_bytes(db['bytes'])} in {db['page_count']} pages of {db['page_size']} B"
-    )
+    t = Table(title=f"state.db: {units.size(db['bytes'])} in {db['page_count']} pages of {db['page_size']} B")
     t.add_column("what")
     t.add_column("bytes", justify="right")
     t.add_column("share", justify="right")
     total = max(1, db["bytes"])
     for key, label in GROUP_LABELS.items():
         n = db["groups"][key]
-        t.add_row(label, human_bytes(n), f"{100 * n / total:.0f}%")
+        t.add_row(label, units.size(n), f"{100 * n / total:.0f}%")
     t.add_section()
-    t.add_row("state.db-wal (write-ahead log)", human_bytes(disk["wal"]), "")
-    t.add_row("state.db-shm (WAL index)", human_bytes(disk["shm"]), "")
+    t.add_row("state.db-wal (write-ahead log)", units.size(disk["wal"]), "")
+    t.add_row("state.db-shm (WAL index)", units.size(disk["shm"]), "")
     return t
 
 
@@ -79,17 +55,17 @@ def _files_table(files: dict) -> Table:
     t.add_column("files", justify="right")
     t.add_column("bytes", justify="right")
     for kind, v in files["sessions_dir"].items():
-        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v["files"]), human_bytes(v["bytes"]))
+        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v["files"]), units.size(v["bytes"]))
     o = files["orphans"]
-    t.add_row("  of these: orphans (session gone)", str(o["files"]), human_bytes(o["bytes"]))
+    t.add_row("  of these: orphans (session gone)", str(o["files"]), units.size(o["bytes"]))
     for d, v in files["other"].items():
         if v["files"]:
-            t.add_row(cell(f"{d}/"), str(v["files"]), human_bytes(v["bytes"]))
+            t.add_row(cell(f"{d}/"), str(v["files"]), units.size(v["bytes"]))
     if copies := files["malformed_copies"]:
         t.add_row(
             "state.db.malformed-backup-* (never removed)",
             str(len(copies)),
-            human_bytes(sum(m["bytes"] for m in copies)),
+            units.size(sum(m["bytes"] for m in copies)),
         )
     return t
 
@@ -112,16 +88,17 @@ def _sources_table(s: dict) -> Table:
 
 
 def _largest_table(s: dict, now: float) -> Table:
-    """Top sessions by messages; token and cost columns only where Hermes recorded any."""
-    rows = s["largest"]["messages"][:LARGEST_SHOWN]
+    """Top sessions by messages (as many as ``--top`` asked); token and cost columns only where
+    Hermes recorded any."""
+    rows = s["largest"]["messages"]
     cells = {
         "id": lambda r: cell(r["id"]),
         "source": lambda r: cell(r["source"]),
         "messages": lambda r: str(r["messages"]),
-        "text": lambda r: human_bytes(r["bytes"]),
+        "text": lambda r: units.size(r["bytes"]),
         "tokens": lambda r: str(r["tokens"]),
         "cost": lambda r: f"${r['cost_usd']:.2f}",
-        "last activity": lambda r: _ago(r["last_activity"], now),
+        "last activity": lambda r: units.ago(r["last_activity"], now),
     }
     if not any(r["tokens"] for r in rows):
         del cells["tokens"]
@@ -145,7 +122,7 @@ def _growth_table(g: dict) -> Table:
             key.replace("_", " "),
             f"{w['sessions_per_day']:g}",
             f"{w['messages_per_day']:g}",
-            human_bytes(w["bytes_per_day"]),
+            units.size(w["bytes_per_day"]),
         )
     return t
 
@@ -192,9 +169,10 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     c.print(_sources_table(s))
     c.print(
         f"open {s['open']} · ended {s['ended']} · zombies {s['zombies']['total']} "
-        f"(open, idle >= {_duration(s['zombie_after_s'])}) · routed {s['routed']} · "
-        f"archived {s['archived']} (by Hermes's idle sweep {s['auto_archived']}) · hidden {s['hidden']} · "
-        f"titled {s['titled']}"
+        f"(open, idle >= {units.duration(s['zombie_after_s'])}) · routed {s['routed']} · "
+        f"titled {s['titled']} · in Hermes, hidden by its archived flag {s['archived']} (by its idle "
+        f"sweep {s['auto_archived']}) and left out of its listing {s['hidden']}: still sessions, "
+        "not in the keeper's archive"
     )
     if s["routing_unknown"]:
         c.print(
@@ -216,8 +194,8 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     g = rep["growth"]
     c.print(_growth_table(g))
     c.print(
-        f"projected state.db: {human_bytes(g['projection']['in_30d_bytes'])} in 30 days, "
-        f"{human_bytes(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
+        f"projected state.db: {units.size(g['projection']['in_30d_bytes'])} in 30 days, "
+        f"{units.size(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
     )
     ap = rep["hermes_auto_prune"]
     what = f"{ap['deletes']} sessions ({ap['deletes_messages']} messages, {ap['deletes_titled']} titled)"

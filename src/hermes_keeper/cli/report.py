@@ -15,13 +15,18 @@ from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
 from hermes_keeper.report import build_report
-from hermes_keeper.run.policy import parse_duration
+from hermes_keeper.units import parse_duration
 
 
 @click.command()
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable (data/report.schema.json).")
-@click.option("--zombie-after", default="1d", show_default=True, help="Open and idle this long = zombie.")
+@click.option(
+    "--zombie-after",
+    default=None,
+    metavar="DURATION",
+    help="Open and idle this long = zombie (default: the policy's zombie_after, keeper.toml).",
+)
 @click.option(
     "--top",
     default=10,
@@ -36,7 +41,7 @@ def report(profiles, as_json, zombie_after, top):
     broken profile is reported as an error entry, the others still report, exit 1; a new
     profile without state.db is skipped with a note.
     """
-    zombie_after_s = parse_duration(zombie_after, "--zombie-after")
+    zombie_after_s = parse_duration(zombie_after, "--zombie-after") if zombie_after else None
     for_each(
         profiles,
         lambda p: p.report(zombie_after_s, top),

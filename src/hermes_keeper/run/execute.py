@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_keeper import units
 from hermes_keeper.archive.store import ARCHIVE_NAME, Archive
 from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
@@ -61,14 +62,16 @@ class RunResult:
         return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
 
     def summary(self) -> str:
+        """One line; "freed" only for bytes the disk got back, pages still in the file are "reclaimable"."""
         text = (
-            f"{self.profile}: zombies={self.zombies_closed} pruned={len(self.prune.pruned)} "
-            f"archived={len(self.prune.archived)} files={self.files_removed} "
-            f"freed={self.freed_bytes / 1e6:.0f}MB "
-            f"remaining={self.remaining_sessions} sessions, {self.remaining_messages} messages"
+            f"{self.profile}: zombies closed {self.zombies_closed}, pruned {len(self.prune.pruned)}, "
+            f"archived {len(self.prune.archived)}, files removed {self.files_removed}; "
+            f"freed {units.size(self.freed_bytes)} on disk; remaining "
+            f"{units.plural(self.remaining_sessions, 'session')}, "
+            f"{units.plural(self.remaining_messages, 'message')}"
         )
         if self.reclaimable_bytes >= RECLAIMABLE_NOTE_BYTES:
-            text += f"; reclaimable={self.reclaimable_bytes / 1e6:.0f}MB still in state.db ({RECLAIM_HOW})"
+            text += f"; {units.size(self.reclaimable_bytes)} reclaimable still in state.db ({RECLAIM_HOW})"
         return text
 
     def to_dict(self) -> dict:

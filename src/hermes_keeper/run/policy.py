@@ -7,13 +7,13 @@ checks the file, ``config show`` prints from it and ``docs/run.md`` shows it as 
 from __future__ import annotations
 
 import math
-import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
+from hermes_keeper.units import parse_duration, parse_size
 
 DAY = 86400.0
 MESSAGING_SOURCES = frozenset(
@@ -38,19 +38,6 @@ MESSAGING_SOURCES = frozenset(
 )
 CONFIG_NAME = "keeper.toml"
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": DAY, "w": 7 * DAY}
-_SIZES = {
-    "b": 1,
-    "kb": 1024,
-    "k": 1024,
-    "mb": 1024**2,
-    "m": 1024**2,
-    "gb": 1024**3,
-    "g": 1024**3,
-    "tb": 1024**4,
-    "t": 1024**4,
-}
-
 
 def _number(value, where: str, what: str) -> float:
     """A finite TOML number; ``nan``/``inf`` would poison every comparison the plan makes."""
@@ -59,31 +46,6 @@ def _number(value, where: str, what: str) -> float:
     if not math.isfinite(value):
         raise KeeperError(f"{where}: must be a finite number, got {value!r}")
     return float(value)
-
-
-def parse_duration(value, where: str = "duration") -> float:
-    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"``, ``"2w"``: always with a unit.
-
-    A bare number is refused: ``cron = 7`` reads as seven days to a person and as seven
-    seconds to a program, and the wrong guess prunes everything.
-    """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        shown = f"{value:g}" if math.isfinite(value) else "7"
-        raise KeeperError(f'{where}: a duration needs a unit: write "{shown}d" (or h, m, s, w)')
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*", str(value).lower())
-    if not isinstance(value, str) or not m:
-        raise KeeperError(f"{where}: not a duration: {value!r} (use e.g. 7d, 12h, 30m)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
-def parse_size(value, where: str = "size") -> int:
-    """``"500MB"``, ``"2GB"`` or a whole number of bytes."""
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", value.lower())
-        if not m or (m.group(2) and m.group(2) not in _SIZES):
-            raise KeeperError(f"{where}: not a size: {value!r} (use e.g. 500MB, 2GB)")
-        return int(float(m.group(1)) * _SIZES.get(m.group(2) or "b", 1))
-    return int(_number(value, where, "a size like 2GB"))
 
 
 def _parse_bool(value, where: str) -> bool:
