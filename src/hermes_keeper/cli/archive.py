@@ -9,7 +9,6 @@ from collections import Counter
 from dataclasses import asdict, replace
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from hermes_keeper import units
@@ -21,6 +20,7 @@ from hermes_keeper.archive.query import (
     when,
 )
 from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.render import console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile, ProfileArchive, Skipped
@@ -102,7 +102,7 @@ def list_cmd(profiles, filters, as_json):
         cells = [cell(address), cell(e.source), when(e.started_at), when(e.last_activity), cell(e.title)]
         cells += [str(e.message_count), units.size(e.raw_bytes), e.state]
         t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
-    Console().print(t)
+    console().print(t)
 
 
 @archive.command()

@@ -6,11 +6,11 @@ import functools
 import time
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from hermes_keeper import units
 from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.render import console
 from hermes_keeper.cli.text import cell
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.units import parse_duration
@@ -91,7 +91,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
     """
 
     def show(_profile, o: dict) -> None:
-        console, now = Console(), time.time()
+        out, now = console(), time.time()
         t = Table(title=f"{o['profile']}: backups in {o['folder']}")
         for col in ("backup", "size", "database", "age", "verified", "kept because"):
             t.add_column(col, overflow="fold")
@@ -104,15 +104,15 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
                 "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
                 ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
-        console.print(t)
+        out.print(t)
         for name in o["removed"]:
-            console.print(cell(f"removed {name}"))
+            out.print(cell(f"removed {name}"))
         for lo in o["leftovers"]:
             verb = "removed" if lo["removed"] else "can be removed with --remove-leftovers"
-            console.print(cell(f"Hermes leftover {lo['name']} ({units.size(lo['bytes'])}): {verb}"))
+            out.print(cell(f"Hermes leftover {lo['name']} ({units.size(lo['bytes'])}): {verb}"))
         for lo in o["killed_backup_files"]:
             size = units.size(lo["bytes"])
-            console.print(cell(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it"))
+            out.print(cell(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it"))
 
     for_each(
         profiles,

@@ -12,28 +12,28 @@ from rich.text import Text
 
 from hermes_keeper import units
 from hermes_keeper.cli.options import for_each, profile_options
-from hermes_keeper.cli.render import auto_prune_line
+from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
-def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
+def _render_plan(plan: Plan, verbose: bool, out: Console) -> None:
     d = plan.to_dict()
-    console.rule(f"[bold]{plan.profile}[/] plan")
-    console.print(
+    heading(out, f"[bold]{plan.profile}[/] plan")
+    out.print(
         f"close {len(plan.zombies)} zombie sessions · prune {d['prune']['sessions']} sessions "
         f"({d['prune']['messages']} messages, ~{units.size(d['prune']['est_bytes'])}) · remove "
         f"{d['files']['remove']} files ({units.size(d['files']['bytes'])})"
         + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
     )
-    console.print(
+    out.print(
         f"safeguard: {plan.safeguard.why}",
         style="red" if plan.safeguard.kind == REFUSE else None,
         markup=False,
         soft_wrap=True,
     )
     if plan.compact:
-        console.print(f"then compact: {plan.compact}")
+        out.print(f"then compact: {plan.compact}")
     t = Table(title="By source")
     for col in ("source", "prune", "keep", "messages", "~bytes"):
         t.add_column(col, justify="left" if col == "source" else "right")
@@ -45,13 +45,13 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
             str(c.get("messages", 0)),
             units.size(c.get("bytes", 0)),
         )
-    console.print(t)
+    out.print(t)
     t = Table(title="Why sessions are kept")
     t.add_column("reason")
     t.add_column("sessions", justify="right")
     for reason, n in d["keep_reasons"].items():
         t.add_row(cell(reason), str(n))
-    console.print(t)
+    out.print(t)
     if verbose:
         t = Table(title="Every session")
         for col in ("session", "source", "action", "reason"):
@@ -61,21 +61,21 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
         for sid in sorted(plan.decisions):
             x = plan.decisions[sid]
             t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
-        console.print(t)
+        out.print(t)
         for f in plan.files:
-            console.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
+            out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
         for f in plan.kept_files:
-            console.print(cell(f"keep {f.path} ({units.size(f.bytes)}): {f.reason}"))
-    console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
+            out.print(cell(f"keep {f.path} ({units.size(f.bytes)}): {f.reason}"))
+    out.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
     if d["hermes_auto_prune"]:
         what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
-        console.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
+        out.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
     for w in plan.warnings:
-        console.print(Text(f"warning: {term(w)}", style="yellow"))
+        out.print(Text(f"warning: {term(w)}", style="yellow"))
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
-    console = Console(stderr=False, quiet=quiet and not as_json)
+    out = console(quiet=quiet and not as_json)
     overrides = {"archive": False} if no_archive else None
 
     def action(profile):
@@ -83,7 +83,7 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
         if dry_run:
             return profile.plan(policy)
         show = sys.stdout.isatty() and not quiet and not as_json
-        with Progress(console=console, disable=not show, transient=True) as bar:
+        with Progress(console=out, disable=not show, transient=True) as bar:
             task = bar.add_task(f"{profile.name}: pruning", total=None)
 
             def progress(kind: str, n: int) -> None:
@@ -95,7 +95,7 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
         if not dry_run:
             click.echo(value.summary())
             return
-        _render_plan(value, verbose, console)
+        _render_plan(value, verbose, out)
 
     for_each(profiles, action, as_json, show, lambda v: v.to_dict(verbose) if dry_run else v.to_dict())
 
@@ -154,6 +154,6 @@ def config_show(profiles, config_path, as_json):
             t.add_column(col, overflow="fold")
         for row in policy.settings():
             t.add_row(row["key"], row["value"], row["from"])
-        Console().print(t)
+        console().print(t)
 
     for_each(profiles, lambda p: p.config(config_path), as_json, show)

@@ -1,10 +1,12 @@
 """Rich tables for people; every command also has ``--json`` for machines.
 
-Everything fits an 100-column terminal: a report is read in a cron mail or over ssh.
+Everything fits an 100-column terminal: a report is read in a cron mail or over ssh. Piped
+(or in a cron mail), nothing wraps: see :func:`console`.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from rich.console import Console
@@ -31,6 +33,26 @@ FILE_KIND_LABELS = {
     "other": "sessions/ other",
 }
 RUNAWAYS_SHOWN = 5
+#: Piped output has no width limit (rich would wrap at 80): an id or file name is copied whole.
+PIPED_WIDTH = 100_000
+
+
+def console(**kwargs) -> Console:
+    """The one console every command prints through: on a terminal rich's own width; piped, no
+    wrap at all, so a session id or a file name a user copies into the next command is never
+    split over lines (unless ``COLUMNS`` asks for a width)."""
+    c = Console(**kwargs)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c.width, c.soft_wrap = PIPED_WIDTH, True
+    return c
+
+
+def heading(c: Console, text: str) -> None:
+    """A rule on a terminal; piped, one short line (a rule would be ``PIPED_WIDTH`` wide)."""
+    if c.is_terminal:
+        c.rule(text)
+    else:
+        c.print(f"== {text} ==")
 
 
 def _database_table(rep: dict) -> Table:
@@ -143,11 +165,11 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def render_report(rep: dict, console: Console | None = None) -> None:
-    c = console or Console()
+def render_report(rep: dict, c: Console | None = None) -> None:
+    c = c or console()
     now = rep["generated_at"]
     sch = rep["schema"]
-    c.rule(f"[bold]{rep['profile']}[/] {rep['home']}")
+    heading(c, f"[bold]{rep['profile']}[/] {escape(term(rep['home']))}")
     c.print(f"schema: {sch['reason']} · journal {sch['journal_mode']} · auto_vacuum {sch['auto_vacuum']}")
     c.print(f"Hermes: {sch['generation']} · protections: {', '.join(sch['protections']) or 'none'}")
     for p in sch["timestamp_problems"]:
@@ -170,9 +192,8 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     c.print(
         f"open {s['open']} · ended {s['ended']} · zombies {s['zombies']['total']} "
         f"(open, idle >= {units.duration(s['zombie_after_s'])}) · routed {s['routed']} · "
-        f"titled {s['titled']} · in Hermes, hidden by its archived flag {s['archived']} (by its idle "
-        f"sweep {s['auto_archived']}) and left out of its listing {s['hidden']}: still sessions, "
-        "not in the keeper's archive"
+        f"titled {s['titled']} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
+        f"{s['archived']}, by its idle sweep {s['auto_archived']}, left out of its listing {s['hidden']}"
     )
     if s["routing_unknown"]:
         c.print(
