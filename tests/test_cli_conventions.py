@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -64,3 +65,25 @@ def test_piped_output_never_splits_an_id_or_a_file_name(long_home):
     res = runner.invoke(main, ["report", "--home", home])
     assert res.exit_code == 0, res.output
     _whole(res.output, home)
+
+
+def test_backup_folder_and_rotation_come_from_keeper_toml(tmp_path):
+    """One policy: [backups] dest and keep_* serve `backup`, `backups` and a run's backup alike."""
+    home, dest = tmp_path / "home", tmp_path / "elsewhere"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    (home / "keeper.toml").write_text(f'[backups]\ndest = "{dest}"\nkeep_last = 1\nkeep_daily = 0\n')
+    runner = CliRunner()
+    for _ in range(2):
+        res = runner.invoke(main, ["backup", "--home", str(home), "--keep-weekly=0", "--keep-monthly=0"])
+        assert res.exit_code == 0, res.output
+    assert len(list(dest.glob("state-*.db.zst"))) == 1  # keep_last = 1 from the file, the rest from flags
+    assert not (home / "keeper" / "backups").exists()
+    res = runner.invoke(main, ["backups", "--home", str(home), "--json"])
+    assert json.loads(res.output)["profiles"][0]["folder"] == str(dest)
+    other = tmp_path / "run-dest"
+    res = runner.invoke(main, ["run", "--home", str(home), "--dest", str(other), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["profiles"][0]["backup"] in {p.name for p in other.glob("*.zst")}
+    res = runner.invoke(main, ["config", "show", "--home", str(home), "--json"])
+    rows = {r["key"]: r for r in json.loads(res.output)["profiles"][0]["settings"]}
+    assert rows["backups.keep_last"]["value"] == "1" and rows["backups.keep_weekly"]["value"] == "4"

@@ -132,17 +132,20 @@ class Profile:
             return apply_plan(ctx, plan, progress)
 
     def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
-        """A verified snapshot of state.db, then rotation: the default rules, ``rotate``'s
-        (``keep_last``, ``daily``, ``weekly``, ``monthly``), or none (False)."""
+        """A verified snapshot of state.db into ``dest`` (default: the policy's ``backups.dest``),
+        then rotation: the policy's rules, overridden by ``rotate``'s (``keep_last``, ``daily``,
+        ``weekly``, ``monthly``), or none (False)."""
         from hermes_keeper.backup.snapshot import apply_rotation, take_backup
 
+        policy = self.config()
+        dest = dest or policy.backup_dest
+        rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
         with self._changing() as journal:
             t0 = time.perf_counter()
             record = take_backup(self, dest, journal=journal)
             seconds = round(time.perf_counter() - t0, 2)
-            rules = {} if rotate is True else rotate
             removed = (
-                [] if rules is False else apply_rotation(record.folder, self.home, journal=journal, **rules)
+                [] if rotate is False else apply_rotation(record.folder, self.home, journal=journal, **rotate)
             )
         return BackupDone(record, seconds, removed)
 
@@ -155,7 +158,9 @@ class Profile:
     ) -> dict:
         """Every backup with size, verification and why it is kept; Hermes's leftover copies.
 
-        Changes nothing unless ``prune`` (rotate out what ``rules`` drop) or ``remove_leftovers``.
+        ``dest`` and ``rules`` default to the policy's (``[backups]``), ``rules`` overriding it
+        rule by rule. Changes nothing unless ``prune`` (rotate out what the rules drop) or
+        ``remove_leftovers``.
         """
         from hermes_keeper.backup.snapshot import (
             apply_rotation,
@@ -166,8 +171,9 @@ class Profile:
             rotation,
         )
 
-        rules = rules or {}
-        folder = backup_dir(self, dest)
+        policy = self.config()
+        rules = policy.rotation | (rules or {})
+        folder = backup_dir(self, dest or policy.backup_dest)
         removed: list[str] = []
         leftovers = find_malformed_copies(self)
         if prune or remove_leftovers:
@@ -201,6 +207,7 @@ class Profile:
         """Replace state.db with a verified backup (``name``: file name or path; None: the newest)."""
         from hermes_keeper.backup.restore import find_backup, restore_backup
 
+        dest = dest or self.config().backup_dest
         with self._changing() as journal:
             return restore_backup(self, find_backup(self, name, dest), force=force, journal=journal)
 
@@ -221,6 +228,7 @@ class Profile:
                 wait_idle_s=wait_idle_s,
                 allow_full_vacuum=allow_full_vacuum,
                 journal=journal,
+                backup_dest=policy.backup_dest,
             )
 
     @property

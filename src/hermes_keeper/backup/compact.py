@@ -218,6 +218,7 @@ def _convert(
     backup: bool,
     journal: Journal | None,
     wait_idle_s: float | None = None,
+    backup_dest: str | None = None,
 ) -> list[Holder]:
     """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL: when nobody holds the db,
     or beside Hermes when it fits (:func:`_live_vacuum_fits`).
@@ -247,7 +248,7 @@ def _convert(
         )
         return holders
     if backup:
-        res.backup = take_backup(profile, journal=journal, schema=info, holders=holders).name
+        res.backup = take_backup(profile, backup_dest, journal=journal, schema=info, holders=holders).name
         now = find_holders(db)  # the backup took a while: Hermes may have opened it since
         if now and not holders:
             res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
@@ -279,6 +280,7 @@ def compact(
     wait_idle_s: float | None = None,
     allow_full_vacuum: bool = True,
     journal: Journal | None = None,
+    backup_dest: str | None = None,
 ) -> ReclaimResult:
     """FTS merges and incremental vacuum in budgeted steps; the one-time conversion when idle, or
     beside Hermes when its estimated stall fits (:data:`LIVE_VACUUM_STALL_S`) at a quiet moment.
@@ -311,6 +313,7 @@ def compact(
             standalone=True,
             t0=t0,
             wait_idle_s=wait_idle_s,
+            backup_dest=backup_dest,
         )
 
 
@@ -330,6 +333,7 @@ def _compact(
     standalone: bool = False,
     t0: float | None = None,
     wait_idle_s: float | None = None,
+    backup_dest: str | None = None,
 ) -> ReclaimResult:
     """Merges and incremental vacuum through ``w``, which it then closes: a VACUUM must be the
     only connection of ours. The WAL is truncated only when a scan made here found nobody.
@@ -358,7 +362,9 @@ def _compact(
     w.close()
     holders = None
     if schema.auto_vacuum == "none":
-        holders = _convert(profile, schema, res, allow_full_vacuum, standalone, journal, wait_idle_s)
+        holders = _convert(
+            profile, schema, res, allow_full_vacuum, standalone, journal, wait_idle_s, backup_dest
+        )
     if res.live:
         res.note = "; ".join(
             filter(

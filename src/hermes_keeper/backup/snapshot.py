@@ -224,7 +224,8 @@ def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list
     if free < need:
         raise KeeperError(
             f"backup of {profile.name} refused: it needs about {need >> 20} MiB on the disk Hermes "
-            f"writes to and {free >> 20} MiB are free; free space or use --dest on another disk"
+            f"writes to and {free >> 20} MiB are free; free space, or back "
+            "up to another disk (--dest DIR, or [backups] dest in keeper.toml)"
         )
 
 

@@ -9,43 +9,39 @@ import click
 from rich.table import Table
 
 from hermes_keeper import units
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import dest_option, for_each, json_option, profile_options
 from hermes_keeper.cli.render import console
 from hermes_keeper.cli.text import cell
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.run.policy import setting
 from hermes_keeper.units import parse_duration
-
-dest_option = click.option(
-    "--dest",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Backup folder (default: <home>/keeper/backups; may be shared by several profiles).",
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def rotation_options(fn):
-    """restic-``forget``-style rules, OR-combined; the newest verified backup is always kept."""
-    for name, default, what in reversed(  # click lists the last-applied option first
+    """restic-``forget``-style rules, OR-combined; the newest verified backup is always kept.
+
+    Each defaults to keeper.toml's ``[backups] keep_*`` (SETTINGS); a flag overrides it once."""
+    for name, what in reversed(  # click lists the last-applied option first
         [
-            ("last", 3, "the newest N backups"),
-            ("daily", 7, "the newest backup of each of the last N UTC days"),
-            ("weekly", 4, "the newest backup of each of the last N ISO weeks"),
-            ("monthly", 12, "the newest backup of each of the last N months"),
+            ("last", "the newest N backups"),
+            ("daily", "the newest backup of each of the last N UTC days"),
+            ("weekly", "the newest backup of each of the last N ISO weeks"),
+            ("monthly", "the newest backup of each of the last N months"),
         ]
     ):
+        default = setting(f"backups.keep_{name}").default
         fn = click.option(
             f"--keep-{name}",
-            default=default,
-            show_default=True,
+            default=None,
+            metavar="N",
             type=click.IntRange(min=0),
-            help=f"Keep {what}.",
+            help=f"Keep {what} (default: keeper.toml [backups] keep_{name}, else {default}).",
         )(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, keep_last, keep_daily, keep_weekly, keep_monthly, **kwargs):
-        rules = dict(keep_last=keep_last, daily=keep_daily, weekly=keep_weekly, monthly=keep_monthly)
-        return fn(*args, rules=rules, **kwargs)
+        given = dict(keep_last=keep_last, daily=keep_daily, weekly=keep_weekly, monthly=keep_monthly)
+        return fn(*args, rules={k: v for k, v in given.items() if v is not None}, **kwargs)
 
     return wrapper
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hermes_keeper import units
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import dest_option, for_each, profile_options
 from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.run.plan import REFUSE, Plan
@@ -74,9 +74,9 @@ def _render_plan(plan: Plan, verbose: bool, out: Console) -> None:
         out.print(Text(f"warning: {term(w)}", style="yellow"))
 
 
-def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
+def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest):
     out = console(quiet=quiet and not as_json)
-    overrides = {"archive": False} if no_archive else None
+    overrides = ({"archive": False} if no_archive else {}) | ({"backups": {"dest": dest}} if dest else {})
 
     def action(profile):
         policy = profile.config(config, overrides)
@@ -112,6 +112,7 @@ _run_options = [
         default=None,
         help="Policy file (default: <home>/keeper.toml).",
     ),
+    dest_option,
 ]
 
 
@@ -124,16 +125,16 @@ def _with_options(fn):
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Only say what would happen and why.")
 @_with_options
-def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config):
+def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest):
     """Close zombies, archive and prune old sessions, remove stale files: live-safe."""
-    _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config)
+    _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest)
 
 
 @click.command()
 @_with_options
-def plan(profiles, verbose, as_json, quiet, no_archive, config):
+def plan(profiles, verbose, as_json, quiet, no_archive, config, dest):
     """What `run` would do and why (same as `run --dry-run`)."""
-    _run(profiles, True, verbose, as_json, quiet, no_archive, config)
+    _run(profiles, True, verbose, as_json, quiet, no_archive, config, dest)
 
 
 @click.group()

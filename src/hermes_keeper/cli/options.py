@@ -16,6 +16,18 @@ from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profile
 HOMES_KEY = "hermes_keeper.homes"
 
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/json.md).")
+dry_run_option = click.option("--dry-run", is_flag=True, help="Only say what would happen; change nothing.")
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do it without asking.")
+dest_option = click.option(
+    "--dest",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Backup folder (default: keeper.toml's [backups] dest, else <home>/keeper/backups).",
+)
+
+
 def profile_options(fn):
     """``--home``, ``--profile``, ``--all-profiles``; passes ``profiles: list[Profile]``."""
 

@@ -215,9 +215,11 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     if plan.safeguard.kind == REFUSE:
         raise KeeperError(plan.safeguard.why)
     if plan.safeguard.kind == SNAPSHOT:
-        record = take_backup(profile, journal=journal, schema=ctx.schema, holders=ctx.holders())
+        dest = policy.backup_dest
+        record = take_backup(profile, dest, journal=journal, schema=ctx.schema, holders=ctx.holders())
         res.backup = record.name
-        apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
+        # or backups pile up
+        apply_rotation(backup_dir(profile, dest), profile.home, journal=journal, **policy.rotation)
     # Files go on a thread of their own: orphans now, a pruned session's as soon as it is gone
     # (never those of a session that woke up and was put back).
     pruning = set(plan.prune)

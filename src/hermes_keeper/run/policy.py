@@ -48,6 +48,18 @@ def _number(value, where: str, what: str) -> float:
     return float(value)
 
 
+def _parse_count(value, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KeeperError(f"{where}: expected a whole number, got {value!r}")
+    return value
+
+
+def _parse_path(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise KeeperError(f"{where}: expected a folder path, got {value!r}")
+    return str(Path(value).expanduser())
+
+
 def _parse_bool(value, where: str) -> bool:
     if not isinstance(value, bool):
         raise KeeperError(f"{where}: must be true or false")
@@ -59,6 +71,8 @@ KINDS = {
     "duration": (parse_duration, "duration"),
     "size": (parse_size, "size"),
     "bool": (_parse_bool, "true/false"),
+    "count": (_parse_count, "whole number"),
+    "path": (_parse_path, "folder"),
     "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds"),
     "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction"),
 }
@@ -86,7 +100,7 @@ class Setting:
         return parsed
 
     def range_text(self) -> str:
-        if self.kind == "bool":
+        if self.kind in ("bool", "path"):
             return ""
         if self.high is None:
             return f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
@@ -161,6 +175,16 @@ SETTINGS: tuple[Setting, ...] = (
         "orphan transcripts and request dumps older than this are removed",
         low=0,
     ),
+    Setting(
+        "backups.dest",
+        "path",
+        None,
+        "backup folder (default `<home>/keeper/backups`; may be shared by several profiles); `--dest`",
+    ),
+    Setting("backups.keep_last", "count", 3, "rotation keeps the newest N backups; `--keep-last`", low=0),
+    Setting("backups.keep_daily", "count", 7, "... and the newest of each of the last N UTC days", low=0),
+    Setting("backups.keep_weekly", "count", 4, "... of each of the last N ISO weeks", low=0),
+    Setting("backups.keep_monthly", "count", 12, "... of each of the last N months", low=0),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -194,6 +218,7 @@ _ATTR = {
     "disk.low_water": "low_water",
 }
 _ATTR["files.max_age"] = "files_max_age_s"
+_ATTR["backups.dest"] = "backup_dest"
 DEFAULT_RETENTION = {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == "retention"}
 
 
@@ -211,10 +236,25 @@ class Policy:
     max_db_bytes: int | None = _default("disk.max_db_bytes")
     low_water: float = _default("disk.low_water")
     files_max_age_s: float = _default("files.max_age")
+    backup_dest: str | None = _default("backups.dest")
+    keep_last: int = _default("backups.keep_last")
+    keep_daily: int = _default("backups.keep_daily")
+    keep_weekly: int = _default("backups.keep_weekly")
+    keep_monthly: int = _default("backups.keep_monthly")
     #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
     written: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def rotation(self) -> dict[str, int]:
+        """The backup rotation rules, as ``backup.rotation`` takes them."""
+        return {
+            "keep_last": self.keep_last,
+            "daily": self.keep_daily,
+            "weekly": self.keep_weekly,
+            "monthly": self.keep_monthly,
+        }
 
     def retention_for(self, source: str) -> float:
         if source in self.retention_s:
@@ -232,7 +272,7 @@ class Policy:
         if s.section == "retention":
             self.retention_s[name.split(".", 1)[1]] = parsed
         else:
-            setattr(self, _ATTR.get(name, name), parsed)
+            setattr(self, _ATTR.get(name, name.split(".")[-1]), parsed)
         self.origin[name] = label
         self.written[name] = value
 
@@ -263,6 +303,8 @@ class Policy:
             "max_db_bytes": self.max_db_bytes,
             "low_water": self.low_water,
             "files_max_age_s": self.files_max_age_s,
+            "backup_dest": self.backup_dest,
+            "rotation": self.rotation,
             "origin": dict(self.origin),
             "settings": self.settings(),
         }
