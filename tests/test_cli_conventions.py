@@ -87,3 +87,20 @@ def test_backup_folder_and_rotation_come_from_keeper_toml(tmp_path):
     res = runner.invoke(main, ["config", "show", "--home", str(home), "--json"])
     rows = {r["key"]: r for r in json.loads(res.output)["profiles"][0]["settings"]}
     assert rows["backups.keep_last"]["value"] == "1" and rows["backups.keep_weekly"]["value"] == "4"
+
+
+def test_plan_text_steps_next_hint_no_archive_and_nothing_to_do(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=30))
+    runner = CliRunner()
+    res = runner.invoke(main, ["plan", "--home", str(home), "--no-archive"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert any("NO archive copy; these deletes are final" in line for line in lines)
+    assert "  1. backup: a verified snapshot of state.db" in lines
+    assert lines[-1] == f"next: hermes-keeper run --home {home} --no-archive"
+    for _ in range(2):  # the second prunes the zombies the first closed
+        assert runner.invoke(main, ["run", "--home", str(home)]).exit_code == 0
+    res = runner.invoke(main, ["plan", "--home", str(home)])
+    [line] = res.output.splitlines()  # nothing to do: one line, no zero tables, no next step
+    assert line.startswith("default: nothing to do; ") and " sessions kept (" in line

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hermes_keeper import units
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.fs import private_dir
@@ -198,7 +199,7 @@ def _live_vacuum_fits(
     or no quiet moment."""
     if used_bytes / MAX_COPY_BYTES_PER_S * VACUUM_COPY_FACTOR > LIVE_VACUUM_STALL_S:
         limit = LIVE_VACUUM_STALL_S
-        return f"a VACUUM of {used_bytes >> 20} MiB would stall Hermes's writes over {limit:.0f} s"
+        return f"a VACUUM of {units.size(used_bytes)} would stall Hermes's writes over {limit:.0f} s"
     res.vacuum_estimate_s = round(estimate_vacuum_s(profile.db_path, profile.keeper_dir), 2)
     if res.vacuum_estimate_s > LIVE_VACUUM_STALL_S:
         return (
@@ -244,7 +245,7 @@ def _convert(
     need, free = 2 * info.used_bytes + RESERVE_BYTES, shutil.disk_usage(db.parent).free
     if free < need:
         res.note = (
-            f"{reclaimable}; VACUUM needs about {need >> 20} MiB free and {free >> 20} MiB are; skipped"
+            f"{reclaimable}; VACUUM needs about {units.size(need)} free and {units.size(free)} are; skipped"
         )
         return holders
     if backup:

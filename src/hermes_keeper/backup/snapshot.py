@@ -30,6 +30,7 @@ from pathlib import Path
 
 import zstandard
 
+from hermes_keeper import units
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
@@ -223,8 +224,8 @@ def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list
     free = shutil.disk_usage(existing).free
     if free < need:
         raise KeeperError(
-            f"backup of {profile.name} refused: it needs about {need >> 20} MiB on the disk Hermes "
-            f"writes to and {free >> 20} MiB are free; free space, or back "
+            f"backup of {profile.name} refused: it needs about {units.size(need)} on the disk Hermes "
+            f"writes to and {units.size(free)} are free; free space, or back "
             "up to another disk (--dest DIR, or [backups] dest in keeper.toml)"
         )
 

@@ -66,7 +66,7 @@ class KeeperGroup(click.Group):
             sys.exit(code)
 
 
-@click.group(cls=KeeperGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("hermes-keeper", cls=KeeperGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hermes-keeper")
 @click.option("--debug", is_flag=True, help="Show the traceback of a failure.")
 def main(debug: bool) -> None:

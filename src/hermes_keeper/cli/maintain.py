@@ -11,31 +11,44 @@ from rich.table import Table
 from rich.text import Text
 
 from hermes_keeper import units
-from hermes_keeper.cli.options import dest_option, for_each, profile_options
+from hermes_keeper.cli.options import dest_option, for_each, next_command, profile_options
 from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
-def _render_plan(plan: Plan, verbose: bool, out: Console) -> None:
+def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> None:
     d = plan.to_dict()
+    if plan.nothing_to_do and not verbose:
+        kept = ", ".join(f"{r['sessions']} {r['reason']}" for r in d["keep_reasons"][:3])
+        out.print(
+            cell(
+                f"{plan.profile}: nothing to do; {units.plural(len(plan.decisions), 'session')} kept ({kept})"
+            )
+        )
+        return
     heading(out, f"[bold]{plan.profile}[/] plan")
     out.print(
-        f"close {len(plan.zombies)} zombie sessions · prune {d['prune']['sessions']} sessions "
-        f"({d['prune']['messages']} messages, ~{units.size(d['prune']['est_bytes'])}) · remove "
-        f"{d['files']['remove']} files ({units.size(d['files']['bytes'])})"
+        f"close {units.plural(len(plan.zombies), 'zombie session')} · prune "
+        f"{units.plural(d['prune']['sessions'], 'session')} "
+        f"({units.plural(d['prune']['messages'], 'message')}, ~{units.size(d['prune']['est_bytes'])}) "
+        f"· remove {units.plural(d['files']['remove'], 'file')} ({units.size(d['files']['bytes'])})"
         + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
     )
+    if plan.prune and not plan.archive:
+        out.print(
+            f"[bold red]--no-archive: {units.plural(len(plan.prune), 'pruned session')} will be deleted "
+            "with NO archive copy; these deletes are final[/]"
+        )
     out.print(
         f"safeguard: {plan.safeguard.why}",
         style="red" if plan.safeguard.kind == REFUSE else None,
         markup=False,
-        soft_wrap=True,
     )
-    if plan.compact:
-        out.print(f"then compact: {plan.compact}")
+    for i, step in enumerate(plan.steps(), 1):
+        out.print(cell(f"  {i}. {step}"))
     t = Table(title="By source")
-    for col in ("source", "prune", "keep", "messages", "~bytes"):
+    for col in ("source", "prune", "keep", "messages", "~size"):
         t.add_column(col, justify="left" if col == "source" else "right")
     for src, c in d["by_source"].items():
         t.add_row(
@@ -47,17 +60,22 @@ def _render_plan(plan: Plan, verbose: bool, out: Console) -> None:
         )
     out.print(t)
     t = Table(title="Why sessions are kept")
-    t.add_column("reason")
-    t.add_column("sessions", justify="right")
-    for reason, n in d["keep_reasons"].items():
-        t.add_row(cell(reason), str(n))
+    for col in ("reason", "code", "sessions"):
+        t.add_column(col, justify="right" if col == "sessions" else "left")
+    for r in d["keep_reasons"]:
+        t.add_row(cell(r["reason"]), r["code"], str(r["sessions"]))
     out.print(t)
     if verbose:
         t = Table(title="Every session")
         for col in ("session", "source", "action", "reason"):
             t.add_column(col)
         for z in plan.zombies:
-            t.add_row(cell(z.session_id), cell(z.source), "close", f"open, idle {z.idle_s / 86400:.1f}d")
+            t.add_row(
+                cell(z.session_id),
+                cell(z.source),
+                "close",
+                f"open, idle {units.duration(round(z.idle_s / 3600) * 3600)}",
+            )
         for sid in sorted(plan.decisions):
             x = plan.decisions[sid]
             t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
@@ -66,12 +84,17 @@ def _render_plan(plan: Plan, verbose: bool, out: Console) -> None:
             out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
         for f in plan.kept_files:
             out.print(cell(f"keep {f.path} ({units.size(f.bytes)}): {f.reason}"))
-    out.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
+    out.print(
+        f"after: {units.plural(d['remaining']['sessions'], 'session')}, "
+        f"{units.plural(d['remaining']['messages'], 'message')}"
+    )
     if d["hermes_auto_prune"]:
         what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
         out.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
     for w in plan.warnings:
         out.print(Text(f"warning: {term(w)}", style="yellow"))
+    if not plan.nothing_to_do and plan.safeguard.kind != REFUSE:
+        out.print(cell(f"next: {next_hint}"))
 
 
 def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest):
@@ -95,8 +118,9 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest):
         if not dry_run:
             click.echo(value.summary())
             return
-        _render_plan(value, verbose, out)
+        _render_plan(value, verbose, out, next_hint)
 
+    next_hint = next_command("run", drop=("dry_run", "verbose", "as_json", "quiet"))
     for_each(profiles, action, as_json, show, lambda v: v.to_dict(verbose) if dry_run else v.to_dict())
 
 

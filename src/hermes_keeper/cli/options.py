@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,6 +47,25 @@ def profile_options(fn):
         return fn(*args, profiles=profiles, **kwargs)
 
     return wrapper
+
+
+def program() -> str:
+    """How the user invoked the keeper (``hermes-keeper``, ``python -m hermes_keeper``...): a
+    hint that names another command must paste as it is."""
+    return click.get_current_context().find_root().info_name or "hermes-keeper"
+
+
+def next_command(command: str, drop: Sequence[str] = ()) -> str:
+    """The exact command to run next, pasteable: this program as it was invoked (``hermes-keeper``,
+    ``python -m hermes_keeper``...), ``command``, and this invocation's options except ``drop``."""
+    ctx = click.get_current_context()
+    words = [*shlex.split(program()), command]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name in drop or not isinstance(param, click.Option) or value in (None, False, ()):
+            continue
+        words += [param.opts[-1]] if param.is_flag else [param.opts[-1], str(value)]
+    return shlex.join(words)
 
 
 def for_each(

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import for_each, profile_options, program
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
@@ -66,4 +66,4 @@ def demo(directory, sessions):
     click.echo(f"demo home: {home}")
     for p in select_profiles(home, env={}):
         render_report(build_report(p))
-    click.echo(f"next: hermes-keeper plan --home {shlex.quote(str(home))}")  # pastes as is
+    click.echo(f"next: {program()} plan --home {shlex.quote(str(home))}")  # pastes as is
