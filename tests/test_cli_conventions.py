@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from hermes_keeper import demo
 from hermes_keeper.cli import main
+from tests.conftest import tree_digest
 
 DAY = 86400.0
 #: Ids and a folder longer than any terminal: rich would fold them at 80 columns when piped.
@@ -104,3 +105,51 @@ def test_plan_text_steps_next_hint_no_archive_and_nothing_to_do(tmp_path):
     res = runner.invoke(main, ["plan", "--home", str(home)])
     [line] = res.output.splitlines()  # nothing to do: one line, no zero tables, no next step
     assert line.startswith("default: nothing to do; ") and " sessions kept (" in line
+
+
+def test_restore_asks_and_dry_runs_change_nothing(tmp_path):
+    """restore replaces state.db: asked on a terminal, refused without one unless --yes; every
+    --dry-run (restore, compact, backup, backups --prune) leaves the home as it was."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    runner = CliRunner()
+    for _ in range(2):
+        assert (
+            runner.invoke(main, ["backup", "--home", str(home), "--keep-last=1", "--no-rotate"]).exit_code
+            == 0
+        )
+    before = tree_digest(home)
+    for args in (
+        ["restore", "--latest", "--dry-run"],
+        ["compact", "--dry-run"],
+        ["backup", "--dry-run", "--keep-last=1", "--keep-daily=0"],
+        ["backups", "--prune", "--dry-run", "--keep-last=1", "--keep-daily=0"],
+    ):
+        res = runner.invoke(main, [*args, "--home", str(home)])
+        assert res.exit_code == 0 and "would" in res.output, (args, res.output)
+        assert tree_digest(home) == before, args
+    res = runner.invoke(
+        main, ["backups", "--prune", "--dry-run", "--keep-last=1", "--keep-daily=0", "--home", str(home)]
+    )
+    assert sum(line.startswith("would remove state-") for line in res.output.splitlines()) == 1
+    res = runner.invoke(main, ["restore", "--latest", "--home", str(home)])  # CliRunner: no terminal
+    assert res.exit_code == 2 and "pass --yes" in res.output and tree_digest(home) == before
+    res = runner.invoke(main, ["restore", "--latest", "--home", str(home)], input="n\n")
+    assert tree_digest(home) == before
+    res = runner.invoke(main, ["restore", "--latest", "--yes", "--home", str(home)])
+    assert res.exit_code == 0 and "restored state-" in res.output, res.output
+    assert any(p.name.startswith("state.db.keeper-before-restore-") for p in home.iterdir())
+
+
+def test_restore_asks_on_a_terminal(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    runner = CliRunner()
+    assert runner.invoke(main, ["backup", "--home", str(home)]).exit_code == 0
+    monkeypatch.setattr("hermes_keeper.cli.options.interactive", lambda: True)
+    before = tree_digest(home)
+    res = runner.invoke(main, ["restore", "--latest", "--home", str(home)], input="n\n")
+    assert res.exit_code == 1 and f"Replace {home / 'state.db'} with state-" in res.output
+    assert tree_digest(home) == before
+    res = runner.invoke(main, ["restore", "--latest", "--home", str(home)], input="y\n")
+    assert res.exit_code == 0 and "restored state-" in res.output, res.output

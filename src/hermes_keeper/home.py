@@ -149,6 +149,32 @@ class Profile:
             )
         return BackupDone(record, seconds, removed)
 
+    def backup_preview(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> dict:
+        """What :meth:`backup` would do (``backup --dry-run``): where, how big, what rotation would
+        then remove, or why it would be refused. Changes nothing."""
+        from hermes_keeper.backup.snapshot import backup_dir, preflight_backup, rotation
+        from hermes_keeper.sqlite.schema import inspect
+
+        policy = self.config()
+        folder = backup_dir(self, dest or policy.backup_dest)
+        schema = inspect(self.db_path)
+        schema.require_readable()
+        try:
+            preflight_backup(self, schema, folder, None)
+            refused = None
+        except KeeperError as exc:
+            refused = str(exc)
+        rules = policy.rotation | (rotate if isinstance(rotate, dict) else {})
+        rows = [] if rotate is False else rotation(folder, self.home, now=time.time(), **rules)
+        return {
+            "profile": self.name,
+            "folder": str(folder),
+            "database_bytes": schema.used_bytes,
+            "refused": refused,
+            # the rules as they stand now; the new backup may push one more out
+            "would_rotate_out": [r.name for r, d, _ in rows if not d.keep],
+        }
+
     def backups(
         self,
         dest: str | os.PathLike | None = None,
@@ -210,6 +236,42 @@ class Profile:
         dest = dest or self.config().backup_dest
         with self._changing() as journal:
             return restore_backup(self, find_backup(self, name, dest), force=force, journal=journal)
+
+    def restore_preview(
+        self, name: str | os.PathLike | None = None, dest: str | os.PathLike | None = None
+    ) -> dict:
+        """What :meth:`restore` would put in place (``restore --dry-run``), its sha256 checked.
+        Changes nothing."""
+        from hermes_keeper.backup.restore import find_backup
+        from hermes_keeper.backup.snapshot import verify_backup
+        from hermes_keeper.sqlite.holders import find_holders
+
+        self.fs.require_home()
+        record = find_backup(self, name, dest or self.config().backup_dest)
+        return record.to_dict() | {
+            "profile": self.name,
+            "verified": verify_backup(record),
+            "replaces": str(self.db_path),
+            "holders": [h.describe() for h in find_holders(self.db_path)],
+        }
+
+    def compact_preview(self) -> dict:
+        """What :meth:`compact` would do (``compact --dry-run``): the reclaimable bytes and how they
+        would go back to the disk. Changes nothing."""
+        from hermes_keeper.run.plan import compact_step
+        from hermes_keeper.sqlite.holders import find_holders
+        from hermes_keeper.sqlite.schema import inspect
+
+        schema = inspect(self.db_path)
+        schema.require_readable()
+        return {
+            "profile": self.name,
+            "auto_vacuum": schema.auto_vacuum,
+            "db_bytes": schema.db_bytes,
+            "reclaimable_bytes": schema.free_bytes,
+            "step": compact_step(schema.auto_vacuum, schema.used_bytes),
+            "holders": [h.describe() for h in find_holders(self.db_path)],
+        }
 
     def compact(
         self, wait_idle_s: float | None = None, allow_full_vacuum: bool = True, policy: Policy | None = None

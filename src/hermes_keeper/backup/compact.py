@@ -230,7 +230,7 @@ def _convert(
     holders = find_holders(db)
     res.holders = [h.describe() for h in holders]
     info = schema.resized()
-    reclaimable = f"{info.free_bytes} bytes reclaimable"
+    reclaimable = f"{units.size(info.free_bytes)} reclaimable"
     later = (
         "the one-time switch to incremental auto_vacuum (a full VACUUM) runs "
         "when no process holds the database"

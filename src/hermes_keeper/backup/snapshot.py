@@ -207,7 +207,9 @@ def match_modes(path: Path, journal_mode: str | None, auto_vacuum: str | None) -
         conn.close()
 
 
-def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None) -> None:
+def preflight_backup(
+    profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None
+) -> None:
     """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
     holders = find_holders(profile.db_path) if holders is None else holders
     if schema.journal_mode != "wal" and holders:
@@ -249,7 +251,7 @@ def take_backup(
     folder = backup_dir(profile, dest_dir)
     snap = comp = None
     try:
-        _preflight(profile, schema, folder, holders)
+        preflight_backup(profile, schema, folder, holders)
         profile.fs.folder(folder)  # inside the home: no symlinked keeper/ or backups/ on the way
         with _manifest_lock(folder):  # one backup at a time per folder
             for lo in _temp_files(folder):  # left by a backup that was killed

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import functools
+import sys
 import time
 
 import click
 from rich.table import Table
 
 from hermes_keeper import units
-from hermes_keeper.cli.options import dest_option, for_each, json_option, profile_options
+from hermes_keeper.cli.options import (
+    confirm,
+    dest_option,
+    dry_run_option,
+    for_each,
+    json_option,
+    profile_options,
+    yes_option,
+)
 from hermes_keeper.cli.render import console
-from hermes_keeper.cli.text import cell
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.cli.text import cell, term
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.run.policy import setting
 from hermes_keeper.units import parse_duration
 
@@ -46,26 +55,51 @@ def rotation_options(fn):
     return wrapper
 
 
-@click.command()
+@click.command(
+    epilog="""Examples:
+
+  hermes-keeper backup --dry-run
+
+  hermes-keeper backup --all-profiles --dest /mnt/usb/hermes-backups --keep-daily 14
+"""
+)
 @profile_options
 @dest_option
 @rotation_options
 @click.option("--no-rotate", is_flag=True, help="Keep every older backup this time.")
+@dry_run_option
 @json_option
-def backup(profiles, dest, rules, no_rotate, as_json):
+def backup(profiles, dest, rules, no_rotate, dry_run, as_json):
     """Consistent snapshot of state.db (VACUUM INTO), checked, zstd-compressed; Hermes keeps running.
 
     Older backups of the same home are then rotated (see `backups` for why each is kept).
     """
+    rotate = False if no_rotate else rules
+    if dry_run:
+        for_each(profiles, lambda p: p.backup_preview(dest, rotate), as_json, _backup_preview, to_dict=dict)
+        return
     for_each(
         profiles,
-        lambda p: p.backup(dest, rotate=False if no_rotate else rules),
+        lambda p: p.backup(dest, rotate=rotate),
         as_json,
         lambda _p, done: click.echo(
             f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
             f" {units.size(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
             f" {', '.join(done.rotated_out) or 'none'}"
         ),
+    )
+
+
+def _backup_preview(_profile, o: dict) -> None:
+    if o["refused"]:
+        click.echo(term(f"{o['profile']}: would be refused: {o['refused']}"))
+        return
+    gone = ", ".join(o["would_rotate_out"]) or "none"
+    click.echo(
+        term(
+            f"{o['profile']}: would back up a {units.size(o['database_bytes'])} database into {o['folder']}; "
+            f"then rotate out: {gone}"
+        )
     )
 
 
@@ -79,11 +113,12 @@ def backup(profiles, dest, rules, no_rotate, as_json):
     is_flag=True,
     help="Delete Hermes's never-cleaned state.db.malformed-backup-* copies.",
 )
+@dry_run_option
 @json_option
-def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
+def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
     """List backups with size, age, verification and why each is kept; Hermes's leftover copies.
 
-    Changes nothing unless --prune or --remove-leftovers is given.
+    Changes nothing unless --prune or --remove-leftovers is given (and not --dry-run).
     """
 
     def show(_profile, o: dict) -> None:
@@ -103,6 +138,10 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
         out.print(t)
         for name in o["removed"]:
             out.print(cell(f"removed {name}"))
+        if dry_run and prune:
+            for b in o["backups"]:
+                if not b["keep"]:
+                    out.print(cell(f"would remove {b['name']}"))
         for lo in o["leftovers"]:
             verb = "removed" if lo["removed"] else "can be removed with --remove-leftovers"
             out.print(cell(f"Hermes leftover {lo['name']} ({units.size(lo['bytes'])}): {verb}"))
@@ -112,59 +151,123 @@ def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
 
     for_each(
         profiles,
-        lambda p: p.backups(dest, rules, prune=prune, remove_leftovers=remove_leftovers),
+        lambda p: p.backups(
+            dest, rules, prune=prune and not dry_run, remove_leftovers=remove_leftovers and not dry_run
+        ),
         as_json,
         show,
         to_dict=lambda o: o,
     )
 
 
-@click.command()
+@click.command(
+    epilog="""Examples:
+
+  hermes-keeper restore --latest --dry-run
+
+  hermes-keeper restore state-20261203T040000Z.db.zst --yes
+"""
+)
 @profile_options
-@click.argument("backup_name", required=False)
+@click.argument("backup_name", required=False, metavar="[BACKUP]")
 @click.option("--latest", is_flag=True, help="The newest backup of this home.")
 @dest_option
 @click.option(
     "--force", is_flag=True, help="Even while a process holds the database (it keeps the old file)."
 )
+@dry_run_option
+@yes_option
 @json_option
-def restore(profiles, backup_name, latest, dest, force, as_json):
+def restore(profiles, backup_name, latest, dest, force, dry_run, yes, as_json):
     """Replace state.db with a verified backup (a file name, a path, or --latest).
 
     The current state.db, -wal and -shm are kept as state.db.keeper-before-restore-<UTC>.
+    Asks first on a terminal; without one, only with --yes.
     """
     if bool(backup_name) == bool(latest):
         raise KeeperError("name a backup (file name or path) or pass --latest")
     if len(profiles) != 1:
         raise KeeperError("restore one profile at a time")
+    profile = profiles[0]
+    preview = profile.restore_preview(backup_name, dest)
+    if dry_run:
+        for_each(profiles, lambda _p: preview, as_json, _restore_preview, to_dict=dict)
+        return
+    if not as_json:
+        _restore_preview(profile, preview)
+    confirm(f"Replace {profile.db_path} with {preview['name']}?", yes)
     for_each(
         profiles,
-        lambda p: p.restore(backup_name, dest, force=force),
+        lambda p: p.restore(preview["path"], force=force),
         as_json,
         lambda p, r: click.echo(
-            f"{p.name}: restored {r.restored} ({r.sessions} sessions, {r.messages} messages);"
-            f" previous state.db kept as {r.safety_copy or '(there was none)'}"
+            f"{p.name}: restored {r.restored} ({units.plural(r.sessions, 'session')}, "
+            f"{units.plural(r.messages, 'message')}); previous state.db kept as "
+            f"{r.safety_copy or '(there was none)'}"
         ),
     )
 
 
-@click.command()
+def _restore_preview(_profile, o: dict) -> None:
+    held = f"; held by {'; '.join(o['holders'])} (restore refuses unless --force)" if o["holders"] else ""
+    click.echo(
+        term(
+            f"{o['profile']}: would replace {o['replaces']} with {o['path']} (taken "
+            f"{units.ago(o['created_at'], time.time())}, database {units.size(o['raw_bytes'])}, sha256 "
+            f"{'verified' if o['verified'] else 'DOES NOT MATCH: restore refuses it'}){held}"
+        )
+    )
+
+
+@click.command(
+    epilog="""Examples:
+
+  hermes-keeper compact --dry-run
+
+  hermes-keeper compact --wait-idle 10m
+"""
+)
 @profile_options
-@click.option("--wait-idle", default=None, help="Wait up to this long (e.g. 600s, 10m) for Hermes to stop.")
+@click.option(
+    "--wait-idle",
+    default=None,
+    metavar="DURATION",
+    help="Wait up to this long (e.g. 600s, 10m) for Hermes to stop.",
+)
 @click.option("--no-vacuum", is_flag=True, help="Never run the one-time full VACUUM.")
+@dry_run_option
 @json_option
-def compact(profiles, wait_idle, no_vacuum, as_json):
+def compact(profiles, wait_idle, no_vacuum, dry_run, as_json):
     """Return free pages to the disk in short steps while Hermes runs.
 
     A database still in auto_vacuum=NONE is switched to INCREMENTAL once, by a full VACUUM after a
-    backup, and only when no process holds it.
+    backup, and only when no process holds it. Exit 75 when that switch could not run because
+    Hermes held the database (try later, or --wait-idle), 1 when it could not for another reason;
+    --no-vacuum makes it a choice (exit 0).
     """
     wait = parse_duration(wait_idle, "--wait-idle") if wait_idle else None
-    for_each(
+    if dry_run:
+        for_each(profiles, lambda p: p.compact_preview(), as_json, _compact_preview, to_dict=dict)
+        return
+    outcomes = for_each(
         profiles,
         lambda p: p.compact(wait, allow_full_vacuum=not no_vacuum),
         as_json,
         lambda _p, res: _compact_line(res.to_dict()),
+    )
+    stuck = [o.value for o in outcomes if o.value is not None and o.value.unconverted]
+    if stuck and not no_vacuum:
+        sys.exit(TryLater.exit_code if all(r.holders for r in stuck) else 1)
+
+
+def _compact_preview(_profile, o: dict) -> None:
+    held = f"; now held by {'; '.join(o['holders'])}" if o["holders"] else ""
+    click.echo(
+        term(
+            f"{o['profile']}: {units.size(o['reclaimable_bytes'])} reclaimable in a "
+            f"{units.size(o['db_bytes'])} state.db (auto_vacuum {o['auto_vacuum']}); "
+            f"would run: {o['step']}{held}"
+        )
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profiles
 
 #: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
@@ -47,6 +48,21 @@ def profile_options(fn):
         return fn(*args, profiles=profiles, **kwargs)
 
     return wrapper
+
+
+def interactive() -> bool:
+    """A person at a terminal who can answer a question."""
+    return sys.stdin.isatty()
+
+
+def confirm(question: str, yes: bool) -> None:
+    """The one confirmation (docker prune style): ``--yes`` skips it; on a terminal ask, default
+    no; without a terminal (cron, a pipe) refuse, so nothing is replaced unseen."""
+    if yes:
+        return
+    if not interactive():
+        raise KeeperError(f"{question.rstrip('?')}: not confirmed; no terminal to ask on, pass --yes")
+    click.confirm(question, default=False, abort=True)
 
 
 def program() -> str:
