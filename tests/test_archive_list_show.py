@@ -116,7 +116,7 @@ def test_show_renders_the_conversation(pruned_home):
     assert res.exit_code == 0, res.output
     out = res.output
     assert out.splitlines()[0] == "old_a  [cli]  Walrus facts"
-    assert "2 inactive hidden (--all shows them)" in out
+    assert "2 inactive hidden (--inactive shows them)" in out
     assert "] user\n    Tell me about walrus tusks" in out
     assert '▸ tool call web_search({"q": "walrus"})' in out  # tool call folded to one line
     assert "] tool (web_search) ▸ 47 chars: Walrus tusks grow up to one metre. Second line." in out
@@ -125,7 +125,7 @@ def test_show_renders_the_conversation(pruned_home):
     stamp = datetime.fromtimestamp(ah.NOW - 30 * DAY + 10).strftime("%Y-%m-%d %H:%M")
     assert f"[{stamp}] user" in out
 
-    everything = _cli("show", "old_a", "--all", "--full", "--home", str(pruned_home)).output
+    everything = _cli("show", "old_a", "--inactive", "--full", "--home", str(pruned_home)).output
     assert "user (inactive)\n    oops, a wrong turn about seals" in everything
     assert "    Walrus tusks grow up to one metre.\n    Second line." in everything
 

@@ -153,3 +153,26 @@ def test_restore_asks_on_a_terminal(tmp_path, monkeypatch):
     assert tree_digest(home) == before
     res = runner.invoke(main, ["restore", "--latest", "--home", str(home)], input="y\n")
     assert res.exit_code == 0 and "restored state-" in res.output, res.output
+
+
+def test_keep_within_overrides_the_policy_for_one_run_only(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=60))
+    runner = CliRunner()
+
+    def pruned(*args):
+        res = runner.invoke(main, ["plan", "--json", "-v", "--home", str(home), *args])
+        assert res.exit_code == 0, res.output
+        return {
+            d["session_id"]
+            for d in json.loads(res.output)["profiles"][0]["decisions"]
+            if d["action"] == "prune"
+        }
+
+    default, everything = pruned(), pruned("--keep-within", "1000d")
+    assert default and not everything
+    only_cron = pruned("--keep-within", "1000d", "--keep-within", "cron=1h")
+    assert only_cron and all(sid.startswith("cron_") for sid in only_cron)
+    res = runner.invoke(main, ["plan", "--home", str(home), "--keep-within", "cron=7"])
+    assert res.exit_code == 2 and 'write "7d"' in res.output
+    assert pruned() == default  # nothing was written

@@ -48,7 +48,7 @@ class Filters:
 
     sources: tuple[str, ...] = ()
     since: float | None = None  # last activity at or after
-    until: float | None = None  # started before
+    until: float | None = None  # last activity before (the same field as ``since``)
     title: str | None = None  # title contains (case-insensitive)
     ids: tuple[str, ...] = ()
     entries: tuple[int, ...] = ()  # addressed entries (``#N``), beside ``ids``
@@ -74,7 +74,7 @@ class Filters:
             clauses.append("coalesce(last_activity, started_at) >= ?")
             params.append(self.since)
         if self.until is not None:
-            clauses.append("coalesce(started_at, last_activity) < ?")
+            clauses.append("coalesce(last_activity, started_at) < ?")
             params.append(self.until)
         if self.title:
             clauses.append("instr(lower(title), lower(?)) > 0")
@@ -341,7 +341,7 @@ def render_conversation(
         f"{s['id']}  [{s.get('source')}]  {s.get('title') or ''}".rstrip(),
         f"started {when(s.get('started_at'))}  ended {when(s.get('ended_at'))} ({s.get('end_reason') or '-'})"
         f"  model {s.get('model') or '-'}  {len(msgs)} messages"
-        + (f", {hidden} inactive{'' if inactive else ' hidden (--all shows them)'}" if hidden else ""),
+        + (f", {hidden} inactive{'' if inactive else ' hidden (--inactive shows them)'}" if hidden else ""),
     ]
     if s.get("parent_session_id"):
         lines.append(f"continues {s['parent_session_id']}")

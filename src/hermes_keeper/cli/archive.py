@@ -19,7 +19,7 @@ from hermes_keeper.archive.query import (
     render_conversation,
     when,
 )
-from hermes_keeper.cli.options import for_each, profile_options
+from hermes_keeper.cli.options import HelpGroup, examples, for_each, profile_options
 from hermes_keeper.cli.render import console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
@@ -39,13 +39,27 @@ def filter_options(fn):
     """``--source`` (repeatable), ``--since``, ``--until``, ``--title``; passes ``filters: Filters``."""
     options = [
         click.option(
-            "--source", "sources", multiple=True, help="Only this source (repeatable): cron, cli, ..."
+            "--source",
+            "sources",
+            multiple=True,
+            metavar="SOURCE",
+            help="Only this source (repeatable): cron, cli, ...",
         ),
         click.option(
-            "--since", default=None, help="Last activity on/after: YYYY-MM-DD, ISO time, or 30d/12h/2w."
+            "--since",
+            default=None,
+            metavar="WHEN",
+            help="Last activity on/after: YYYY-MM-DD, ISO time, or 30d/12h/2w ago.",
         ),
-        click.option("--until", default=None, help="Started before (a date includes that whole day)."),
-        click.option("--title", default=None, help="Title contains this text (case-insensitive)."),
+        click.option(
+            "--until",
+            default=None,
+            metavar="WHEN",
+            help="Last activity before (as --since; a date includes that whole day).",
+        ),
+        click.option(
+            "--title", default=None, metavar="TEXT", help="Title contains this text (case-insensitive)."
+        ),
     ]
 
     @functools.wraps(fn)
@@ -75,12 +89,15 @@ def _by_profile(rows: list[dict], several: bool) -> dict:
     return by_name if several else next(iter(by_name.values()))
 
 
-@click.group()
+@click.group(cls=HelpGroup, epilog=examples("archive list", "archive show ID", "archive restore ID"))
 def archive():
     """Sessions the keeper pruned: list, read, search, restore, export, verify."""
 
 
-@archive.command("list")
+@archive.command(
+    "list",
+    epilog=examples("archive list --source cron --since 30d", "archive list --until 2026-01-31 --json"),
+)
 @profile_options
 @filter_options
 @click.option("--json", "as_json", is_flag=True)
@@ -105,12 +122,14 @@ def list_cmd(profiles, filters, as_json):
     console().print(t)
 
 
-@archive.command()
+@archive.command(
+    epilog=examples("archive show 20260105_093000_ab12cd", "archive show 20260105 --inactive --full")
+)
 @profile_options
-@click.argument("session_id")
+@click.argument("session_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="The raw archived payload.")
 @click.option("--full", is_flag=True, help="Unfold tool calls, tool results and long messages.")
-@click.option("--all", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
+@click.option("--inactive", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
 def show(profiles, session_id, as_json, full, show_all):
     """One archived conversation, for reading (ID or a unique prefix of it: its newest entry; #N: entry N)."""
     payload = _one(profiles).archive.show(session_id)
@@ -121,11 +140,14 @@ def show(profiles, session_id, as_json, full, show_all):
         click.echo(term(line))
 
 
-@archive.command("search")
+@archive.command(
+    "search",
+    epilog=examples('archive search "walrus" --since 90d', "archive search invoice --source telegram --json"),
+)
 @profile_options
 @click.argument("text")
 @filter_options
-@click.option("--limit", default=50, show_default=True, help="Sessions to show (newest first).")
+@click.option("--limit", default=50, show_default=True, metavar="N", help="Sessions to show (newest first).")
 @click.option("--json", "as_json", is_flag=True)
 def search_cmd(profiles, text, filters, limit, as_json):
     """Archived sessions whose messages contain TEXT (case-insensitive), with a snippet."""
@@ -150,9 +172,14 @@ def search_cmd(profiles, text, filters, limit, as_json):
             click.echo(f"{prefix}{len(r.damaged)} damaged rows not searched (see `archive verify`)", err=True)
 
 
-@archive.command("restore")
+@archive.command(
+    "restore",
+    epilog=examples(
+        "archive restore 20260105_093000_ab12cd --dry-run", "archive restore 20260105_093000_ab12cd"
+    ),
+)
 @profile_options
-@click.argument("session_ids", nargs=-1, required=True)
+@click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
 @click.option("--dry-run", is_flag=True, help="Show what would come back; change nothing.")
 @click.option("--json", "as_json", is_flag=True)
 def restore_cmd(profiles, session_ids, dry_run, as_json):
@@ -184,9 +211,14 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
         sys.exit(1)
 
 
-@archive.command("export")
+@archive.command(
+    "export",
+    epilog=examples(
+        "archive export --since 30d -o recent.jsonl", "archive export 20260105_093000_ab12cd > one.jsonl"
+    ),
+)
 @profile_options
-@click.argument("session_ids", nargs=-1)
+@click.argument("session_ids", nargs=-1, metavar="[ID]...")
 @filter_options
 @click.option(
     "--format", "fmt", type=click.Choice(["hermes-jsonl"]), default="hermes-jsonl", show_default=True
@@ -223,7 +255,7 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
         sys.exit(1)
 
 
-@archive.command("verify")
+@archive.command("verify", epilog=examples("archive verify", "archive verify --all-profiles --json"))
 @profile_options
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(profiles, as_json):

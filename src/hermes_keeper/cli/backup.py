@@ -14,6 +14,7 @@ from hermes_keeper.cli.options import (
     confirm,
     dest_option,
     dry_run_option,
+    examples,
     for_each,
     json_option,
     profile_options,
@@ -56,12 +57,9 @@ def rotation_options(fn):
 
 
 @click.command(
-    epilog="""Examples:
-
-  hermes-keeper backup --dry-run
-
-  hermes-keeper backup --all-profiles --dest /mnt/usb/hermes-backups --keep-daily 14
-"""
+    epilog=examples(
+        "backup --dry-run", "backup --all-profiles --dest /mnt/usb/hermes-backups --keep-daily 14"
+    )
 )
 @profile_options
 @dest_option
@@ -103,7 +101,9 @@ def _backup_preview(_profile, o: dict) -> None:
     )
 
 
-@click.command()
+@click.command(
+    epilog=examples("backups", "backups --prune --keep-last 2 --dry-run", "backups --remove-leftovers")
+)
 @profile_options
 @dest_option
 @rotation_options
@@ -160,14 +160,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
     )
 
 
-@click.command(
-    epilog="""Examples:
-
-  hermes-keeper restore --latest --dry-run
-
-  hermes-keeper restore state-20261203T040000Z.db.zst --yes
-"""
-)
+@click.command(epilog=examples("restore --latest --dry-run", "restore state-20261203T040000Z.db.zst --yes"))
 @profile_options
 @click.argument("backup_name", required=False, metavar="[BACKUP]")
 @click.option("--latest", is_flag=True, help="The newest backup of this home.")
@@ -219,14 +212,7 @@ def _restore_preview(_profile, o: dict) -> None:
     )
 
 
-@click.command(
-    epilog="""Examples:
-
-  hermes-keeper compact --dry-run
-
-  hermes-keeper compact --wait-idle 10m
-"""
-)
+@click.command(epilog=examples("compact --dry-run", "compact --wait-idle 10m"))
 @profile_options
 @click.option(
     "--wait-idle",

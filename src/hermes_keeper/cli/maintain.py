@@ -11,7 +11,15 @@ from rich.table import Table
 from rich.text import Text
 
 from hermes_keeper import units
-from hermes_keeper.cli.options import dest_option, for_each, next_command, profile_options
+from hermes_keeper.cli.options import (
+    HelpGroup,
+    dest_option,
+    examples,
+    for_each,
+    json_option,
+    next_command,
+    profile_options,
+)
 from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.run.plan import REFUSE, Plan
@@ -97,12 +105,16 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
         out.print(cell(f"next: {next_hint}"))
 
 
-def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest):
+def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest, keep_within, keep_size):
     out = console(quiet=quiet and not as_json)
     overrides = ({"archive": False} if no_archive else {}) | ({"backups": {"dest": dest}} if dest else {})
+    if keep_size:
+        overrides["disk"] = {"max_db_bytes": keep_size}
 
     def action(profile):
         policy = profile.config(config, overrides)
+        for spec in keep_within:
+            policy.keep_within(spec)
         if dry_run:
             return profile.plan(policy)
         show = sys.stdout.isatty() and not quiet and not as_json
@@ -137,6 +149,18 @@ _run_options = [
         help="Policy file (default: <home>/keeper.toml).",
     ),
     dest_option,
+    click.option(
+        "--keep-within",
+        multiple=True,
+        metavar="[SOURCE=]DURATION",
+        help="This run only: keep sessions active within DURATION (every source, or SOURCE=; repeatable).",
+    ),
+    click.option(
+        "--keep-size",
+        default=None,
+        metavar="SIZE",
+        help="This run only: prune the oldest eligible until state.db is under SIZE (disk.max_db_bytes).",
+    ),
 ]
 
 
@@ -146,30 +170,38 @@ def _with_options(fn):
     return fn
 
 
-@click.command()
+@click.command(
+    epilog=examples("run", "run --all-profiles --quiet", "run --keep-within cron=3d --dest /mnt/backups")
+)
 @click.option("--dry-run", is_flag=True, help="Only say what would happen and why.")
 @_with_options
-def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest):
+def run(profiles, dry_run, **opts):
     """Close zombies, archive and prune old sessions, remove stale files: live-safe."""
-    _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest)
+    _run(profiles, dry_run, **opts)
 
 
-@click.command()
+@click.command(epilog=examples("plan", "plan -v --profile work", "plan --keep-within 30d --json"))
 @_with_options
-def plan(profiles, verbose, as_json, quiet, no_archive, config, dest):
+def plan(profiles, **opts):
     """What `run` would do and why (same as `run --dry-run`)."""
-    _run(profiles, True, verbose, as_json, quiet, no_archive, config, dest)
+    _run(profiles, True, **opts)
 
 
-@click.group()
+@click.group(cls=HelpGroup, epilog=examples("config show"))
 def config():
     """The effective policy."""
 
 
-@config.command("show")
+@config.command("show", epilog=examples("config show", "config show --all-profiles --json"))
 @profile_options
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Policy file (default: <home>/keeper.toml).",
+)
+@json_option
 def config_show(profiles, config_path, as_json):
     """Print the effective policy per profile and where each value came from."""
 

@@ -18,6 +18,27 @@ from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profile
 HOMES_KEY = "hermes_keeper.homes"
 
 
+class HelpGroup(click.Group):
+    """A group whose ``--help`` lists each command's whole first sentence (click cuts it at ~45
+    characters), wrapped, not cut."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def examples(*commands: str) -> str:
+    """A command's ``--help`` epilog: the commands as typed, never rewrapped (click's ``\\b``).
+    Every command has one (tests/test_docs.py)."""
+    return "\b\nExamples:\n" + "\n".join(f"  hermes-keeper {c}" for c in commands)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/json.md).")
 dry_run_option = click.option("--dry-run", is_flag=True, help="Only say what would happen; change nothing.")
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do it without asking.")
@@ -39,7 +60,13 @@ def profile_options(fn):
         default=None,
         help="Hermes home (default: $HERMES_HOME, else ~/.hermes).",
     )
-    @click.option("--profile", "profile_name", default=None, help="Profile name (default: the active one).")
+    @click.option(
+        "--profile",
+        "profile_name",
+        default=None,
+        metavar="NAME",
+        help="Profile name (default: the active one).",
+    )
     @click.option("--all-profiles", is_flag=True, help="Every profile under the home.")
     @functools.wraps(fn)
     def wrapper(*args, home, profile_name, all_profiles, **kwargs):
@@ -80,7 +107,8 @@ def next_command(command: str, drop: Sequence[str] = ()) -> str:
         value = ctx.params.get(param.name)
         if param.name in drop or not isinstance(param, click.Option) or value in (None, False, ()):
             continue
-        words += [param.opts[-1]] if param.is_flag else [param.opts[-1], str(value)]
+        for v in value if isinstance(value, tuple) else [value]:
+            words += [param.opts[-1]] if param.is_flag else [param.opts[-1], str(v)]
     return shlex.join(words)
 
 

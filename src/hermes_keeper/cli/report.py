@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import for_each, profile_options, program
+from hermes_keeper.cli.options import examples, for_each, profile_options, program
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
@@ -18,7 +18,7 @@ from hermes_keeper.report import build_report
 from hermes_keeper.units import parse_duration
 
 
-@click.command()
+@click.command(epilog=examples("report", "report --all-profiles --top 20", "report --json > report.json"))
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable (data/report.schema.json).")
 @click.option(
@@ -32,6 +32,7 @@ from hermes_keeper.units import parse_duration
     default=10,
     show_default=True,
     type=click.IntRange(min=0),
+    metavar="N",
     help="How many largest sessions to list.",
 )
 def report(profiles, as_json, zombie_after, top):
@@ -51,9 +52,11 @@ def report(profiles, as_json, zombie_after, top):
     )
 
 
-@click.command()
+@click.command(epilog=examples("demo", "demo /tmp/hermes-demo --sessions 1000"))
 @click.argument("directory", required=False, type=click.Path(file_okay=False))
-@click.option("--sessions", default=300, show_default=True, help="How many sessions to generate.")
+@click.option(
+    "--sessions", default=300, show_default=True, metavar="N", help="How many sessions to generate."
+)
 def demo(directory, sessions):
     """Build a realistic demo Hermes home (73% cron, zombies, orphans, runaways) and report on it.
 

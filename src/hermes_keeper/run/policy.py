@@ -276,6 +276,12 @@ class Policy:
         self.origin[name] = label
         self.written[name] = value
 
+    def keep_within(self, spec: str, label: str = "--keep-within") -> None:
+        """One-off retention, restic's ``--keep-within``: ``30d`` for every source, ``cron=3d`` for one."""
+        source, _, value = spec.rpartition("=")
+        for key in [source.strip()] if source else list(self.retention_s):
+            self.set(f"retention.{key}", value, label)
+
     def settings(self) -> list[dict]:
         """Every key with its value as written (else the default) and where it came from."""
         names = [s.name for s in SETTINGS]
