@@ -78,3 +78,20 @@ def test_a_broken_archive_file_is_one_line(tmp_path, hermes):
     res = _cli("verify", "--home", str(tmp_path))
     assert res.exit_code == 2 and "cannot open the archive" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_all_profiles_reports_a_damaged_archive_whose_state_db_is_gone(tmp_path, hermes):
+    """Not skipped as "a new profile": the archive is what verify checks, and it is damaged."""
+    home = ah.build(hermes, tmp_path / "home")
+    ah.prune(home)
+    lost = home / "profiles" / "lost"
+    lost.mkdir(parents=True)
+    shutil.copytree(home / "keeper", lost / "keeper")
+    conn = sqlite3.connect(lost / "keeper" / ARCHIVE_NAME)
+    conn.execute("UPDATE archived_sessions SET sha256 = 'x' || substr(sha256, 2) WHERE session_id = 'old_a'")
+    conn.commit()
+    conn.close()
+    res = _cli("verify", "--home", str(home), "--all-profiles", "--json")
+    assert res.exit_code == 1
+    report = json.loads(res.stdout)
+    assert report["default"]["ok"] and list(report["lost"]["damaged"]) == ["old_a"]

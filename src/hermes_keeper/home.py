@@ -487,17 +487,21 @@ class Skipped(Exception):
     """Raised by an action of :func:`each`: nothing to do in this profile (a note, not a failure)."""
 
 
-def each(profiles: Sequence[Profile], action: Callable[[Profile], Any]) -> Iterator[Outcome]:
+def each(
+    profiles: Sequence[Profile], action: Callable[[Profile], Any], needs_db: bool = True
+) -> Iterator[Outcome]:
     """``action`` on every profile, each on its own: a refusal in one never stops the others.
 
     With one profile the error is raised as it is (one line, its exit code); with several,
-    each becomes an :class:`Outcome`, and a profile folder without ``state.db`` is skipped.
+    each becomes an :class:`Outcome`, and a profile folder without ``state.db`` is skipped
+    (unless the action does not need one: ``archive verify`` checks an archive whatever
+    became of the database).
     """
     if len(profiles) == 1:
         yield Outcome(profiles[0], action(profiles[0]))
         return
     for p in profiles:
-        if not p.db_path.exists():
+        if needs_db and not p.db_path.exists():
             yield Outcome(p, skipped=NEW_PROFILE)
             continue
         try:

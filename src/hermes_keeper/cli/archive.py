@@ -278,6 +278,7 @@ def verify_cmd(profiles, as_json):
         as_json,
         show,
         shape=lambda rows: _by_profile(rows, len(profiles) > 1),
+        needs_db=False,
     )
     if not all(o.value.ok for o in outcomes if o.value is not None):
         sys.exit(1)

@@ -119,6 +119,7 @@ def for_each(
     show: Callable[[Profile, Any], None],
     to_dict: Callable[[Any], dict] = lambda value: value.to_dict(),
     shape: Callable[[list[dict]], Any] = lambda rows: {"profiles": rows},
+    needs_db: bool = True,
 ) -> list[Outcome]:
     """The one multi-profile policy: ``action`` per profile, each result printed as it is done.
 
@@ -128,7 +129,7 @@ def for_each(
     Exit 1 when some failed and others ran; 2 (or the failures' own code) when none ran.
     """
     outcomes, rows = [], []
-    for o in each(profiles, action):
+    for o in each(profiles, action, needs_db):
         outcomes.append(o)
         row = {"profile": o.profile.name}
         if o.error is None and o.skipped is None:
