@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -202,3 +203,27 @@ def test_fit_row(row, columns, kept, dropped):
 def test_title_candidates():
     gen = unarchive.title_candidates("T")
     assert [next(gen) for _ in range(4)] == ["T", "T (restored)", "T (restored 2)", "T (restored 3)"]
+
+
+def test_a_restored_session_is_kept_by_the_next_runs_then_ages_again(tmp_path, hermes):
+    """The night after `archive restore`, the run does not prune it again: reason `restored`."""
+    home = ah.build(hermes, tmp_path / "home")
+    ah.prune(home)
+    res = _restore(home, "old_a")
+    assert res.exit_code == 0 and "kept until " in res.output, res.output
+    kept = json.loads((home / "keeper" / "kept.json").read_text())
+    assert list(kept) == ["old_a"] and kept["old_a"] > time.time() + 29 * 86400
+    assert oct((home / "keeper" / "kept.json").stat().st_mode & 0o777) == "0o600"
+    # old_a is 30 days old and titled: with this policy nothing else would keep it
+    (home / "keeper.toml").write_text('keep_titled = false\n[retention]\ncli = "1d"\n')
+
+    def old_a():
+        out = CliRunner().invoke(main, ["plan", "-v", "--json", "--home", str(home)]).output
+        return {d["session_id"]: d for d in json.loads(out)["profiles"][0]["decisions"]}["old_a"]
+
+    d = old_a()
+    assert d["action"] == "keep" and d["code"] == "restored" and d["reason"].startswith("restored from")
+    assert CliRunner().invoke(main, ["run", "--home", str(home)]).exit_code == 0
+    assert hermes.call(home, "get_session", "old_a") is not None
+    (home / "keeper" / "kept.json").write_text(json.dumps({"old_a": time.time() - 1}))  # the period ended
+    assert old_a()["action"] == "prune"

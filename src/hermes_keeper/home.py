@@ -355,13 +355,14 @@ class ProfileArchive:
             return search(store, text, filters or ALL, limit=limit)
 
     def restore(self, session_ids: Sequence[str], dry_run: bool = False, policy: Policy | None = None):
-        """Put archived sessions back (whole conversations) in the policy's budgeted writes;
-        ``dry_run`` only says what would."""
+        """Put archived sessions back (whole conversations) in the policy's budgeted writes, and
+        keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would."""
         from hermes_keeper.archive.restore import restore_sessions
+        from hermes_keeper.kept import keep_sessions
 
         policy = policy or self.profile.config()
         with self.profile._changing() as journal:
-            return restore_sessions(
+            res = restore_sessions(
                 self.profile,
                 list(session_ids),
                 journal=journal,
@@ -370,6 +371,14 @@ class ProfileArchive:
                 busy_wait_s=policy.busy_wait_s,
                 dry_run=dry_run,
             )
+            if res.restored and policy.restored_keep_s > 0:
+                # after the restore: a crash in between only lets the next run archive it again
+                now = time.time()
+                res.kept_until = now + policy.restored_keep_s
+                keep_sessions(self.profile, res.restored, res.kept_until, now)
+                if journal:
+                    journal.write("kept", sessions=len(res.restored), until=res.kept_until)
+            return res
 
     def export(
         self, output: str | os.PathLike | None = None, filters: Filters | None = None, split: bool = False

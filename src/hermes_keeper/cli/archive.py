@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 from collections import Counter
 from dataclasses import asdict, replace
 
@@ -193,7 +194,8 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
     else:
         verb = "would restore" if dry_run else "restored"
         ids = [m["session_id"] for m in res.members] if dry_run else res.restored
-        click.echo(f"{verb} {len(ids)} sessions" + ("" if dry_run else f" ({res.messages} messages)"))
+        n = units.plural(len(ids), "session")
+        click.echo(f"{verb} {n}" + ("" if dry_run else f" ({units.plural(res.messages, 'message')})"))
         asked = set(session_ids)
         for m in res.members:
             if m["session_id"] in ids:
@@ -203,6 +205,9 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
                 click.echo(term(f"  {m['session_id']}{why}: {n} message{'' if n == 1 else 's'}{resume}"))
         for sid, title in res.retitled.items():
             click.echo(term(f"  {sid}: title already taken, restored as {title!r}"))
+        if res.kept_until:
+            until = time.strftime("%Y-%m-%d", time.localtime(res.kept_until))
+            click.echo(f"kept until {until} (restored_keep in keeper.toml): runs will not prune them")
     for w in res.warnings:
         click.echo(f"hermes-keeper: warning: {term(w)}", err=True)
     for sid, why in res.refused.items():

@@ -29,6 +29,7 @@ FUTURE = "dated in the future"
 CHAT_SURFACE = "open chat surface (runtime/active_sessions.json)"
 UNREADABLE = "protection unreadable"
 MEMBER = "conversation member"
+RESTORED = "restored from the archive"
 
 #: The stable code beside each human reason (``--json``, docs/json.md): the words may change, the
 #: code does not. Reasons with details (``within retention (90d for cli)``) are matched by prefix.
@@ -49,6 +50,7 @@ REASON_CODES = {
     FUTURE: "future",
     "pinned": "pinned",
     "titled": "titled",
+    RESTORED: "restored",
     UNREADABLE: "protection_unreadable",
     MEMBER: "conversation_member",
     "kept with its conversation": "parent_kept",
@@ -105,6 +107,8 @@ def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
         reasons.append(FUTURE)  # its age is unknown: kept, and said so (not "within retention")
     if s.pinned:
         reasons.append("pinned")
+    if s.restored_until is not None and s.restored_until > now:
+        reasons.append(f"{RESTORED} ({_days(s.restored_until - now)} more)")
     if s.title and policy.keep_titled:
         reasons.append("titled")
     return reasons

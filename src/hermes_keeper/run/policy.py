@@ -158,6 +158,13 @@ SETTINGS: tuple[Setting, ...] = (
         "telegram, discord, slack, whatsapp, signal, matrix, email, sms, ... (`policy.MESSAGING_SOURCES`)",
     ),
     _retention("default", "90d", "any other source; `retention.<source>` sets one source exactly"),
+    Setting(
+        "restored_keep",
+        "duration",
+        "30d",
+        "a session `archive restore` brought back is kept this long (reason `restored`), then ages as any",
+        low=0,
+    ),
     Setting("disk.max_db_bytes", "size", None, "optional budget for `state.db`", low=0),
     Setting(
         "disk.low_water",
@@ -218,6 +225,7 @@ _ATTR = {
     "disk.low_water": "low_water",
 }
 _ATTR["files.max_age"] = "files_max_age_s"
+_ATTR["restored_keep"] = "restored_keep_s"
 _ATTR["backups.dest"] = "backup_dest"
 DEFAULT_RETENTION = {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == "retention"}
 
@@ -233,6 +241,7 @@ class Policy:
     pause_ms: float = _default("pause_ms")
     busy_wait_s: float = _default("busy_wait")
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
+    restored_keep_s: float = _default("restored_keep")
     max_db_bytes: int | None = _default("disk.max_db_bytes")
     low_water: float = _default("disk.low_water")
     files_max_age_s: float = _default("files.max_age")
@@ -306,6 +315,7 @@ class Policy:
             "pause_ms": self.pause_ms,
             "busy_wait_s": self.busy_wait_s,
             "retention_s": dict(self.retention_s),
+            "restored_keep_s": self.restored_keep_s,
             "max_db_bytes": self.max_db_bytes,
             "low_water": self.low_water,
             "files_max_age_s": self.files_max_age_s,
