@@ -90,7 +90,7 @@ def test_parse_when_refuses(bad):
 def test_list_cli(pruned_home):
     res = _cli("list", "--home", str(pruned_home), "--json")
     assert res.exit_code == 0, res.output
-    rows = {r["session_id"]: r for r in json.loads(res.stdout)["sessions"]}
+    rows = {r["session_id"]: r for r in json.loads(res.stdout)["profiles"][0]["sessions"]}
     assert set(rows) == set(ah.PRUNED)
     a = rows["old_a"]
     assert (a["source"], a["title"], a["message_count"], a["state"]) == ("cli", "Walrus facts", 8, "pruned")
@@ -98,7 +98,7 @@ def test_list_cli(pruned_home):
 
     def ids(*args):
         out = json.loads(_cli("list", "--home", str(pruned_home), "--json", *args).stdout)
-        return {r["session_id"] for r in out["sessions"]}
+        return {r["session_id"] for r in out["profiles"][0]["sessions"]}
 
     assert ids("--source", "cron") == {"cron_x"}
     assert ids("--source", "subagent", "--source", "cron") == {"old_d", "cron_x"}
@@ -131,7 +131,9 @@ def test_show_renders_the_conversation(pruned_home):
 
 
 def test_show_json_prefix_and_errors(pruned_home):
-    raw = json.loads(_cli("show", "old_a", "--json", "--home", str(pruned_home)).stdout)
+    raw = json.loads(_cli("show", "old_a", "--json", "--home", str(pruned_home)).stdout)["profiles"][0][
+        "archived"
+    ]
     with Archive.for_home(pruned_home / "keeper", create=False) as store:
         assert raw == store.get("old_a")
     assert len(raw["messages"]) == 8 and raw["model_usage"][0]["model"] == "m1"

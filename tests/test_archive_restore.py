@@ -36,7 +36,7 @@ def test_prune_then_restore_is_exact(tmp_path, hermes):
         main, ["archive", "restore", "old_c", "old_a", "cron_x", "--home", str(home), "--json"]
     )
     assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
+    out = json.loads(res.stdout)["profiles"][0]
     assert sorted(out["restored"]) == sorted(ah.PRUNED) and out["refused"] == {}
     assert {m["session_id"]: m["why"] for m in out["members"]}["old_d"] == "delegate"
     assert out["max_txn_ms"] < 1000
@@ -124,7 +124,7 @@ def test_an_interrupted_restore_is_finished_by_the_next(tmp_path, hermes, monkey
         states = {e.session_id: e.state for e in store.entries() if e.session_id in ids}
     assert STATE_PRUNED in states.values()
     res = CliRunner().invoke(main, ["archive", "restore", "old_c", "old_a", "--home", str(home), "--json"])
-    out = json.loads(res.stdout)
+    out = json.loads(res.stdout)["profiles"][0]
     done_before = {sid for sid, state in states.items() if state == RESTORED}
     assert set(out["restored"]) == set(ids) - done_before
     assert set(out["refused"]) == {sid for sid in ("old_c", "old_a") if sid in done_before}
@@ -159,7 +159,7 @@ def test_dry_run_and_unknown_ids_change_nothing(tmp_path, hermes):
         main, ["archive", "restore", "old_b", "--dry-run", "--home", str(home), "--json"]
     )
     assert res.exit_code == 0, res.output
-    planned = json.loads(res.stdout)
+    planned = json.loads(res.stdout)["profiles"][0]
     assert planned["dry_run"] and {m["session_id"] for m in planned["members"]} == set(ah.CHAIN)
     assert planned["restored"] == []
     res = _restore(home, "no_such_session")

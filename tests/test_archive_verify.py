@@ -21,7 +21,8 @@ def test_damaged_row_reported_by_verify_and_refused_by_restore(tmp_path, hermes)
     home = ah.build(hermes, tmp_path / "home")
     ah.prune(home)
     clean = _cli("verify", "--home", str(home), "--json")
-    assert clean.exit_code == 0 and json.loads(clean.stdout) == {
+    assert clean.exit_code == 0 and json.loads(clean.stdout)["profiles"][0] == {
+        "profile": "default",
         "checked": 5,
         "damaged": {},
         "database": "ok",
@@ -31,7 +32,7 @@ def test_damaged_row_reported_by_verify_and_refused_by_restore(tmp_path, hermes)
     ah.flip_byte(home, "old_a")
     res = _cli("verify", "--home", str(home), "--json")
     assert res.exit_code == 1
-    report = json.loads(res.stdout)
+    report = json.loads(res.stdout)["profiles"][0]
     assert report["checked"] == 5 and list(report["damaged"]) == ["old_a"]
     assert report["damaged"]["old_a"].startswith("old_a: ")
     text = _cli("verify", "--home", str(home)).output
@@ -64,7 +65,7 @@ def test_truncated_and_wrong_payloads_and_other_profiles(tmp_path, hermes):
     conn.close()
     res = _cli("verify", "--home", str(home), "--all-profiles", "--json")
     assert res.exit_code == 1
-    report = json.loads(res.stdout)
+    report = {r["profile"]: r for r in json.loads(res.stdout)["profiles"]}
     assert report["default"]["ok"] and report["default"]["checked"] == 5
     damaged = report["work"]["damaged"]
     assert set(damaged) == {"cron_x", "old_b"}
@@ -93,5 +94,5 @@ def test_all_profiles_reports_a_damaged_archive_whose_state_db_is_gone(tmp_path,
     conn.close()
     res = _cli("verify", "--home", str(home), "--all-profiles", "--json")
     assert res.exit_code == 1
-    report = json.loads(res.stdout)
+    report = {r["profile"]: r for r in json.loads(res.stdout)["profiles"]}
     assert report["default"]["ok"] and list(report["lost"]["damaged"]) == ["old_a"]

@@ -75,7 +75,7 @@ class Profile:
         return effective_policy(self.root, self.name, config_path, overrides)
 
     def report(self, zombie_after_s: float | None = None, top: int = 10, now: float | None = None) -> dict:
-        """Where every byte goes (read-only; ``data/report.schema.json``). Zombies by the policy's
+        """Where every byte goes (read-only; ``schemas/report.json``). Zombies by the policy's
         ``zombie_after`` unless ``zombie_after_s`` is given: the report and the run agree."""
         from hermes_keeper.report import build_report
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import time
 from collections import Counter
@@ -20,7 +19,7 @@ from hermes_keeper.archive.query import (
     render_conversation,
     when,
 )
-from hermes_keeper.cli.options import HelpGroup, examples, for_each, profile_options
+from hermes_keeper.cli.options import HelpGroup, emit_json, examples, for_each, profile_options
 from hermes_keeper.cli.render import console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
@@ -84,12 +83,6 @@ def _archives(profiles: list[Profile]) -> list[ProfileArchive]:
     return [p.archive for p in profiles if len(profiles) == 1 or p.archive.exists]
 
 
-def _by_profile(rows: list[dict], several: bool) -> dict:
-    """Archive JSON is keyed by profile name with several profiles, the one result with one."""
-    by_name = {r.pop("profile"): r for r in rows}
-    return by_name if several else next(iter(by_name.values()))
-
-
 @click.group(cls=HelpGroup, epilog=examples("archive list", "archive show ID", "archive restore ID"))
 def archive():
     """Sessions the keeper pruned: list, read, search, restore, export, verify."""
@@ -104,11 +97,11 @@ def archive():
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(profiles, filters, as_json):
     """Archived sessions with source, dates, title, message count and size."""
-    rows = [(a.profile, e) for a in _archives(profiles) for e in a.list(filters)]
+    listed = [(a.profile, a.list(filters)) for a in _archives(profiles)]
     if as_json:
-        out = [{"profile": p.name, **asdict(e)} for p, e in rows]
-        click.echo(json.dumps({"sessions": out}, indent=2, ensure_ascii=False))
+        emit_json([{"profile": p.name, "sessions": [asdict(e) for e in entries]} for p, entries in listed])
         return
+    rows = [(p, e) for p, entries in listed for e in entries]
     t = Table(title=f"{len(rows)} archived sessions", title_justify="left")
     if len(profiles) > 1:
         t.add_column("profile")
@@ -133,9 +126,10 @@ def list_cmd(profiles, filters, as_json):
 @click.option("--inactive", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
 def show(profiles, session_id, as_json, full, show_all):
     """One archived conversation, for reading (ID or a unique prefix of it: its newest entry; #N: entry N)."""
-    payload = _one(profiles).archive.show(session_id)
+    profile = _one(profiles)
+    payload = profile.archive.show(session_id)
     if as_json:
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        emit_json([{"profile": profile.name, "archived": payload}])
         return
     for line in render_conversation(payload, full=full, inactive=show_all):
         click.echo(term(line))
@@ -154,10 +148,7 @@ def search_cmd(profiles, text, filters, limit, as_json):
     """Archived sessions whose messages contain TEXT (case-insensitive), with a snippet."""
     results = [(a.profile, a.search(text, filters, limit)) for a in _archives(profiles)]
     if as_json:
-        out = {p.name: r.to_dict() for p, r in results}
-        click.echo(
-            json.dumps(out if len(profiles) > 1 else out[profiles[0].name], indent=2, ensure_ascii=False)
-        )
+        emit_json([{"profile": p.name, **r.to_dict()} for p, r in results])
         return
     for p, r in results:
         prefix = f"{p.name}: " if len(profiles) > 1 else ""
@@ -188,9 +179,10 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
 
     Exit 1 when a session was refused (damaged, already in state.db, not archived).
     """
-    res = _one(profiles).archive.restore(session_ids, dry_run=dry_run)
+    profile = _one(profiles)
+    res = profile.archive.restore(session_ids, dry_run=dry_run)
     if as_json:
-        click.echo(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+        emit_json([{"profile": profile.name, **res.to_dict()}])
     else:
         verb = "would restore" if dry_run else "restored"
         ids = [m["session_id"] for m in res.members] if dry_run else res.restored
@@ -282,7 +274,6 @@ def verify_cmd(profiles, as_json):
         action,
         as_json,
         show,
-        shape=lambda rows: _by_profile(rows, len(profiles) > 1),
         needs_db=False,
     )
     if not all(o.value.ok for o in outcomes if o.value is not None):

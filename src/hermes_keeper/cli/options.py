@@ -112,19 +112,34 @@ def next_command(command: str, drop: Sequence[str] = ()) -> str:
     return shlex.join(words)
 
 
+def command_name() -> str:
+    """The command's words without the program (``archive list``): the ``command`` of its JSON
+    and the name of its schema (``schemas/archive-list.json``)."""
+    ctx, words = click.get_current_context(), []
+    while ctx.parent is not None:
+        words.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(reversed(words))
+
+
+def emit_json(rows: list[dict]) -> None:
+    """The one JSON shape of every command (docs/json.md): ``{"command": "archive list",
+    "profiles": [{"profile": NAME, ...}, ...]}``, one row per profile, in the order done."""
+    click.echo(json.dumps({"command": command_name(), "profiles": rows}, indent=2, ensure_ascii=False))
+
+
 def for_each(
     profiles: Sequence[Profile],
     action: Callable[[Profile], Any],
     as_json: bool,
     show: Callable[[Profile, Any], None],
     to_dict: Callable[[Any], dict] = lambda value: value.to_dict(),
-    shape: Callable[[list[dict]], Any] = lambda rows: {"profiles": rows},
     needs_db: bool = True,
 ) -> list[Outcome]:
     """The one multi-profile policy: ``action`` per profile, each result printed as it is done.
 
     Text: ``show(profile, value)``, a failure one line on stderr, a new profile without
-    state.db a note. JSON: ``shape`` of every row (the result, ``error``, or
+    state.db a note. JSON: :func:`emit_json` of every row (the result, ``error``, or
     ``skipped_because``) at the end.
     Exit 1 when some failed and others ran; 2 (or the failures' own code) when none ran.
     """
@@ -144,7 +159,7 @@ def for_each(
             click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
         rows.append(row)
     if as_json:
-        click.echo(json.dumps(shape(rows), indent=2, ensure_ascii=False))
+        emit_json(rows)
     code = exit_code(outcomes)
     if code:
         sys.exit(code)

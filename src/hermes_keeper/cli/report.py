@@ -20,7 +20,7 @@ from hermes_keeper.units import parse_duration
 
 @click.command(epilog=examples("report", "report --all-profiles --top 20", "report --json > report.json"))
 @profile_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable (data/report.schema.json).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable (schemas/report.json).")
 @click.option(
     "--zombie-after",
     default=None,
