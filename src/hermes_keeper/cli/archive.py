@@ -20,7 +20,7 @@ from hermes_keeper.archive.query import (
     when,
 )
 from hermes_keeper.cli.options import HelpGroup, emit_json, examples, for_each, profile_options
-from hermes_keeper.cli.render import console
+from hermes_keeper.cli.render import busy, console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile, ProfileArchive, Skipped
@@ -150,6 +150,7 @@ def search_cmd(profiles, text, filters, limit, as_json):
     if as_json:
         emit_json([{"profile": p.name, **r.to_dict()} for p, r in results])
         return
+    out = console()
     for p, r in results:
         prefix = f"{p.name}: " if len(profiles) > 1 else ""
         for h in r.hits:
@@ -157,7 +158,9 @@ def search_cmd(profiles, text, filters, limit, as_json):
             inactive = " inactive" if h.inactive else ""
             head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
             click.echo(term(f"{head} {h.role}{inactive}{more}"))
-            click.echo(f"    {term(h.snippet)}")
+            snippet = cell(f"    {h.snippet}")
+            snippet.highlight_words([text], style="bold yellow", case_sensitive=False)  # a terminal only
+            out.print(snippet)
         shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
         click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
         if r.damaged:
@@ -235,7 +238,8 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     if split and not output:
         raise click.UsageError("--split needs -o FILE")
     filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
-    res, paths = _one(profiles).archive.export(output, filters, split=split)
+    with busy("exporting archived sessions"):
+        res, paths = _one(profiles).archive.export(output, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"
     click.echo(f"exported {res.sessions} sessions ({res.messages} messages) to {where}", err=True)
     click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
@@ -265,9 +269,13 @@ def verify_cmd(profiles, as_json):
 
     def show(p: Profile, r) -> None:
         db = "" if r.database == "ok" else f"; archive.db quick_check: {r.database}"
-        click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
+        bad = len(r.damaged) or db
+        click.secho(
+            f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}",
+            fg="red" if bad else None,
+        )
         for why in r.damaged.values():
-            click.echo(term(f"  damaged: {why}"))
+            click.secho(term(f"  damaged: {why}"), fg="red")
 
     outcomes = for_each(
         profiles,

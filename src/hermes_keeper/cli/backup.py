@@ -20,7 +20,7 @@ from hermes_keeper.cli.options import (
     profile_options,
     yes_option,
 )
-from hermes_keeper.cli.render import console
+from hermes_keeper.cli.render import busy, console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.run.policy import setting
@@ -76,9 +76,14 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json):
     if dry_run:
         for_each(profiles, lambda p: p.backup_preview(dest, rotate), as_json, _backup_preview, to_dict=dict)
         return
+
+    def action(p):
+        with busy(f"{p.name}: backing up state.db (VACUUM INTO, then zstd)", as_json):
+            return p.backup(dest, rotate=rotate)
+
     for_each(
         profiles,
-        lambda p: p.backup(dest, rotate=rotate),
+        action,
         as_json,
         lambda _p, done: click.echo(
             f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
@@ -235,9 +240,14 @@ def compact(profiles, wait_idle, no_vacuum, dry_run, as_json):
     if dry_run:
         for_each(profiles, lambda p: p.compact_preview(), as_json, _compact_preview, to_dict=dict)
         return
+
+    def action(p):
+        with busy(f"{p.name}: compacting state.db", as_json):
+            return p.compact(wait, allow_full_vacuum=not no_vacuum)
+
     outcomes = for_each(
         profiles,
-        lambda p: p.compact(wait, allow_full_vacuum=not no_vacuum),
+        action,
         as_json,
         lambda _p, res: _compact_line(res.to_dict()),
     )

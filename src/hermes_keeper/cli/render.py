@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 
 from rich.console import Console
 from rich.markup import escape
@@ -45,6 +46,13 @@ def console(**kwargs) -> Console:
     if not c.is_terminal and "COLUMNS" not in os.environ:
         c.width, c.soft_wrap = PIPED_WIDTH, True
     return c
+
+
+def busy(text: str, quiet: bool = False):
+    """A spinner on stderr while a step with no countable progress runs (a backup's VACUUM
+    INTO, compact's VACUUM, an export); nothing when piped, in cron or with ``--json``."""
+    err = Console(stderr=True)
+    return nullcontext() if quiet or not err.is_terminal else err.status(text)
 
 
 def heading(c: Console, text: str) -> None:
@@ -190,7 +198,9 @@ def render_report(rep: dict, c: Console | None = None) -> None:
     s = rep["sessions"]
     c.print(_sources_table(s))
     c.print(
-        f"open {s['open']} · ended {s['ended']} · zombies {s['zombies']['total']} "
+        f"open {s['open']} · ended {s['ended']} · "
+        + (f"[yellow]zombies {s['zombies']['total']}[/]" if s["zombies"]["total"] else "zombies 0")
+        + " "
         f"(open, idle >= {units.duration(s['zombie_after_s'])}) · routed {s['routed']} · "
         f"titled {s['titled']} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
         f"{s['archived']}, by its idle sweep {s['auto_archived']}, left out of its listing {s['hidden']}"
