@@ -75,13 +75,15 @@ def test_entries_carry_what_list_shows(store):
         ("30d", False, T0 - 30 * DAY),
         ("12h", False, T0 - 12 * 3600),
         ("2w", False, T0 - 14 * DAY),
+        ("3 days", False, T0 - 3 * DAY),  # as keeper.toml reads a duration (units.parse_duration)
+        ("90m", False, T0 - 90 * 60),
     ],
 )
 def test_parse_when(text, end_of_day, expected):
     assert parse_when(text, now=T0, end_of_day=end_of_day) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("bad", ["yesterday", "3 days", "2026-13-01", ""])
+@pytest.mark.parametrize("bad", ["yesterday", "3 fortnights", "2026-13-01", ""])
 def test_parse_when_refuses(bad):
     with pytest.raises(ValueError, match="not a date"):
         parse_when(bad, now=T0)

@@ -17,20 +17,21 @@ from datetime import datetime, timedelta
 
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, RawText, decode_value
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.units import parse_duration
 
 CONTENT_JSON_PREFIX = "\x00json:"
 #: ``#N``: one archive entry, when a session id has several (see :class:`Entry`).
 ENTRY_ADDRESS = re.compile(r"^#(\d+)$")
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([hdw])$")
-_UNIT_S = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
 def parse_when(text: str, now: float | None = None, end_of_day: bool = False) -> float:
     """``2026-01-31`` (local midnight; the next with ``end_of_day``), ISO time, or ``30d``/``12h`` ago."""
     text = text.strip()
-    rel = _RELATIVE.match(text.lower())
-    if rel:
-        return (time.time() if now is None else now) - float(rel.group(1)) * _UNIT_S[rel.group(2)]
+    if text[-1:].isalpha():  # 30d, 12h, 2w, 90m: a duration ago, read as keeper.toml reads one
+        try:
+            return (time.time() if now is None else now) - parse_duration(text)
+        except KeeperError:
+            pass  # not a duration: say so as a date below
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
