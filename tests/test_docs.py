@@ -26,6 +26,7 @@ def test_readme_policy_example_loads_and_shows_the_defaults(tmp_path):
         assert getattr(shown, key) == defaults[key], key
     assert shown.retention_s == defaults["retention_s"]
     assert shown.files_max_age_s == defaults["files_max_age_s"]
+    assert shown.restored_keep_s == defaults["restored_keep_s"] and shown.rotation == Policy().rotation
     # The optional disk budget is an example, and the profile override applies to that profile only.
     assert shown.max_db_bytes == 2 * 10**9 and defaults["max_db_bytes"] is None
     assert work.retention_s["cron"] == 3 * 86400 != shown.retention_s["cron"]
