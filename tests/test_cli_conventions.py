@@ -63,9 +63,10 @@ def test_piped_output_never_splits_an_id_or_a_file_name(long_home):
     assert res.exit_code == 0, res.output
     [backup] = (long_home / "keeper" / "backups").glob("state-*.db.zst")
     _whole(res.output, str(backup.parent), backup.name)
-    res = runner.invoke(main, ["report", "--home", home])
+    res = runner.invoke(main, ["report", "--home", home, "--top", "12"])
     assert res.exit_code == 0, res.output
     _whole(res.output, home)
+    assert res.output.splitlines()[-1] == f"next: hermes-keeper plan --home {home}"
 
 
 def test_backup_folder_and_rotation_come_from_keeper_toml(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import examples, for_each, profile_options, program
+from hermes_keeper.cli.options import examples, for_each, next_command, profile_options, program
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
@@ -50,6 +50,8 @@ def report(profiles, as_json, zombie_after, top):
         lambda _p, rep: render_report(rep),
         to_dict=lambda rep: rep,
     )
+    if not as_json:
+        click.echo(f"next: {next_command('plan', drop=('as_json', 'zombie_after', 'top'))}")
 
 
 @click.command(epilog=examples("demo", "demo /tmp/hermes-demo --sessions 1000"))
