@@ -75,13 +75,15 @@ def test_entries_carry_what_list_shows(store):
         ("30d", False, T0 - 30 * DAY),
         ("12h", False, T0 - 12 * 3600),
         ("2w", False, T0 - 14 * DAY),
+        ("3 days", False, T0 - 3 * DAY),  # as keeper.toml reads a duration (units.parse_duration)
+        ("90m", False, T0 - 90 * 60),
     ],
 )
 def test_parse_when(text, end_of_day, expected):
     assert parse_when(text, now=T0, end_of_day=end_of_day) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("bad", ["yesterday", "3 days", "2026-13-01", ""])
+@pytest.mark.parametrize("bad", ["yesterday", "3 fortnights", "2026-13-01", ""])
 def test_parse_when_refuses(bad):
     with pytest.raises(ValueError, match="not a date"):
         parse_when(bad, now=T0)
@@ -90,7 +92,7 @@ def test_parse_when_refuses(bad):
 def test_list_cli(pruned_home):
     res = _cli("list", "--home", str(pruned_home), "--json")
     assert res.exit_code == 0, res.output
-    rows = {r["session_id"]: r for r in json.loads(res.stdout)["sessions"]}
+    rows = {r["session_id"]: r for r in json.loads(res.stdout)["profiles"][0]["sessions"]}
     assert set(rows) == set(ah.PRUNED)
     a = rows["old_a"]
     assert (a["source"], a["title"], a["message_count"], a["state"]) == ("cli", "Walrus facts", 8, "pruned")
@@ -98,7 +100,7 @@ def test_list_cli(pruned_home):
 
     def ids(*args):
         out = json.loads(_cli("list", "--home", str(pruned_home), "--json", *args).stdout)
-        return {r["session_id"] for r in out["sessions"]}
+        return {r["session_id"] for r in out["profiles"][0]["sessions"]}
 
     assert ids("--source", "cron") == {"cron_x"}
     assert ids("--source", "subagent", "--source", "cron") == {"old_d", "cron_x"}
@@ -116,7 +118,7 @@ def test_show_renders_the_conversation(pruned_home):
     assert res.exit_code == 0, res.output
     out = res.output
     assert out.splitlines()[0] == "old_a  [cli]  Walrus facts"
-    assert "2 inactive hidden (--all shows them)" in out
+    assert "2 inactive hidden (--inactive shows them)" in out
     assert "] user\n    Tell me about walrus tusks" in out
     assert '▸ tool call web_search({"q": "walrus"})' in out  # tool call folded to one line
     assert "] tool (web_search) ▸ 47 chars: Walrus tusks grow up to one metre. Second line." in out
@@ -125,13 +127,15 @@ def test_show_renders_the_conversation(pruned_home):
     stamp = datetime.fromtimestamp(ah.NOW - 30 * DAY + 10).strftime("%Y-%m-%d %H:%M")
     assert f"[{stamp}] user" in out
 
-    everything = _cli("show", "old_a", "--all", "--full", "--home", str(pruned_home)).output
+    everything = _cli("show", "old_a", "--inactive", "--full", "--home", str(pruned_home)).output
     assert "user (inactive)\n    oops, a wrong turn about seals" in everything
     assert "    Walrus tusks grow up to one metre.\n    Second line." in everything
 
 
 def test_show_json_prefix_and_errors(pruned_home):
-    raw = json.loads(_cli("show", "old_a", "--json", "--home", str(pruned_home)).stdout)
+    raw = json.loads(_cli("show", "old_a", "--json", "--home", str(pruned_home)).stdout)["profiles"][0][
+        "archived"
+    ]
     with Archive.for_home(pruned_home / "keeper", create=False) as store:
         assert raw == store.get("old_a")
     assert len(raw["messages"]) == 8 and raw["model_usage"][0]["model"] == "m1"

@@ -64,7 +64,7 @@ def test_restore_brings_back_the_prompt_hermes_deleted(tmp_path):
 
     res = _restore(home, "old_a")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["restored"] == ["old_a"]
+    assert json.loads(res.stdout)["profiles"][0]["restored"] == ["old_a"]
     assert up.resolved_prompts(home / "state.db", "old_a") == (WALRUS, json.dumps(TOOLS))
     rows = _prompt_rows(home)
 
@@ -142,7 +142,7 @@ def test_older_payloads_without_prompts_still_restore(tmp_path, cleaned):
         _hermes_cleanup(home)
     res = _restore(home, "old_a")
     assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
+    out = json.loads(res.stdout)["profiles"][0]
     assert out["restored"] == ["old_a"]
     if cleaned:  # the text is gone for good: the session comes back without it, and says so
         assert up.resolved_prompts(home / "state.db", "old_a") == (None, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -35,7 +36,7 @@ def test_prune_then_restore_is_exact(tmp_path, hermes):
         main, ["archive", "restore", "old_c", "old_a", "cron_x", "--home", str(home), "--json"]
     )
     assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
+    out = json.loads(res.stdout)["profiles"][0]
     assert sorted(out["restored"]) == sorted(ah.PRUNED) and out["refused"] == {}
     assert {m["session_id"]: m["why"] for m in out["members"]}["old_d"] == "delegate"
     assert out["max_txn_ms"] < 1000
@@ -123,7 +124,7 @@ def test_an_interrupted_restore_is_finished_by_the_next(tmp_path, hermes, monkey
         states = {e.session_id: e.state for e in store.entries() if e.session_id in ids}
     assert STATE_PRUNED in states.values()
     res = CliRunner().invoke(main, ["archive", "restore", "old_c", "old_a", "--home", str(home), "--json"])
-    out = json.loads(res.stdout)
+    out = json.loads(res.stdout)["profiles"][0]
     done_before = {sid for sid, state in states.items() if state == RESTORED}
     assert set(out["restored"]) == set(ids) - done_before
     assert set(out["refused"]) == {sid for sid in ("old_c", "old_a") if sid in done_before}
@@ -158,7 +159,7 @@ def test_dry_run_and_unknown_ids_change_nothing(tmp_path, hermes):
         main, ["archive", "restore", "old_b", "--dry-run", "--home", str(home), "--json"]
     )
     assert res.exit_code == 0, res.output
-    planned = json.loads(res.stdout)
+    planned = json.loads(res.stdout)["profiles"][0]
     assert planned["dry_run"] and {m["session_id"] for m in planned["members"]} == set(ah.CHAIN)
     assert planned["restored"] == []
     res = _restore(home, "no_such_session")
@@ -202,3 +203,27 @@ def test_fit_row(row, columns, kept, dropped):
 def test_title_candidates():
     gen = unarchive.title_candidates("T")
     assert [next(gen) for _ in range(4)] == ["T", "T (restored)", "T (restored 2)", "T (restored 3)"]
+
+
+def test_a_restored_session_is_kept_by_the_next_runs_then_ages_again(tmp_path, hermes):
+    """The night after `archive restore`, the run does not prune it again: reason `restored`."""
+    home = ah.build(hermes, tmp_path / "home")
+    ah.prune(home)
+    res = _restore(home, "old_a")
+    assert res.exit_code == 0 and "kept until " in res.output, res.output
+    kept = json.loads((home / "keeper" / "kept.json").read_text())
+    assert list(kept) == ["old_a"] and kept["old_a"] > time.time() + 29 * 86400
+    assert oct((home / "keeper" / "kept.json").stat().st_mode & 0o777) == "0o600"
+    # old_a is 30 days old and titled: with this policy nothing else would keep it
+    (home / "keeper.toml").write_text('keep_titled = false\n[retention]\ncli = "1d"\n')
+
+    def old_a():
+        out = CliRunner().invoke(main, ["plan", "-v", "--json", "--home", str(home)]).output
+        return {d["session_id"]: d for d in json.loads(out)["profiles"][0]["decisions"]}["old_a"]
+
+    d = old_a()
+    assert d["action"] == "keep" and d["code"] == "restored" and d["reason"].startswith("restored from")
+    assert CliRunner().invoke(main, ["run", "--home", str(home)]).exit_code == 0
+    assert hermes.call(home, "get_session", "old_a") is not None
+    (home / "keeper" / "kept.json").write_text(json.dumps({"old_a": time.time() - 1}))  # the period ended
+    assert old_a()["action"] == "prune"

@@ -30,7 +30,7 @@ def searched(tmp_path_factory, hermes):
 def _search(home, *args):
     res = CliRunner().invoke(main, ["archive", "search", *args, "--home", str(home), "--json"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
+    return json.loads(res.stdout)["profiles"][0]
 
 
 @pytest.mark.parametrize("query", QUERIES)

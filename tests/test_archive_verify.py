@@ -21,7 +21,8 @@ def test_damaged_row_reported_by_verify_and_refused_by_restore(tmp_path, hermes)
     home = ah.build(hermes, tmp_path / "home")
     ah.prune(home)
     clean = _cli("verify", "--home", str(home), "--json")
-    assert clean.exit_code == 0 and json.loads(clean.stdout) == {
+    assert clean.exit_code == 0 and json.loads(clean.stdout)["profiles"][0] == {
+        "profile": "default",
         "checked": 5,
         "damaged": {},
         "database": "ok",
@@ -31,7 +32,7 @@ def test_damaged_row_reported_by_verify_and_refused_by_restore(tmp_path, hermes)
     ah.flip_byte(home, "old_a")
     res = _cli("verify", "--home", str(home), "--json")
     assert res.exit_code == 1
-    report = json.loads(res.stdout)
+    report = json.loads(res.stdout)["profiles"][0]
     assert report["checked"] == 5 and list(report["damaged"]) == ["old_a"]
     assert report["damaged"]["old_a"].startswith("old_a: ")
     text = _cli("verify", "--home", str(home)).output
@@ -64,7 +65,7 @@ def test_truncated_and_wrong_payloads_and_other_profiles(tmp_path, hermes):
     conn.close()
     res = _cli("verify", "--home", str(home), "--all-profiles", "--json")
     assert res.exit_code == 1
-    report = json.loads(res.stdout)
+    report = {r["profile"]: r for r in json.loads(res.stdout)["profiles"]}
     assert report["default"]["ok"] and report["default"]["checked"] == 5
     damaged = report["work"]["damaged"]
     assert set(damaged) == {"cron_x", "old_b"}
@@ -78,3 +79,20 @@ def test_a_broken_archive_file_is_one_line(tmp_path, hermes):
     res = _cli("verify", "--home", str(tmp_path))
     assert res.exit_code == 2 and "cannot open the archive" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_all_profiles_reports_a_damaged_archive_whose_state_db_is_gone(tmp_path, hermes):
+    """Not skipped as "a new profile": the archive is what verify checks, and it is damaged."""
+    home = ah.build(hermes, tmp_path / "home")
+    ah.prune(home)
+    lost = home / "profiles" / "lost"
+    lost.mkdir(parents=True)
+    shutil.copytree(home / "keeper", lost / "keeper")
+    conn = sqlite3.connect(lost / "keeper" / ARCHIVE_NAME)
+    conn.execute("UPDATE archived_sessions SET sha256 = 'x' || substr(sha256, 2) WHERE session_id = 'old_a'")
+    conn.commit()
+    conn.close()
+    res = _cli("verify", "--home", str(home), "--all-profiles", "--json")
+    assert res.exit_code == 1
+    report = {r["profile"]: r for r in json.loads(res.stdout)["profiles"]}
+    assert report["default"]["ok"] and list(report["lost"]["damaged"]) == ["old_a"]

@@ -194,7 +194,7 @@ def test_leftovers_reported_with_size_and_removed_only_on_request(tmp_path):
     [lo] = out["leftovers"]
     assert lo["bytes"] == 2_000_000 and lo["removed"] is False and (home / lo["name"]).exists()
     text = runner.invoke(main, ["backups", "--home", str(home)]).output
-    assert lo["name"] in text and "1.9 MB" in text and "--remove-leftovers" in text
+    assert lo["name"] in text and "2.0 MB" in text and "--remove-leftovers" in text
     res = runner.invoke(main, ["backups", "--home", str(home), "--remove-leftovers", "--json"])
     assert json.loads(res.output)["profiles"][0]["leftovers"][0]["removed"] is True
     assert not list(home.glob("state.db.malformed-backup-*"))

@@ -56,7 +56,7 @@ def test_round_trip_real_hermes_sees_the_same_sessions_and_messages(home, hermes
         ],
     )
     assert hermes_view(hermes, home) != before
-    res = invoke("restore", "--latest", "--home", home, "--json")
+    res = invoke("restore", "--yes", "--latest", "--home", home, "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)["profiles"][0]
     assert hermes_view(hermes, home) == before
@@ -100,7 +100,7 @@ def test_a_corrupted_backup_is_refused_and_nothing_moves(home, rehash):
     [record] = list_backups(home / "keeper" / "backups")
     _flip_a_byte(record, rehash)
     before = tree_digest(home)
-    res = invoke("restore", record.name, "--home", home)
+    res = invoke("restore", "--yes", record.name, "--home", home)
     assert res.exit_code == 2 and "nothing was changed" in res.output
     assert ("checksum" if rehash else "sha256 mismatch") in res.output  # zstd's frame checksum, or ours
     assert tree_digest(home) == before
@@ -113,10 +113,10 @@ def test_refuses_while_hermes_holds_the_database_unless_forced(home, hold_open):
     assert invoke("backup", "--home", home).exit_code == 0
     proc = hold_open(home / "state.db")
     before = tree_digest(home)
-    res = invoke("restore", "--latest", "--home", home)
+    res = invoke("restore", "--yes", "--latest", "--home", home)
     assert res.exit_code == 2 and f"pid {proc.pid}" in res.output and "--force" in res.output
     assert tree_digest(home) == before
-    res = invoke("restore", "--latest", "--force", "--home", home, "--json")
+    res = invoke("restore", "--yes", "--latest", "--force", "--home", home, "--json")
     assert res.exit_code == 0 and json.loads(res.output)["profiles"][0]["safety_copy"]
 
 
@@ -128,7 +128,7 @@ def test_latest_is_this_homes_newest_even_in_a_shared_folder(tmp_path):
     a, b = select_profiles(a_home)[0], select_profiles(b_home)[0]
     mine = take_backup(a, dest)
     take_backup(b, dest, now=time.time() + 5)  # newer, but another home's
-    res = invoke("restore", "--latest", "--dest", dest, "--home", a_home, "--json")
+    res = invoke("restore", "--yes", "--latest", "--dest", dest, "--home", a_home, "--json")
     assert json.loads(res.output)["profiles"][0]["restored"] == mine.name
     # Restoring by path works too, and a file the manifest does not know is refused.
     assert restore_backup(a, mine.path).restored == mine.name
@@ -299,7 +299,7 @@ def test_restore_keeps_the_journal_mode_and_auto_vacuum_it_replaces(tmp_path, at
             p.unlink()
     else:
         _set_modes(db, *at_restore)
-    res = invoke("restore", "--latest", "--home", home, "--json")
+    res = invoke("restore", "--yes", "--latest", "--home", home, "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)["profiles"][0]
     journal_mode, auto_vacuum = at_restore or at_backup

@@ -14,7 +14,7 @@ import pytest
 from hermes_keeper import demo
 from tests.conftest import tree_digest
 
-SCHEMA = json.loads(files("hermes_keeper").joinpath("data/report.schema.json").read_text())
+SCHEMA = json.loads(files("hermes_keeper").joinpath("schemas/report.json").read_text())
 
 
 def keeper(*args):

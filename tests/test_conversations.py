@@ -144,11 +144,12 @@ def test_plan_prune_restore_and_export_agree(tmp_path, shape, sessions, expected
     # Restore: any one member brings back exactly its conversation, parents first.
     for conv in expected:
         for member in conv:
-            out = json.loads(_cli("archive", "restore", member, "--dry-run", "--json", "--home", str(home)))
+            res = _cli("archive", "restore", member, "--dry-run", "--json", "--home", str(home))
+            out = json.loads(res)["profiles"][0]
             assert [m["session_id"] for m in out["members"]] == conv, member
         copy = tmp_path / f"restored-{conv[-1]}"
         shutil.copytree(home, copy)
-        out = json.loads(_cli("archive", "restore", conv[-1], "--json", "--home", str(copy)))
+        out = json.loads(_cli("archive", "restore", conv[-1], "--json", "--home", str(copy)))["profiles"][0]
         assert out["restored"] == conv
         assert _ids(copy / "state.db", "SELECT id FROM sessions") == kept | set(conv)
         assert _ids(copy / "state.db", "SELECT DISTINCT session_id FROM messages") == kept | set(conv)
@@ -165,9 +166,10 @@ def test_a_branch_restored_with_its_parent_keeps_its_link(tmp_path):
     parent, in any order, the parent goes in first and the link stays."""
     home = _home(tmp_path / "home", [s("p", 0), s("x", 2, parent="p", _branched_from="p")])
     _cli("run", "--home", str(home))
-    alone = json.loads(_cli("archive", "restore", "x", "--dry-run", "--json", "--home", str(home)))
+    res = _cli("archive", "restore", "x", "--dry-run", "--json", "--home", str(home))
+    alone = json.loads(res)["profiles"][0]
     assert alone["warnings"] == ["x: its parent p is not in state.db; restored without that link"]
-    out = json.loads(_cli("archive", "restore", "x", "p", "--json", "--home", str(home)))
+    out = json.loads(_cli("archive", "restore", "x", "p", "--json", "--home", str(home)))["profiles"][0]
     assert out["restored"] == ["p", "x"] and out["warnings"] == []
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("SELECT parent_session_id FROM sessions WHERE id = 'x'").fetchone() == ("p",)

@@ -21,7 +21,7 @@ from hermes_keeper.cli import main
 from tests.conftest import tree_digest
 
 DAY = 86400.0
-REPORT_SCHEMA = json.loads(files("hermes_keeper").joinpath("data/report.schema.json").read_text())
+REPORT_SCHEMA = json.loads(files("hermes_keeper").joinpath("schemas/report.json").read_text())
 NOW = time.time()
 
 
@@ -83,7 +83,9 @@ def test_reused_session_id_gets_its_own_entry_and_every_command_sees_both(tmp_pa
         assert store.get("dup") == new
     first, second = (f"#{e.entry}" for e in entries)
 
-    listed = json.loads(_cli("archive", "list", "--home", str(home), "--json").stdout)["sessions"]
+    listed = json.loads(_cli("archive", "list", "--home", str(home), "--json").stdout)["profiles"][0][
+        "sessions"
+    ]
     assert [(r["session_id"], r["entry"]) for r in listed if r["session_id"] == "dup"] == [
         ("dup", int(second[1:])),
         ("dup", int(first[1:])),
@@ -92,9 +94,11 @@ def test_reused_session_id_gets_its_own_entry_and_every_command_sees_both(tmp_pa
     assert f"dup {first}" in table and f"dup {second}" in table
     assert "narwhal 0" in _cli("archive", "show", "dup", "--home", str(home)).output
     assert "walrus 0" in _cli("archive", "show", first, "--home", str(home)).output
-    hits = json.loads(_cli("archive", "search", "walrus", "--home", str(home), "--json").stdout)
+    hits = json.loads(_cli("archive", "search", "walrus", "--home", str(home), "--json").stdout)["profiles"][
+        0
+    ]
     assert hits["total"] == 1
-    verified = json.loads(_cli("archive", "verify", "--home", str(home), "--json").stdout)
+    verified = json.loads(_cli("archive", "verify", "--home", str(home), "--json").stdout)["profiles"][0]
     assert verified["ok"] and verified["checked"] == 2
 
     out = tmp_path / "export.jsonl"
@@ -309,7 +313,7 @@ def test_sessions_dated_in_the_future_are_flagged_not_within_retention(tmp_path)
     (plan,) = json.loads(res.stdout)["profiles"]
     (d,) = [d for d in plan["decisions"] if d["session_id"] == "later"]
     assert (d["action"], d["reason"]) == ("keep", "dated in the future")
-    assert plan["keep_reasons"]["dated in the future"] == 1
+    assert {"code": "future", "reason": "dated in the future", "sessions": 1} in plan["keep_reasons"]
     assert any("in the future" in w for w in plan["warnings"])
     assert _report(home)["sessions"]["future"] == 1
     assert "1 sessions dated in the future" in _cli("report", "--home", str(home)).output

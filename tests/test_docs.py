@@ -36,8 +36,9 @@ def test_readme_policy_example_loads_and_shows_the_defaults(tmp_path):
             defaults["keeper_leftovers"],
         )
     )
+    assert shown.restored_keep_s == defaults["restored_keep_s"] and shown.rotation == Policy().rotation
     # The optional disk budget is an example, and the profile override applies to that profile only.
-    assert shown.max_db_bytes == 2 * 1024**3 and defaults["max_db_bytes"] is None
+    assert shown.max_db_bytes == 2 * 10**9 and defaults["max_db_bytes"] is None
     assert work.retention_s["cron"] == 3 * 86400 != shown.retention_s["cron"]
 
 
@@ -54,3 +55,37 @@ def test_docs_policy_table_is_the_settings_table():
     text = (ROOT / "docs" / "run.md").read_text()
     start = text.index("| key | type | default | range | meaning |")
     assert text[start : text.index("\n\n", start) + 1] == settings_table()
+
+
+def _commands(group=None, path=()):
+    """Every command the CLI has, groups' subcommands included, as (words, command)."""
+    import click
+
+    from hermes_keeper.cli import main
+
+    group = group or main
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        yield (*path, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_command_help_has_an_example_and_typed_metavars():
+    """`--help` of every command ends with Examples: that run the command itself, and no
+    option shows click's TEXT/INTEGER where a DURATION, SIZE, ID, N or NAME is meant."""
+    from click.testing import CliRunner
+
+    from hermes_keeper.cli import main
+
+    commands = list(_commands())
+    assert len(commands) >= 17
+    for words, _cmd in commands:
+        text = CliRunner().invoke(main, [*words, "--help"]).output
+        examples = text[text.index("Examples:") :] if "Examples:" in text else ""
+        assert f"hermes-keeper {' '.join(words)}" in examples, words
+        options = text[text.index("Options:") :].split("\n\n")[0]
+        if "Commands:" in text:  # no cut-off command summary
+            assert not re.search(r"\.\.\.$", text.split("Commands:")[1].split("Examples:")[0], re.M), words
+        assert "INTEGER" not in options and "TEXT" not in options.replace("--title TEXT", ""), words

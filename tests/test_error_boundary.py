@@ -102,7 +102,7 @@ def test_disk_full_is_one_clear_line_and_nothing_is_lost(tiny_fs):
     again = CliRunner().invoke(main, ["run", "--home", str(home), "--quiet"])
     assert again.exit_code == 0, again.output
     listed = CliRunner().invoke(main, ["archive", "list", "--home", str(home), "--json"])
-    archived = {r["session_id"] for r in json.loads(listed.stdout)["sessions"]}
+    archived = {r["session_id"] for r in json.loads(listed.stdout)["profiles"][0]["sessions"]}
     assert gone <= archived and before - _ids(home / "state.db") <= archived
 
 
@@ -136,6 +136,6 @@ def test_control_characters_never_reach_the_terminal_raw(tmp_path):
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
     assert any("\\x1b" in out for out in outputs)
     listed = runner.invoke(main, ["archive", "list", "--json", "--home", str(home)])
-    (row,) = json.loads(listed.stdout)["sessions"]
+    (row,) = json.loads(listed.stdout)["profiles"][0]["sessions"]
     assert (row["session_id"], row["title"]) == (evil_id, evil_title)
     assert term(evil_id) == "x\\x1b]0;pwned\\x07\\x1b[2J"

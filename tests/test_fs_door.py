@@ -262,6 +262,11 @@ def test_a_name_read_from_the_manifest_never_leaves_the_backup_folder(home):
     data["backups"].append(forged)
     manifest.write_text(json.dumps(data))
     db = state_digest(home)
-    for command in (["backups", "--prune"], ["backups"], ["backup"], ["restore", "--latest", "--force"]):
+    for command in (
+        ["backups", "--prune"],
+        ["backups"],
+        ["backup"],
+        ["restore", "--latest", "--force", "--yes"],
+    ):
         refused(keeper(*command, "--home", str(home)), "'../../state.db'", "not one plain name")
     assert state_digest(home) == db

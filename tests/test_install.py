@@ -56,7 +56,7 @@ def test_wheel_carries_every_module_and_data_file_and_builds_without_warnings(bu
         if p.is_file() and "__pycache__" not in p.parts
     }
     assert shipped == tree
-    assert {"hermes_keeper/data/hermes_schema.sql", "hermes_keeper/data/report.schema.json"} <= shipped
+    assert {"hermes_keeper/data/hermes_schema.sql", "hermes_keeper/schemas/report.json"} <= shipped
     assert "SetuptoolsDeprecationWarning" not in log and "SetuptoolsWarning" not in log
     # The README promises the Python the wheel asks for.
     minimum = re.fullmatch(r">=(\d+\.\d+)", meta["Requires-Python"]).group(1)
@@ -93,8 +93,8 @@ def test_installed_keeper_runs_from_anywhere_and_its_hint_runs_as_printed(built,
     assert "after:" in sh(*shlex.split(hint))
 
     report = json.loads(sh("hermes-keeper", "report", "--home", str(home), "--json"))
-    schema = json.loads((installed.parent / "data" / "report.schema.json").read_text())
+    schema = json.loads((installed.parent / "schemas" / "report.json").read_text())
     jsonschema.validate(report, schema)
     sh("hermes-keeper", "run", "--home", str(home), "--quiet")
     archived = json.loads(sh("hermes-keeper", "archive", "list", "--home", str(home), "--json"))
-    assert archived["sessions"]
+    assert archived["command"] == "archive list" and archived["profiles"][0]["sessions"]

@@ -260,3 +260,43 @@ def test_continuations_of_a_pinned_chain_are_not_closed_but_forks_are():
     fork = row("f", "tui", 5, open_=True, idle=2, parent_id="r", branched_from="r")
     plan = make_plan(survey_of(root, tail, fork), Policy(), NOW)
     assert [z.session_id for z in plan.zombies] == ["f"]
+
+
+def test_subagent_kept_for_its_parent_says_so_with_a_code():
+    """Not "within retention (90d for subagent)": the subagent's own 7d passed, its parent's 90d not."""
+    plan = make_plan(
+        survey_of(row("p", "cli", 50), row("d", "subagent", 50, parent_id="p", delegate_from="p")),
+        Policy(),
+        NOW,
+    )
+    p, d = plan.decisions["p"], plan.decisions["d"]
+    assert (p.code, p.reason) == ("within_retention", "within retention (90d for cli)")
+    assert d.code == "parent_kept"
+    assert d.reason == "kept with its conversation: within retention (90d for cli)"
+
+
+def test_every_decision_has_a_stable_reason_code():
+    rows = [
+        row("t", "cli", 200, title="plans"),
+        row("p", "cron", 200, pinned=True),
+        row("r", "telegram", 400, routed=True),
+        row("w", "cli", 10),
+        row("o", "cron", 200, open_=True),
+        row("x", "cron", 30),
+    ]
+    plan = make_plan(survey_of(*rows), Policy(), NOW)
+    assert all(d.code and d.code.isidentifier() for d in plan.decisions.values())
+    kept = plan.to_dict()["keep_reasons"]
+    assert {r["code"] for r in kept} == {"titled", "pinned", "routed", "within_retention", "open"}
+    assert plan.decisions["x"].code == "retention"
+    assert sum(r["sessions"] for r in kept) == sum(d.action == "keep" for d in plan.decisions.values())
+
+
+def test_plan_lists_its_steps_and_says_when_deletes_are_final():
+    s = survey_of(row("a", "cron", 30), row("z", "cli", 5, open_=True, idle=3))
+    steps = make_plan(s, Policy(), NOW).steps()
+    assert steps[0].startswith("backup") and steps[1] == "close 1 zombie sessions"
+    assert steps[2].startswith("prune 1 sessions: archive and verify") and steps[-1].startswith("compact")
+    final = make_plan(s, Policy(archive=False), NOW)
+    assert "NO archive (final)" in final.steps()[2] and final.to_dict()["archive"] is False
+    assert make_plan(survey_of(row("b", "cli", 5)), Policy(), NOW).steps() == []

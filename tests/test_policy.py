@@ -8,10 +8,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper import demo
+from hermes_keeper import demo, units
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.run.policy import DAY, effective_policy, parse_duration, parse_size
+from hermes_keeper.run.policy import DAY, effective_policy
+from hermes_keeper.units import parse_duration, parse_size
 
 
 def test_defaults_from_the_issue(tmp_path):
@@ -33,7 +34,7 @@ def test_file_and_profile_overrides_with_provenance(tmp_path):
     w = effective_policy(tmp_path, "work")
     assert d.retention_for("cron") == 3 * DAY and w.retention_for("cron") == DAY
     assert d.keep_titled and not w.keep_titled
-    assert w.max_db_bytes == 1024**3 and w.zombie_after_s == 12 * 3600
+    assert w.max_db_bytes == 10**9 and w.zombie_after_s == 12 * 3600
     assert w.origin["retention.cron"].endswith("[profiles.work]")
     assert d.origin["retention.cron"].endswith("keeper.toml")
     assert (
@@ -64,7 +65,8 @@ def test_file_and_profile_overrides_with_provenance(tmp_path):
         ("budget_ms = 0.5", r"budget_ms: must be in \[1, 1000\]"),
         ("budget_ms = 5000", r"budget_ms: must be in \[1, 1000\]"),
         ("pause_ms = -1", r"pause_ms: must be in \[0, 1000\]"),
-        ('[files]\nmax_age = "7"', "files.max_age: not a duration"),
+        ('[files]\nmax_age = "7"', 'files.max_age: a duration needs a unit: write "7d"'),
+        ('[files]\nmax_age = "7 fortnights"', "files.max_age: not a duration"),
         ('[files]\nkeep = "7d"', "unknown key files.keep"),
         ("[profiles.default]\nbudget_ms = nan", r"\[profiles.default\]: budget_ms: must be a finite"),
         ("this is = = not toml", "invalid TOML"),
@@ -95,9 +97,26 @@ def test_units():
     assert (
         parse_duration("90s") == 90 and parse_duration("2w") == 14 * DAY and parse_duration(" 12h ") == 43200
     )
-    assert parse_size("500MB") == 500 * 1024**2 and parse_size(10) == 10
+    assert parse_size("500MB") == 500 * 10**6 and parse_size("2GiB") == 2 * 1024**3 and parse_size(10) == 10
     with pytest.raises(KeeperError, match="--wait-idle: a duration needs a unit"):
         parse_duration(600, "--wait-idle")
+
+
+def test_one_formatter_for_sizes_durations_ages_and_counts():
+    """Decimal sizes labelled as such, durations as keeper.toml spells them, one age format."""
+    assert units.size(44_000_000) == "44.0 MB" and units.size(-5) == "0 bytes" and units.size(1) == "1 byte"
+    assert units.size(parse_size("500MB")) == "500.0 MB"  # what is read is what is shown
+    assert [units.duration(s) for s in (7 * DAY, 43200, 1.5 * DAY, 600, 90, None)] == [
+        "7d",
+        "12h",
+        "36h",
+        "10m",
+        "90s",
+        "none",
+    ]
+    assert all(parse_duration(units.duration(s)) == s for s in (7 * DAY, 43200, 1.5 * DAY, 600, 90))
+    assert units.ago(1000 - 11 * DAY, 1000) == "11d ago" and units.ago(1000 - 7200, 1000) == "2h ago"
+    assert units.plural(1, "session") == "1 session" and units.plural(2, "session") == "2 sessions"
 
 
 def test_report_refuses_a_negative_top(tmp_path):

@@ -17,7 +17,7 @@ from hermes_keeper.report import DAY, age_bucket, dir_usage, growth_section, run
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import SessionRow
 
-SCHEMA = json.loads(files("hermes_keeper").joinpath("data/report.schema.json").read_text())
+SCHEMA = json.loads(files("hermes_keeper").joinpath("schemas/report.json").read_text())
 
 
 def report_json(home, *extra, exit_code=0) -> list[dict]:

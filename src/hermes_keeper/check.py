@@ -12,7 +12,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 
-from hermes_keeper.cli.render import human_bytes
+from hermes_keeper import units
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import read_journal
 from hermes_keeper.run.policy import Policy
@@ -162,7 +162,7 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             "B",
             t["db_warn"],
             t["db_crit"],
-            f"state.db {human_bytes(rep['disk']['state_db'])}",
+            f"state.db {units.size(rep['disk']['state_db'])}",
         ),
         _over(
             "growth_per_day",
@@ -170,7 +170,7 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             "B",
             t["growth_warn"],
             t["growth_crit"],
-            f"growing {human_bytes(growth)}/day",
+            f"growing {units.size(growth)}/day",
         ),
         _over(
             "wal",
@@ -178,10 +178,10 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             "B",
             t["wal_warn"],
             t["wal_crit"],
-            f"WAL {human_bytes(rep['disk']['wal'])}",
+            f"WAL {units.size(rep['disk']['wal'])}",
         ),
         _under(
-            "free", free, "B", t["free_warn"], t["free_crit"], f"{human_bytes(free)} free on the home's disk"
+            "free", free, "B", t["free_warn"], t["free_crit"], f"{units.size(free)} free on the home's disk"
         ),
         _under(
             "full_in", full_in, "s", t["full_in_warn"], t["full_in_crit"], f"disk full in {_days(full_in)}"
@@ -203,7 +203,7 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             "B",
             t["reclaimable_warn"],
             None,
-            f"{human_bytes(rep['database']['reclaimable_bytes'])} reclaimable in state.db",
+            f"{units.size(rep['database']['reclaimable_bytes'])} reclaimable in state.db",
         ),
         _age(
             "last_run_age",
@@ -235,7 +235,7 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
                 "B",
                 archive["budget"],
                 None,
-                f"archive {human_bytes(archive['bytes'])} over its budget of {human_bytes(archive['budget'])}",
+                f"archive {units.size(archive['bytes'])} over its budget of {units.size(archive['budget'])}",
             )
         )
     if profile.archive.exists:
@@ -286,8 +286,8 @@ def status_line(results: list[CheckResult], failures: list[str] = ()) -> tuple[s
         text = "; ".join(problems)
     else:
         text = ", ".join(
-            f"{r.profile + ': ' if several else ''}state.db {human_bytes(r.measure('db').value)}, "
-            f"{human_bytes(r.measure('growth_per_day').value)}/day, last run {_ago(r)}"
+            f"{r.profile + ': ' if several else ''}state.db {units.size(r.measure('db').value)}, "
+            f"{units.size(r.measure('growth_per_day').value)}/day, last run {_ago(r)}"
             for r in results
         )
     perf = [p for r in results for p in r.perfdata(f"{r.profile}_" if several else "")]

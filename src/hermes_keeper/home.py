@@ -83,17 +83,15 @@ class Profile:
         policy: Policy | None = None,
     ) -> dict:
         """Where every byte goes, what the policy (default: :meth:`config`) would remove of the
-        files, runaways by its ``[runaway]`` limits (read-only; ``data/report.schema.json``)."""
+        files, runaways by its ``[runaway]`` limits (read-only; ``schemas/report.json``). Zombies
+        by the policy's ``zombie_after`` unless ``zombie_after_s`` is given: the report and the
+        run agree."""
         from hermes_keeper.report import build_report
-        from hermes_keeper.run.policy import DAY
 
-        return build_report(
-            self,
-            now=now,
-            zombie_after_s=DAY if zombie_after_s is None else zombie_after_s,
-            top=top,
-            policy=policy or self.config(),
-        )
+        policy = policy or self.config()
+        if zombie_after_s is None:
+            zombie_after_s = policy.zombie_after_s
+        return build_report(self, now=now, zombie_after_s=zombie_after_s, top=top, policy=policy)
 
     def check(self, policy: Policy | None = None, now: float | None = None):
         """Health against the ``[check]`` thresholds (read-only): a ``check.CheckResult``."""
@@ -163,19 +161,48 @@ class Profile:
         return History(self)
 
     def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
-        """A verified snapshot of state.db, then rotation: the default rules, ``rotate``'s
-        (``keep_last``, ``daily``, ``weekly``, ``monthly``), or none (False)."""
+        """A verified snapshot of state.db into ``dest`` (default: the policy's ``backups.dest``),
+        then rotation: the policy's rules, overridden by ``rotate``'s (``keep_last``, ``daily``,
+        ``weekly``, ``monthly``), or none (False)."""
         from hermes_keeper.backup.snapshot import apply_rotation, take_backup
 
+        policy = self.config()
+        dest = dest or policy.backup_dest
+        rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
         with self._changing() as journal:
             t0 = time.perf_counter()
             record = take_backup(self, dest, journal=journal)
             seconds = round(time.perf_counter() - t0, 2)
-            rules = {} if rotate is True else rotate
             removed = (
-                [] if rules is False else apply_rotation(record.folder, self.home, journal=journal, **rules)
+                [] if rotate is False else apply_rotation(record.folder, self.home, journal=journal, **rotate)
             )
         return BackupDone(record, seconds, removed)
+
+    def backup_preview(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> dict:
+        """What :meth:`backup` would do (``backup --dry-run``): where, how big, what rotation would
+        then remove, or why it would be refused. Changes nothing."""
+        from hermes_keeper.backup.snapshot import backup_dir, preflight_backup, rotation
+        from hermes_keeper.sqlite.schema import inspect
+
+        policy = self.config()
+        folder = backup_dir(self, dest or policy.backup_dest)
+        schema = inspect(self.db_path)
+        schema.require_readable()
+        try:
+            preflight_backup(self, schema, folder, None)
+            refused = None
+        except KeeperError as exc:
+            refused = str(exc)
+        rules = policy.rotation | (rotate if isinstance(rotate, dict) else {})
+        rows = [] if rotate is False else rotation(folder, self.home, now=time.time(), **rules)
+        return {
+            "profile": self.name,
+            "folder": str(folder),
+            "database_bytes": schema.used_bytes,
+            "refused": refused,
+            # the rules as they stand now; the new backup may push one more out
+            "would_rotate_out": [r.name for r, d, _ in rows if not d.keep],
+        }
 
     def backups(
         self,
@@ -186,7 +213,9 @@ class Profile:
     ) -> dict:
         """Every backup with size, verification and why it is kept; Hermes's leftover copies.
 
-        Changes nothing unless ``prune`` (rotate out what ``rules`` drop) or ``remove_leftovers``.
+        ``dest`` and ``rules`` default to the policy's (``[backups]``), ``rules`` overriding it
+        rule by rule. Changes nothing unless ``prune`` (rotate out what the rules drop) or
+        ``remove_leftovers``.
         """
         from hermes_keeper.backup.snapshot import (
             apply_rotation,
@@ -197,8 +226,9 @@ class Profile:
             rotation,
         )
 
-        rules = rules or {}
-        folder = backup_dir(self, dest)
+        policy = self.config()
+        rules = policy.rotation | (rules or {})
+        folder = backup_dir(self, dest or policy.backup_dest)
         removed: list[str] = []
         leftovers = find_malformed_copies(self)
         if prune or remove_leftovers:
@@ -232,8 +262,45 @@ class Profile:
         """Replace state.db with a verified backup (``name``: file name or path; None: the newest)."""
         from hermes_keeper.backup.restore import find_backup, restore_backup
 
+        dest = dest or self.config().backup_dest
         with self._changing() as journal:
             return restore_backup(self, find_backup(self, name, dest), force=force, journal=journal)
+
+    def restore_preview(
+        self, name: str | os.PathLike | None = None, dest: str | os.PathLike | None = None
+    ) -> dict:
+        """What :meth:`restore` would put in place (``restore --dry-run``), its sha256 checked.
+        Changes nothing."""
+        from hermes_keeper.backup.restore import find_backup
+        from hermes_keeper.backup.snapshot import verify_backup
+        from hermes_keeper.sqlite.holders import find_holders
+
+        self.fs.require_home()
+        record = find_backup(self, name, dest or self.config().backup_dest)
+        return record.to_dict() | {
+            "profile": self.name,
+            "verified": verify_backup(record),
+            "replaces": str(self.db_path),
+            "holders": [h.describe() for h in find_holders(self.db_path)],
+        }
+
+    def compact_preview(self) -> dict:
+        """What :meth:`compact` would do (``compact --dry-run``): the reclaimable bytes and how they
+        would go back to the disk. Changes nothing."""
+        from hermes_keeper.run.plan import compact_step
+        from hermes_keeper.sqlite.holders import find_holders
+        from hermes_keeper.sqlite.schema import inspect
+
+        schema = inspect(self.db_path)
+        schema.require_readable()
+        return {
+            "profile": self.name,
+            "auto_vacuum": schema.auto_vacuum,
+            "db_bytes": schema.db_bytes,
+            "reclaimable_bytes": schema.free_bytes,
+            "step": compact_step(schema.auto_vacuum, schema.used_bytes),
+            "holders": [h.describe() for h in find_holders(self.db_path)],
+        }
 
     def compact(
         self, wait_idle_s: float | None = None, allow_full_vacuum: bool = True, policy: Policy | None = None
@@ -252,6 +319,7 @@ class Profile:
                 wait_idle_s=wait_idle_s,
                 allow_full_vacuum=allow_full_vacuum,
                 journal=journal,
+                backup_dest=policy.backup_dest,
             )
 
     @property
@@ -316,13 +384,14 @@ class ProfileArchive:
             return search(store, text, filters or ALL, limit=limit)
 
     def restore(self, session_ids: Sequence[str], dry_run: bool = False, policy: Policy | None = None):
-        """Put archived sessions back (whole conversations) in the policy's budgeted writes;
-        ``dry_run`` only says what would."""
+        """Put archived sessions back (whole conversations) in the policy's budgeted writes, and
+        keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would."""
         from hermes_keeper.archive.restore import restore_sessions
+        from hermes_keeper.kept import keep_sessions
 
         policy = policy or self.profile.config()
         with self.profile._changing() as journal:
-            return restore_sessions(
+            res = restore_sessions(
                 self.profile,
                 list(session_ids),
                 journal=journal,
@@ -331,6 +400,14 @@ class ProfileArchive:
                 busy_wait_s=policy.busy_wait_s,
                 dry_run=dry_run,
             )
+            if res.restored and policy.restored_keep_s > 0:
+                # after the restore: a crash in between only lets the next run archive it again
+                now = time.time()
+                res.kept_until = now + policy.restored_keep_s
+                keep_sessions(self.profile, res.restored, res.kept_until, now)
+                if journal:
+                    journal.write("kept", sessions=len(res.restored), until=res.kept_until)
+            return res
 
     def export(
         self, output: str | os.PathLike | None = None, filters: Filters | None = None, split: bool = False
@@ -481,17 +558,21 @@ class Skipped(Exception):
     """Raised by an action of :func:`each`: nothing to do in this profile (a note, not a failure)."""
 
 
-def each(profiles: Sequence[Profile], action: Callable[[Profile], Any]) -> Iterator[Outcome]:
+def each(
+    profiles: Sequence[Profile], action: Callable[[Profile], Any], needs_db: bool = True
+) -> Iterator[Outcome]:
     """``action`` on every profile, each on its own: a refusal in one never stops the others.
 
     With one profile the error is raised as it is (one line, its exit code); with several,
-    each becomes an :class:`Outcome`, and a profile folder without ``state.db`` is skipped.
+    each becomes an :class:`Outcome`, and a profile folder without ``state.db`` is skipped
+    (unless the action does not need one: ``archive verify`` checks an archive whatever
+    became of the database).
     """
     if len(profiles) == 1:
         yield Outcome(profiles[0], action(profiles[0]))
         return
     for p in profiles:
-        if not p.db_path.exists():
+        if needs_db and not p.db_path.exists():
             yield Outcome(p, skipped=NEW_PROFILE)
             continue
         try:

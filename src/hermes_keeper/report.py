@@ -1,7 +1,7 @@
 """Where every byte of a Hermes home goes, and what its sessions look like.
 
 ``build_report`` turns a survey plus disk facts into a JSON-able dict whose shape is
-``data/report.schema.json``; ``cli/render.py`` draws it for people and ``docs/report.md``
+``schemas/report.json``; ``cli/render.py`` draws it for people and ``docs/report.md``
 explains every figure. Read-only throughout: a live Hermes keeps writing meanwhile.
 """
 

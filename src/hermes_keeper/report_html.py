@@ -17,7 +17,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hermes_keeper.cli.render import human_bytes
+from hermes_keeper import units
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import check_export_target, open_private
 from hermes_keeper.history import Entry
@@ -106,14 +106,14 @@ def projection(page: ProfilePage, days: int = PROJECTION_DAYS) -> dict[str, list
     return {"without the keeper": without, "with the keeper's policy (at most)": kept}
 
 
-def _nice_max(value: float, binary: bool = True) -> float:
+def _nice_max(value: float, scaled: bool = True) -> float:
     """A round top for a four-tick axis at or above ``value``: round in the unit
-    :func:`human_bytes` shows (powers of 1024), or plainly for counts."""
+    :func:`units.size` shows (powers of 1000), or plainly for counts."""
     if value <= 0:
         return 1.0
     unit = 1.0
-    while binary and value / unit >= 1024:
-        unit *= 1024
+    while scaled and value / unit >= 1000:
+        unit *= 1000
     quarter = value / unit / 4
     mag = 10 ** math.floor(math.log10(quarter))
     step = next(m * mag for m in (1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10) if m * mag >= quarter)
@@ -175,7 +175,7 @@ def _moment(ts: float) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(ts))
 
 
-def stacked_columns(title: str, columns: list[tuple[str, dict[str, float]]], fmt=human_bytes) -> str:
+def stacked_columns(title: str, columns: list[tuple[str, dict[str, float]]], fmt=units.size) -> str:
     """One column per (label, {series: value}), series stacked in a fixed order, with a legend."""
     names: list[str] = []
     for _label, values in columns:
@@ -212,7 +212,7 @@ def horizontal_bars(title: str, bars: list[tuple[str, dict[str, float]]], series
     """One stacked bar per (label, {series: count}), e.g. sessions of a source by age."""
     row_h = 22
     height = TOP + row_h * max(1, len(bars)) + 24 + 16 * len(_legend_rows(series))
-    top = _nice_max(max((sum(v.values()) for _l, v in bars), default=0), binary=False)
+    top = _nice_max(max((sum(v.values()) for _l, v in bars), default=0), scaled=False)
     span = WIDTH - 10 - LEFT - 90  # room for the total after the bar
     body = []
     for i, (label, values) in enumerate(bars):
@@ -239,7 +239,7 @@ def lines(title: str, series: dict[str, list[tuple[float, float]]], x_label: str
     top = _nice_max(max((y for pts in series.values() for _x, y in pts), default=0))
     right = max((x for pts in series.values() for x, _y in pts), default=1) or 1
     plot_w, plot_h = WIDTH - 10 - LEFT, HEIGHT - BOTTOM - TOP
-    body = _y_axis(top, human_bytes)
+    body = _y_axis(top, units.size)
     for tick in range(0, int(right) + 1, max(1, int(right) // 6)):
         x = LEFT + plot_w * tick / right
         body.append(f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle">{tick}</text>')
@@ -252,7 +252,7 @@ def lines(title: str, series: dict[str, list[tuple[float, float]]], x_label: str
         )
         body.append(
             f'<polyline points="{path}" fill="none" stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="2.5">'
-            f"<title>{escape(f'{name}: {human_bytes(pts[-1][1])} in {pts[-1][0]:g} days')}</title></polyline>"
+            f"<title>{escape(f'{name}: {units.size(pts[-1][1])} in {pts[-1][0]:g} days')}</title></polyline>"
         )
     body += _legend(list(series), HEIGHT - 6)
     return _svg(title, body, HEIGHT + 16 * (len(_legend_rows(list(series))) - 1))
@@ -264,17 +264,17 @@ def _section(page: ProfilePage) -> str:
     out = [f"<h2>Profile {escape(rep['profile'])}</h2>"]
     out.append(f'<p class="note">{escape(rep["home"])} · report of {escape(_day(rep["generated_at"]))}</p>')
     facts = [
-        ("state.db", human_bytes(rep["disk"]["state_db"])),
-        ("WAL", human_bytes(rep["disk"]["wal"])),
-        ("free pages (reclaimable)", human_bytes(db["reclaimable_bytes"])),
+        ("state.db", units.size(rep["disk"]["state_db"])),
+        ("WAL", units.size(rep["disk"]["wal"])),
+        ("free pages (reclaimable)", units.size(db["reclaimable_bytes"])),
         ("sessions", f"{sessions['total']:,}"),
         ("messages", f"{sessions['messages']:,}"),
         ("zombies", f"{sessions['zombies']['total']:,}"),
         ("runaways", f"{len(sessions['runaways']):,}"),
-        ("growth (30-day rate)", human_bytes(growth["last_30d"]["bytes_per_day"]) + "/day"),
+        ("growth (30-day rate)", units.size(growth["last_30d"]["bytes_per_day"]) + "/day"),
         (
             "the next run prunes",
-            f"{page.plan['prune']['sessions']:,} sessions, ~{human_bytes(page.plan['prune']['est_bytes'])}",
+            f"{page.plan['prune']['sessions']:,} sessions, ~{units.size(page.plan['prune']['est_bytes'])}",
         ),
     ]
     out.append(

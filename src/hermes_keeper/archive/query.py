@@ -18,20 +18,21 @@ from datetime import datetime, timedelta
 
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, RawText, decode_value
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.units import parse_duration
 
 CONTENT_JSON_PREFIX = "\x00json:"
 #: ``#N``: one archive entry, when a session id has several (see :class:`Entry`).
 ENTRY_ADDRESS = re.compile(r"^#(\d+)$")
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([hdw])$")
-_UNIT_S = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
 def parse_when(text: str, now: float | None = None, end_of_day: bool = False) -> float:
     """``2026-01-31`` (local midnight; the next with ``end_of_day``), ISO time, or ``30d``/``12h`` ago."""
     text = text.strip()
-    rel = _RELATIVE.match(text.lower())
-    if rel:
-        return (time.time() if now is None else now) - float(rel.group(1)) * _UNIT_S[rel.group(2)]
+    if text[-1:].isalpha():  # 30d, 12h, 2w, 90m: a duration ago, read as keeper.toml reads one
+        try:
+            return (time.time() if now is None else now) - parse_duration(text)
+        except KeeperError:
+            pass  # not a duration: say so as a date below
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -49,7 +50,7 @@ class Filters:
 
     sources: tuple[str, ...] = ()
     since: float | None = None  # last activity at or after
-    until: float | None = None  # started before
+    until: float | None = None  # last activity before (the same field as ``since``)
     title: str | None = None  # title contains (case-insensitive)
     ids: tuple[str, ...] = ()
     entries: tuple[int, ...] = ()  # addressed entries (``#N``), beside ``ids``
@@ -75,7 +76,7 @@ class Filters:
             clauses.append("coalesce(last_activity, started_at) >= ?")
             params.append(self.since)
         if self.until is not None:
-            clauses.append("coalesce(started_at, last_activity) < ?")
+            clauses.append("coalesce(last_activity, started_at) < ?")
             params.append(self.until)
         if self.title:
             clauses.append("instr(lower(title), lower(?)) > 0")
@@ -365,7 +366,7 @@ def render_conversation(
         f"{s['id']}  [{s.get('source')}]  {s.get('title') or ''}".rstrip(),
         f"started {when(s.get('started_at'))}  ended {when(s.get('ended_at'))} ({s.get('end_reason') or '-'})"
         f"  model {s.get('model') or '-'}  {len(msgs)} messages"
-        + (f", {hidden} inactive{'' if inactive else ' hidden (--all shows them)'}" if hidden else ""),
+        + (f", {hidden} inactive{'' if inactive else ' hidden (--inactive shows them)'}" if hidden else ""),
     ]
     if s.get("parent_session_id"):
         lines.append(f"continues {s['parent_session_id']}")

@@ -385,6 +385,7 @@ class RestoreResult:
     transactions: int = 0
     max_txn_ms: float = 0.0
     dry_run: bool = False
+    kept_until: float | None = None  # the keeper keeps what came back until then (keeper/kept.json)
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()

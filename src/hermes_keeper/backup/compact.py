@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hermes_keeper import units
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.fs import private_dir
@@ -76,7 +77,14 @@ class ReclaimResult:
 
     @property
     def freed_bytes(self) -> int:
-        return (self.db_bytes_before + self.wal_bytes_before) - (self.db_bytes_after + self.wal_bytes_after)
+        """Bytes the disk got back; never negative (a WAL that grew while Hermes wrote is not "freed")."""
+        before = self.db_bytes_before + self.wal_bytes_before
+        return max(0, before - self.db_bytes_after - self.wal_bytes_after)
+
+    @property
+    def unconverted(self) -> bool:
+        """Still auto_vacuum=NONE: free pages cannot go back to the disk until the one-time VACUUM runs."""
+        return self.auto_vacuum_after == "none"
 
     def to_dict(self) -> dict:
         return asdict(self) | {"freed_bytes": self.freed_bytes}
@@ -195,7 +203,7 @@ def _live_vacuum_fits(
     or no quiet moment."""
     if used_bytes / MAX_COPY_BYTES_PER_S * VACUUM_COPY_FACTOR > LIVE_VACUUM_STALL_S:
         limit = LIVE_VACUUM_STALL_S
-        return f"a VACUUM of {used_bytes >> 20} MiB would stall Hermes's writes over {limit:.0f} s"
+        return f"a VACUUM of {units.size(used_bytes)} would stall Hermes's writes over {limit:.0f} s"
     res.vacuum_estimate_s = round(estimate_vacuum_s(profile.db_path, profile.keeper_dir), 2)
     if res.vacuum_estimate_s > LIVE_VACUUM_STALL_S:
         return (
@@ -215,6 +223,7 @@ def _convert(
     backup: bool,
     journal: Journal | None,
     wait_idle_s: float | None = None,
+    backup_dest: str | None = None,
 ) -> list[Holder]:
     """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL: when nobody holds the db,
     or beside Hermes when it fits (:func:`_live_vacuum_fits`).
@@ -225,7 +234,7 @@ def _convert(
     holders = find_holders(db)
     res.holders = [h.describe() for h in holders]
     info = schema.resized()
-    reclaimable = f"{info.free_bytes} bytes reclaimable"
+    reclaimable = f"{units.size(info.free_bytes)} reclaimable"
     later = (
         "the one-time switch to incremental auto_vacuum (a full VACUUM) runs "
         "when no process holds the database"
@@ -240,11 +249,11 @@ def _convert(
     need, free = 2 * info.used_bytes + RESERVE_BYTES, shutil.disk_usage(db.parent).free
     if free < need:
         res.note = (
-            f"{reclaimable}; VACUUM needs about {need >> 20} MiB free and {free >> 20} MiB are; skipped"
+            f"{reclaimable}; VACUUM needs about {units.size(need)} free and {units.size(free)} are; skipped"
         )
         return holders
     if backup:
-        res.backup = take_backup(profile, journal=journal, schema=info, holders=holders).name
+        res.backup = take_backup(profile, backup_dest, journal=journal, schema=info, holders=holders).name
         now = find_holders(db)  # the backup took a while: Hermes may have opened it since
         if now and not holders:
             res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
@@ -276,6 +285,7 @@ def compact(
     wait_idle_s: float | None = None,
     allow_full_vacuum: bool = True,
     journal: Journal | None = None,
+    backup_dest: str | None = None,
 ) -> ReclaimResult:
     """FTS merges and incremental vacuum in budgeted steps; the one-time conversion when idle, or
     beside Hermes when its estimated stall fits (:data:`LIVE_VACUUM_STALL_S`) at a quiet moment.
@@ -308,6 +318,7 @@ def compact(
             standalone=True,
             t0=t0,
             wait_idle_s=wait_idle_s,
+            backup_dest=backup_dest,
         )
 
 
@@ -327,6 +338,7 @@ def _compact(
     standalone: bool = False,
     t0: float | None = None,
     wait_idle_s: float | None = None,
+    backup_dest: str | None = None,
 ) -> ReclaimResult:
     """Merges and incremental vacuum through ``w``, which it then closes: a VACUUM must be the
     only connection of ours. The WAL is truncated only when a scan made here found nobody.
@@ -355,7 +367,9 @@ def _compact(
     w.close()
     holders = None
     if schema.auto_vacuum == "none":
-        holders = _convert(profile, schema, res, allow_full_vacuum, standalone, journal, wait_idle_s)
+        holders = _convert(
+            profile, schema, res, allow_full_vacuum, standalone, journal, wait_idle_s, backup_dest
+        )
     if res.live:
         res.note = "; ".join(
             filter(

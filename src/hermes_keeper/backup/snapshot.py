@@ -30,6 +30,7 @@ from pathlib import Path
 
 import zstandard
 
+from hermes_keeper import units
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
@@ -206,7 +207,9 @@ def match_modes(path: Path, journal_mode: str | None, auto_vacuum: str | None) -
         conn.close()
 
 
-def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None) -> None:
+def preflight_backup(
+    profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None
+) -> None:
     """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
     holders = find_holders(profile.db_path) if holders is None else holders
     if schema.journal_mode != "wal" and holders:
@@ -223,8 +226,9 @@ def _preflight(profile: Profile, schema: SchemaInfo, folder: Path, holders: list
     free = shutil.disk_usage(existing).free
     if free < need:
         raise KeeperError(
-            f"backup of {profile.name} refused: it needs about {need >> 20} MiB on the disk Hermes "
-            f"writes to and {free >> 20} MiB are free; free space or use --dest on another disk"
+            f"backup of {profile.name} refused: it needs about {units.size(need)} on the disk Hermes "
+            f"writes to and {units.size(free)} are free; free space, or back "
+            "up to another disk (--dest DIR, or [backups] dest in keeper.toml)"
         )
 
 
@@ -247,7 +251,7 @@ def take_backup(
     folder = backup_dir(profile, dest_dir)
     snap = comp = None
     try:
-        _preflight(profile, schema, folder, holders)
+        preflight_backup(profile, schema, folder, holders)
         profile.fs.folder(folder)  # inside the home: no symlinked keeper/ or backups/ on the way
         with _manifest_lock(folder):  # one backup at a time per folder
             for lo in _temp_files(folder):  # left by a backup that was killed

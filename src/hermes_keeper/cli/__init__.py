@@ -14,7 +14,7 @@ import sys
 import click
 
 from hermes_keeper import __version__
-from hermes_keeper.cli.options import HOMES_KEY
+from hermes_keeper.cli.options import HOMES_KEY, HelpGroup, examples
 from hermes_keeper.errors import failure_line
 
 #: The keeper's deleter holds SQLite's write lock while its archiver thread runs Python: hand
@@ -41,7 +41,7 @@ COMMANDS = {
 }
 
 
-class KeeperGroup(click.Group):
+class KeeperGroup(HelpGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
@@ -69,7 +69,12 @@ class KeeperGroup(click.Group):
             sys.exit(code)
 
 
-@click.group(cls=KeeperGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "hermes-keeper",
+    cls=KeeperGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=examples("demo", "report", "plan", "run --all-profiles --quiet"),
+)
 @click.version_option(__version__, prog_name="hermes-keeper")
 @click.option("--debug", is_flag=True, help="Show the traceback of a failure.")
 def main(debug: bool) -> None:

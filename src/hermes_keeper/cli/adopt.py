@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.options import examples, profile_options
 from hermes_keeper.hermes_config import CONFIG_NAME, adopt_change, write_config
 from hermes_keeper.journal import Journal
 
 
-@click.command()
+@click.command(epilog=examples("adopt --dry-run", "adopt --yes --all-profiles"))
 @profile_options
 @click.option("--yes", "-y", is_flag=True, help="Make the change without asking.")
 @click.option("--dry-run", is_flag=True, help="Only show the change (the diff).")

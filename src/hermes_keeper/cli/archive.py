@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
+import time
 from collections import Counter
 from dataclasses import asdict, replace
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from hermes_keeper import units
 from hermes_keeper.archive import hermes_import
 from hermes_keeper.archive.query import (
     Filters,
@@ -19,8 +19,8 @@ from hermes_keeper.archive.query import (
     render_conversation,
     when,
 )
-from hermes_keeper.cli.options import for_each, profile_options
-from hermes_keeper.cli.render import human_bytes
+from hermes_keeper.cli.options import HelpGroup, emit_json, examples, for_each, profile_options
+from hermes_keeper.cli.render import busy, console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile, ProfileArchive, Skipped
@@ -39,13 +39,27 @@ def filter_options(fn):
     """``--source`` (repeatable), ``--since``, ``--until``, ``--title``; passes ``filters: Filters``."""
     options = [
         click.option(
-            "--source", "sources", multiple=True, help="Only this source (repeatable): cron, cli, ..."
+            "--source",
+            "sources",
+            multiple=True,
+            metavar="SOURCE",
+            help="Only this source (repeatable): cron, cli, ...",
         ),
         click.option(
-            "--since", default=None, help="Last activity on/after: YYYY-MM-DD, ISO time, or 30d/12h/2w."
+            "--since",
+            default=None,
+            metavar="WHEN",
+            help="Last activity on/after: YYYY-MM-DD, ISO time, or 30d/12h/2w ago.",
         ),
-        click.option("--until", default=None, help="Started before (a date includes that whole day)."),
-        click.option("--title", default=None, help="Title contains this text (case-insensitive)."),
+        click.option(
+            "--until",
+            default=None,
+            metavar="WHEN",
+            help="Last activity before (as --since; a date includes that whole day).",
+        ),
+        click.option(
+            "--title", default=None, metavar="TEXT", help="Title contains this text (case-insensitive)."
+        ),
     ]
 
     @functools.wraps(fn)
@@ -69,28 +83,25 @@ def _archives(profiles: list[Profile]) -> list[ProfileArchive]:
     return [p.archive for p in profiles if len(profiles) == 1 or p.archive.exists]
 
 
-def _by_profile(rows: list[dict], several: bool) -> dict:
-    """Archive JSON is keyed by profile name with several profiles, the one result with one."""
-    by_name = {r.pop("profile"): r for r in rows}
-    return by_name if several else next(iter(by_name.values()))
-
-
-@click.group()
+@click.group(cls=HelpGroup, epilog=examples("archive list", "archive show ID", "archive restore ID"))
 def archive():
     """Sessions the keeper pruned: list, read, search, restore, export, verify."""
 
 
-@archive.command("list")
+@archive.command(
+    "list",
+    epilog=examples("archive list --source cron --since 30d", "archive list --until 2026-01-31 --json"),
+)
 @profile_options
 @filter_options
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(profiles, filters, as_json):
     """Archived sessions with source, dates, title, message count and size."""
-    rows = [(a.profile, e) for a in _archives(profiles) for e in a.list(filters)]
+    listed = [(a.profile, a.list(filters)) for a in _archives(profiles)]
     if as_json:
-        out = [{"profile": p.name, **asdict(e)} for p, e in rows]
-        click.echo(json.dumps({"sessions": out}, indent=2, ensure_ascii=False))
+        emit_json([{"profile": p.name, "sessions": [asdict(e) for e in entries]} for p, entries in listed])
         return
+    rows = [(p, e) for p, entries in listed for e in entries]
     t = Table(title=f"{len(rows)} archived sessions", title_justify="left")
     if len(profiles) > 1:
         t.add_column("profile")
@@ -100,42 +111,46 @@ def list_cmd(profiles, filters, as_json):
     for p, e in rows:
         address = f"{e.session_id} #{e.entry}" if (p.name, e.session_id) in repeated else e.session_id
         cells = [cell(address), cell(e.source), when(e.started_at), when(e.last_activity), cell(e.title)]
-        cells += [str(e.message_count), human_bytes(e.raw_bytes), e.state]
+        cells += [str(e.message_count), units.size(e.raw_bytes), e.state]
         t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
-    Console().print(t)
+    console().print(t)
 
 
-@archive.command()
+@archive.command(
+    epilog=examples("archive show 20260105_093000_ab12cd", "archive show 20260105 --inactive --full")
+)
 @profile_options
-@click.argument("session_id")
+@click.argument("session_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="The raw archived payload.")
 @click.option("--full", is_flag=True, help="Unfold tool calls, tool results and long messages.")
-@click.option("--all", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
+@click.option("--inactive", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
 def show(profiles, session_id, as_json, full, show_all):
     """One archived conversation, for reading (ID or a unique prefix of it: its newest entry; #N: entry N)."""
-    payload = _one(profiles).archive.show(session_id)
+    profile = _one(profiles)
+    payload = profile.archive.show(session_id)
     if as_json:
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        emit_json([{"profile": profile.name, "archived": payload}])
         return
     for line in render_conversation(payload, full=full, inactive=show_all):
         click.echo(term(line))
 
 
-@archive.command("search")
+@archive.command(
+    "search",
+    epilog=examples('archive search "walrus" --since 90d', "archive search invoice --source telegram --json"),
+)
 @profile_options
 @click.argument("text")
 @filter_options
-@click.option("--limit", default=50, show_default=True, help="Sessions to show (newest first).")
+@click.option("--limit", default=50, show_default=True, metavar="N", help="Sessions to show (newest first).")
 @click.option("--json", "as_json", is_flag=True)
 def search_cmd(profiles, text, filters, limit, as_json):
     """Archived sessions whose messages contain TEXT (case-insensitive), with a snippet."""
     results = [(a.profile, a.search(text, filters, limit)) for a in _archives(profiles)]
     if as_json:
-        out = {p.name: r.to_dict() for p, r in results}
-        click.echo(
-            json.dumps(out if len(profiles) > 1 else out[profiles[0].name], indent=2, ensure_ascii=False)
-        )
+        emit_json([{"profile": p.name, **r.to_dict()} for p, r in results])
         return
+    out = console()
     for p, r in results:
         prefix = f"{p.name}: " if len(profiles) > 1 else ""
         for h in r.hits:
@@ -143,16 +158,23 @@ def search_cmd(profiles, text, filters, limit, as_json):
             inactive = " inactive" if h.inactive else ""
             head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
             click.echo(term(f"{head} {h.role}{inactive}{more}"))
-            click.echo(f"    {term(h.snippet)}")
+            snippet = cell(f"    {h.snippet}")
+            snippet.highlight_words([text], style="bold yellow", case_sensitive=False)  # a terminal only
+            out.print(snippet)
         shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
         click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
         if r.damaged:
             click.echo(f"{prefix}{len(r.damaged)} damaged rows not searched (see `archive verify`)", err=True)
 
 
-@archive.command("restore")
+@archive.command(
+    "restore",
+    epilog=examples(
+        "archive restore 20260105_093000_ab12cd --dry-run", "archive restore 20260105_093000_ab12cd"
+    ),
+)
 @profile_options
-@click.argument("session_ids", nargs=-1, required=True)
+@click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
 @click.option("--dry-run", is_flag=True, help="Show what would come back; change nothing.")
 @click.option("--json", "as_json", is_flag=True)
 def restore_cmd(profiles, session_ids, dry_run, as_json):
@@ -160,13 +182,15 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
 
     Exit 1 when a session was refused (damaged, already in state.db, not archived).
     """
-    res = _one(profiles).archive.restore(session_ids, dry_run=dry_run)
+    profile = _one(profiles)
+    res = profile.archive.restore(session_ids, dry_run=dry_run)
     if as_json:
-        click.echo(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+        emit_json([{"profile": profile.name, **res.to_dict()}])
     else:
         verb = "would restore" if dry_run else "restored"
         ids = [m["session_id"] for m in res.members] if dry_run else res.restored
-        click.echo(f"{verb} {len(ids)} sessions" + ("" if dry_run else f" ({res.messages} messages)"))
+        n = units.plural(len(ids), "session")
+        click.echo(f"{verb} {n}" + ("" if dry_run else f" ({units.plural(res.messages, 'message')})"))
         asked = set(session_ids)
         for m in res.members:
             if m["session_id"] in ids:
@@ -176,6 +200,9 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
                 click.echo(term(f"  {m['session_id']}{why}: {n} message{'' if n == 1 else 's'}{resume}"))
         for sid, title in res.retitled.items():
             click.echo(term(f"  {sid}: title already taken, restored as {title!r}"))
+        if res.kept_until:
+            until = time.strftime("%Y-%m-%d", time.localtime(res.kept_until))
+            click.echo(f"kept until {until} (restored_keep in keeper.toml): runs will not prune them")
     for w in res.warnings:
         click.echo(f"hermes-keeper: warning: {term(w)}", err=True)
     for sid, why in res.refused.items():
@@ -184,9 +211,16 @@ def restore_cmd(profiles, session_ids, dry_run, as_json):
         sys.exit(1)
 
 
-@archive.command("export")
+@archive.command(
+    "export",
+    epilog=examples(
+        "archive export --since 30d -o recent.jsonl",
+        "archive export 20260105_093000_ab12cd > one.jsonl",
+        "archive export --format markdown --since 90d -o ~/hermes-conversations",
+    ),
+)
 @profile_options
-@click.argument("session_ids", nargs=-1)
+@click.argument("session_ids", nargs=-1, metavar="[ID]...")
 @filter_options
 @click.option(
     "--format",
@@ -219,7 +253,8 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     if fmt == "markdown":
         _export_markdown(_one(profiles), output, filters, split)
         return
-    res, paths = _one(profiles).archive.export(output, filters, split=split)
+    with busy("exporting archived sessions"):
+        res, paths = _one(profiles).archive.export(output, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"
     click.echo(f"exported {res.sessions} sessions ({res.messages} messages) to {where}", err=True)
     click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
@@ -244,14 +279,15 @@ def _damaged_exit(damaged: list[str]) -> None:
 def _export_markdown(profile: Profile, output: str | None, filters: Filters, split: bool) -> None:
     if not output or split:
         raise click.UsageError("--format markdown writes one file per session: give -o DIR (no --split)")
-    res, paths = profile.archive.export_markdown(output, filters)
+    with busy("exporting archived sessions as Markdown"):
+        res, paths = profile.archive.export_markdown(output, filters)
     click.echo(
         f"exported {res.sessions} sessions ({res.messages} messages) as Markdown to {output}", err=True
     )
     _damaged_exit(res.damaged)
 
 
-@archive.command("verify")
+@archive.command("verify", epilog=examples("archive verify", "archive verify --all-profiles --json"))
 @profile_options
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(profiles, as_json):
@@ -263,17 +299,21 @@ def verify_cmd(profiles, as_json):
         return p.archive.verify()
 
     def show(p: Profile, r) -> None:
-        db = "" if r.database == "ok" else f"; quick_check: {r.database}"
-        click.echo(f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}")
+        db = "" if r.database == "ok" else f"; archive files quick_check: {r.database}"
+        bad = len(r.damaged) or db
+        click.secho(
+            f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}",
+            fg="red" if bad else None,
+        )
         for why in r.damaged.values():
-            click.echo(term(f"  damaged: {why}"))
+            click.secho(term(f"  damaged: {why}"), fg="red")
 
     outcomes = for_each(
         profiles,
         action,
         as_json,
         show,
-        shape=lambda rows: _by_profile(rows, len(profiles) > 1),
+        needs_db=False,
     )
     if not all(o.value.ok for o in outcomes if o.value is not None):
         sys.exit(1)

@@ -3,81 +3,117 @@
 from __future__ import annotations
 
 import functools
+import sys
 import time
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from hermes_keeper.cli.options import for_each, profile_options, quiet_option
-from hermes_keeper.cli.render import human_bytes
-from hermes_keeper.cli.text import cell
-from hermes_keeper.errors import KeeperError
-from hermes_keeper.run.policy import parse_duration
-
-dest_option = click.option(
-    "--dest",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Backup folder (default: <home>/keeper/backups; may be shared by several profiles).",
+from hermes_keeper import units
+from hermes_keeper.cli.options import (
+    confirm,
+    dest_option,
+    dry_run_option,
+    examples,
+    for_each,
+    json_option,
+    profile_options,
+    quiet_option,
+    yes_option,
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+from hermes_keeper.cli.render import busy, console
+from hermes_keeper.cli.text import cell, term
+from hermes_keeper.errors import KeeperError, TryLater
+from hermes_keeper.run.policy import setting
+from hermes_keeper.units import parse_duration
 
 
 def rotation_options(fn):
-    """restic-``forget``-style rules, OR-combined; the newest verified backup is always kept."""
-    for name, default, what in reversed(  # click lists the last-applied option first
+    """restic-``forget``-style rules, OR-combined; the newest verified backup is always kept.
+
+    Each defaults to keeper.toml's ``[backups] keep_*`` (SETTINGS); a flag overrides it once."""
+    for name, what in reversed(  # click lists the last-applied option first
         [
-            ("last", 3, "the newest N backups"),
-            ("daily", 7, "the newest backup of each of the last N UTC days"),
-            ("weekly", 4, "the newest backup of each of the last N ISO weeks"),
-            ("monthly", 12, "the newest backup of each of the last N months"),
+            ("last", "the newest N backups"),
+            ("daily", "the newest backup of each of the last N UTC days"),
+            ("weekly", "the newest backup of each of the last N ISO weeks"),
+            ("monthly", "the newest backup of each of the last N months"),
         ]
     ):
+        default = setting(f"backups.keep_{name}").default
         fn = click.option(
             f"--keep-{name}",
-            default=default,
-            show_default=True,
+            default=None,
+            metavar="N",
             type=click.IntRange(min=0),
-            help=f"Keep {what}.",
+            help=f"Keep {what} (default: keeper.toml [backups] keep_{name}, else {default}).",
         )(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, keep_last, keep_daily, keep_weekly, keep_monthly, **kwargs):
-        rules = dict(keep_last=keep_last, daily=keep_daily, weekly=keep_weekly, monthly=keep_monthly)
-        return fn(*args, rules=rules, **kwargs)
+        given = dict(keep_last=keep_last, daily=keep_daily, weekly=keep_weekly, monthly=keep_monthly)
+        return fn(*args, rules={k: v for k, v in given.items() if v is not None}, **kwargs)
 
     return wrapper
 
 
-@click.command()
+@click.command(
+    epilog=examples(
+        "backup --dry-run", "backup --all-profiles --dest /mnt/usb/hermes-backups --keep-daily 14"
+    )
+)
 @profile_options
 @dest_option
 @rotation_options
 @click.option("--no-rotate", is_flag=True, help="Keep every older backup this time.")
+@dry_run_option
 @json_option
 @quiet_option
-def backup(profiles, dest, rules, no_rotate, as_json, quiet):
+def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
     """Consistent snapshot of state.db (VACUUM INTO), checked, zstd-compressed; Hermes keeps running.
 
     Older backups of the same home are then rotated (see `backups` for why each is kept).
     """
+    rotate = False if no_rotate else rules
+    if dry_run:
+        for_each(profiles, lambda p: p.backup_preview(dest, rotate), as_json, _backup_preview, to_dict=dict)
+        return
+
+    def action(p):
+        with busy(f"{p.name}: backing up state.db (VACUUM INTO, then zstd)", as_json):
+            return p.backup(dest, rotate=rotate)
+
     for_each(
         profiles,
-        lambda p: p.backup(dest, rotate=False if no_rotate else rules),
+        action,
         as_json,
         lambda _p, done: (
             quiet
             or click.echo(
-                f"{done.record.profile}: {done.record.path} {human_bytes(done.record.bytes)} (database"
-                f" {human_bytes(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
+                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
+                f" {units.size(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
                 f" {', '.join(done.rotated_out) or 'none'}"
             )
         ),
     )
 
 
-@click.command()
+def _backup_preview(_profile, o: dict) -> None:
+    if o["refused"]:
+        click.echo(term(f"{o['profile']}: would be refused: {o['refused']}"))
+        return
+    gone = ", ".join(o["would_rotate_out"]) or "none"
+    click.echo(
+        term(
+            f"{o['profile']}: would back up a {units.size(o['database_bytes'])} database into {o['folder']}; "
+            f"then rotate out: {gone}"
+        )
+    )
+
+
+@click.command(
+    epilog=examples("backups", "backups --prune --keep-last 2 --dry-run", "backups --remove-leftovers")
+)
 @profile_options
 @dest_option
 @rotation_options
@@ -87,103 +123,163 @@ def backup(profiles, dest, rules, no_rotate, as_json, quiet):
     is_flag=True,
     help="Delete Hermes's never-cleaned state.db.malformed-backup-* copies.",
 )
+@dry_run_option
 @json_option
-def backups(profiles, dest, rules, prune, remove_leftovers, as_json):
+def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
     """List backups with size, age, verification and why each is kept; Hermes's leftover copies.
 
-    Changes nothing unless --prune or --remove-leftovers is given.
+    Changes nothing unless --prune or --remove-leftovers is given (and not --dry-run).
     """
 
     def show(_profile, o: dict) -> None:
-        console, now = Console(), time.time()
+        out, now = console(), time.time()
         t = Table(title=f"{o['profile']}: backups in {o['folder']}")
         for col in ("backup", "size", "database", "age", "verified", "kept because"):
             t.add_column(col, overflow="fold")
         for b in o["backups"]:
             t.add_row(
                 cell(b["name"]),
-                human_bytes(b["bytes"]),
-                human_bytes(b["raw_bytes"]),
-                f"{(now - b['created_at']) / 86400:.1f}d",
+                units.size(b["bytes"]),
+                units.size(b["raw_bytes"]),
+                units.ago(b["created_at"], now),
                 "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
                 ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
-        console.print(t)
+        out.print(t)
         for name in o["removed"]:
-            console.print(cell(f"removed {name}"))
+            out.print(cell(f"removed {name}"))
+        if dry_run and prune:
+            for b in o["backups"]:
+                if not b["keep"]:
+                    out.print(cell(f"would remove {b['name']}"))
         for lo in o["leftovers"]:
             verb = "removed" if lo["removed"] else "can be removed with --remove-leftovers"
-            console.print(cell(f"Hermes leftover {lo['name']} ({human_bytes(lo['bytes'])}): {verb}"))
+            out.print(cell(f"Hermes leftover {lo['name']} ({units.size(lo['bytes'])}): {verb}"))
         for lo in o["killed_backup_files"]:
-            size = human_bytes(lo["bytes"])
-            console.print(cell(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it"))
+            size = units.size(lo["bytes"])
+            out.print(cell(f"left by a killed backup: {lo['name']} ({size}); the next backup removes it"))
 
     for_each(
         profiles,
-        lambda p: p.backups(dest, rules, prune=prune, remove_leftovers=remove_leftovers),
+        lambda p: p.backups(
+            dest, rules, prune=prune and not dry_run, remove_leftovers=remove_leftovers and not dry_run
+        ),
         as_json,
         show,
         to_dict=lambda o: o,
     )
 
 
-@click.command()
+@click.command(epilog=examples("restore --latest --dry-run", "restore state-20261203T040000Z.db.zst --yes"))
 @profile_options
-@click.argument("backup_name", required=False)
+@click.argument("backup_name", required=False, metavar="[BACKUP]")
 @click.option("--latest", is_flag=True, help="The newest backup of this home.")
 @dest_option
 @click.option(
     "--force", is_flag=True, help="Even while a process holds the database (it keeps the old file)."
 )
+@dry_run_option
+@yes_option
 @json_option
-def restore(profiles, backup_name, latest, dest, force, as_json):
+def restore(profiles, backup_name, latest, dest, force, dry_run, yes, as_json):
     """Replace state.db with a verified backup (a file name, a path, or --latest).
 
     The current state.db, -wal and -shm are kept as state.db.keeper-before-restore-<UTC>.
+    Asks first on a terminal; without one, only with --yes.
     """
     if bool(backup_name) == bool(latest):
         raise KeeperError("name a backup (file name or path) or pass --latest")
     if len(profiles) != 1:
         raise KeeperError("restore one profile at a time")
+    profile = profiles[0]
+    preview = profile.restore_preview(backup_name, dest)
+    if dry_run:
+        for_each(profiles, lambda _p: preview, as_json, _restore_preview, to_dict=dict)
+        return
+    if not as_json:
+        _restore_preview(profile, preview)
+    confirm(f"Replace {profile.db_path} with {preview['name']}?", yes)
     for_each(
         profiles,
-        lambda p: p.restore(backup_name, dest, force=force),
+        lambda p: p.restore(preview["path"], force=force),
         as_json,
         lambda p, r: click.echo(
-            f"{p.name}: restored {r.restored} ({r.sessions} sessions, {r.messages} messages);"
-            f" previous state.db kept as {r.safety_copy or '(there was none)'}"
+            f"{p.name}: restored {r.restored} ({units.plural(r.sessions, 'session')}, "
+            f"{units.plural(r.messages, 'message')}); previous state.db kept as "
+            f"{r.safety_copy or '(there was none)'}"
         ),
     )
 
 
-@click.command()
+def _restore_preview(_profile, o: dict) -> None:
+    held = f"; held by {'; '.join(o['holders'])} (restore refuses unless --force)" if o["holders"] else ""
+    click.echo(
+        term(
+            f"{o['profile']}: would replace {o['replaces']} with {o['path']} (taken "
+            f"{units.ago(o['created_at'], time.time())}, database {units.size(o['raw_bytes'])}, sha256 "
+            f"{'verified' if o['verified'] else 'DOES NOT MATCH: restore refuses it'}){held}"
+        )
+    )
+
+
+@click.command(epilog=examples("compact --dry-run", "compact --wait-idle 10m"))
 @profile_options
-@click.option("--wait-idle", default=None, help="Wait up to this long (e.g. 600s, 10m) for Hermes to stop.")
+@click.option(
+    "--wait-idle",
+    default=None,
+    metavar="DURATION",
+    help="Wait up to this long (e.g. 600s, 10m) for Hermes to stop.",
+)
 @click.option("--no-vacuum", is_flag=True, help="Never run the one-time full VACUUM.")
+@dry_run_option
 @json_option
 @quiet_option
-def compact(profiles, wait_idle, no_vacuum, as_json, quiet):
+def compact(profiles, wait_idle, no_vacuum, dry_run, as_json, quiet):
     """Return free pages to the disk in short steps while Hermes runs.
 
     A database still in auto_vacuum=NONE is switched to INCREMENTAL once, by a full VACUUM after a
-    backup, and only when no process holds it.
+    backup, and only when no process holds it. Exit 75 when that switch could not run because
+    Hermes held the database (try later, or --wait-idle), 1 when it could not for another reason;
+    --no-vacuum makes it a choice (exit 0).
     """
     wait = parse_duration(wait_idle, "--wait-idle") if wait_idle else None
-    for_each(
+    if dry_run:
+        for_each(profiles, lambda p: p.compact_preview(), as_json, _compact_preview, to_dict=dict)
+        return
+
+    def action(p):
+        with busy(f"{p.name}: compacting state.db", as_json):
+            return p.compact(wait, allow_full_vacuum=not no_vacuum)
+
+    outcomes = for_each(
         profiles,
-        lambda p: p.compact(wait, allow_full_vacuum=not no_vacuum),
+        action,
         as_json,
         lambda _p, res: quiet or _compact_line(res.to_dict()),
+    )
+    stuck = [o.value for o in outcomes if o.value is not None and o.value.unconverted]
+    if stuck and not no_vacuum:
+        sys.exit(TryLater.exit_code if all(r.holders for r in stuck) else 1)
+
+
+def _compact_preview(_profile, o: dict) -> None:
+    held = f"; now held by {'; '.join(o['holders'])}" if o["holders"] else ""
+    click.echo(
+        term(
+            f"{o['profile']}: {units.size(o['reclaimable_bytes'])} reclaimable in a "
+            f"{units.size(o['db_bytes'])} state.db (auto_vacuum {o['auto_vacuum']}); "
+            f"would run: {o['step']}{held}"
+        )
     )
 
 
 def _compact_line(r: dict) -> None:
     click.echo(
         (
-            f"{r['profile']}: freed {human_bytes(r['freed_bytes'])} (database "
-            f"{human_bytes(r['db_bytes_before'])} -> {human_bytes(r['db_bytes_after'])}, WAL "
-            f"{human_bytes(r['wal_bytes_before'])} -> {human_bytes(r['wal_bytes_after'])}, auto_vacuum "
-            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']})"
-            + (f"; {r['note']}" if r["note"] else "")
+            f"{r['profile']}: freed {units.size(r['freed_bytes'])} on disk (state.db "
+            f"{units.size(r['db_bytes_before'])} -> {units.size(r['db_bytes_after'])}, WAL "
+            f"{units.size(r['wal_bytes_before'])} -> {units.size(r['wal_bytes_after'])}); "
+            f"{units.size(r['free_bytes_after'])} reclaimable still in state.db; auto_vacuum "
+            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}" + (f"; {r['note']}" if r["note"] else "")
         ),
     )

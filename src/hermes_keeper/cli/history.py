@@ -6,8 +6,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from hermes_keeper import units
 from hermes_keeper.cli.options import for_each, profile_options
-from hermes_keeper.cli.render import human_bytes, local_time
+from hermes_keeper.cli.render import local_time
 from hermes_keeper.history import database_bytes
 
 
@@ -37,9 +38,9 @@ def history(profiles, as_json, limit, every_kind):
             t.add_row(
                 local_time(e.ts),
                 e.kind + runs,
-                human_bytes(database_bytes(f["components"])) if "components" in f else "",
+                units.size(database_bytes(f["components"])) if "components" in f else "",
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
-                human_bytes(f["freed_bytes"]) if "freed_bytes" in f else "",
+                units.size(f["freed_bytes"]) if "freed_bytes" in f else "",
                 f"{f['seconds']:.1f}s" if "seconds" in f else "",
                 f"{f['max_txn_ms']:.0f} ms" if "max_txn_ms" in f else "",
             )

@@ -10,39 +10,64 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
-from hermes_keeper.cli.options import for_each, metrics_to, profile_options, quiet_option, textfile_option
-from hermes_keeper.cli.render import auto_prune_line, human_bytes
+from hermes_keeper.cli.options import (
+    HelpGroup,
+    dest_option,
+    examples,
+    for_each,
+    json_option,
+    metrics_to,
+    next_command,
+    profile_options,
+    quiet_option,
+    textfile_option,
+)
+from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.history import record_run
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
-def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
+def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> None:
     d = plan.to_dict()
-    console.rule(f"[bold]{plan.profile}[/] plan")
-    console.print(
-        f"close {len(plan.zombies)} zombie sessions · prune {d['prune']['sessions']} sessions "
-        f"({d['prune']['messages']} messages, ~{human_bytes(d['prune']['est_bytes'])}) · remove "
-        f"{d['files']['remove']} files ({human_bytes(d['files']['bytes'])})"
+    if plan.nothing_to_do and not verbose:
+        kept = ", ".join(f"{r['sessions']} {r['reason']}" for r in d["keep_reasons"][:3])
+        out.print(
+            cell(
+                f"{plan.profile}: nothing to do; {units.plural(len(plan.decisions), 'session')} kept ({kept})"
+            )
+        )
+        return
+    heading(out, f"[bold]{plan.profile}[/] plan")
+    out.print(
+        f"close {units.plural(len(plan.zombies), 'zombie session')} · prune "
+        f"{units.plural(d['prune']['sessions'], 'session')} "
+        f"({units.plural(d['prune']['messages'], 'message')}, ~{units.size(d['prune']['est_bytes'])}) "
+        f"· remove {units.plural(d['files']['remove'], 'file')} ({units.size(d['files']['bytes'])})"
         + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
     )
     if kinds := [
-        f"{k} {v['remove']} ({human_bytes(v['bytes'])})"
+        f"{k} {v['remove']} ({units.size(v['bytes'])})"
         for k, v in d["files"]["by_kind"].items()
         if v["remove"]
     ]:
-        console.print(f"files by kind: {', '.join(kinds)}")
-    console.print(
+        out.print(f"files by kind: {', '.join(kinds)}")
+    if plan.prune and not plan.archive:
+        out.print(
+            f"[bold red]--no-archive: {units.plural(len(plan.prune), 'pruned session')} will be deleted "
+            "with NO archive copy; these deletes are final[/]"
+        )
+    out.print(
         f"safeguard: {plan.safeguard.why}",
         style="red" if plan.safeguard.kind == REFUSE else None,
         markup=False,
-        soft_wrap=True,
     )
-    if plan.compact:
-        console.print(f"then compact: {plan.compact}")
+    for i, step in enumerate(plan.steps(), 1):
+        out.print(cell(f"  {i}. {step}"))
     t = Table(title="By source")
-    for col in ("source", "prune", "keep", "messages", "~bytes"):
+    for col in ("source", "prune", "keep", "messages", "~size"):
         t.add_column(col, justify="left" if col == "source" else "right")
     for src, c in d["by_source"].items():
         t.add_row(
@@ -50,63 +75,79 @@ def _render_plan(plan: Plan, verbose: bool, console: Console) -> None:
             str(c.get("prune", 0)),
             str(c.get("keep", 0)),
             str(c.get("messages", 0)),
-            human_bytes(c.get("bytes", 0)),
+            units.size(c.get("bytes", 0)),
         )
-    console.print(t)
+    out.print(t)
     t = Table(title="Why sessions are kept")
-    t.add_column("reason")
-    t.add_column("sessions", justify="right")
-    for reason, n in d["keep_reasons"].items():
-        t.add_row(cell(reason), str(n))
-    console.print(t)
+    for col in ("reason", "code", "sessions"):
+        t.add_column(col, justify="right" if col == "sessions" else "left")
+    for r in d["keep_reasons"]:
+        t.add_row(cell(r["reason"]), r["code"], str(r["sessions"]))
+    out.print(t)
     if verbose:
         t = Table(title="Every session")
         for col in ("session", "source", "action", "reason"):
             t.add_column(col)
         for z in plan.zombies:
-            t.add_row(cell(z.session_id), cell(z.source), "close", f"open, idle {z.idle_s / 86400:.1f}d")
+            t.add_row(
+                cell(z.session_id),
+                cell(z.source),
+                "close",
+                f"open, idle {units.duration(round(z.idle_s / 3600) * 3600)}",
+            )
         for sid in sorted(plan.decisions):
             x = plan.decisions[sid]
             t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
-        console.print(t)
+        out.print(t)
         for f in plan.files:
-            console.print(cell(f"remove {f.path} ({human_bytes(f.bytes)}): {f.reason}"))
+            out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
         for f in plan.kept_files:
-            console.print(cell(f"keep {f.path} ({human_bytes(f.bytes)}): {f.reason}"))
-    console.print(f"after: {d['remaining']['sessions']} sessions, {d['remaining']['messages']} messages")
+            out.print(cell(f"keep {f.path} ({units.size(f.bytes)}): {f.reason}"))
+    out.print(
+        f"after: {units.plural(d['remaining']['sessions'], 'session')}, "
+        f"{units.plural(d['remaining']['messages'], 'message')}"
+    )
     if d["hermes_auto_prune"]:
         what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
-        console.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
+        out.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
     if plan.archive_retention is not None:
-        _render_archive_retention(plan.archive_retention, verbose, console)
+        _render_archive_retention(plan.archive_retention, verbose, out)
     for w in plan.warnings:
-        console.print(Text(f"warning: {term(w)}", style="yellow"))
+        out.print(Text(f"warning: {term(w)}", style="yellow"))
+    if not plan.nothing_to_do and plan.safeguard.kind != REFUSE:
+        out.print(cell(f"next: {next_hint}"))
 
 
-def _render_archive_retention(r: RetentionPlan, verbose: bool, console: Console) -> None:
+def _render_archive_retention(r: RetentionPlan, verbose: bool, out: Console) -> None:
     """What ``[archive] keep`` / ``max_bytes`` drops from the archive (the gone-for-good warning follows)."""
     files = f", {len(r.delete_files)} month files deleted whole" if r.delete_files else ""
-    console.print(
-        f"archive: {r.entries} entries in {human_bytes(r.bytes)}; drop {len(r.drops)} entries "
-        f"(~{human_bytes(r.freed_bytes)}{files})",
+    out.print(
+        f"archive: {r.entries} entries in {units.size(r.bytes)}; drop {len(r.drops)} entries "
+        f"(~{units.size(r.freed_bytes)}{files})",
         markup=False,
     )
     if verbose:
         for d in r.drops:
             last = " (last copy: not in state.db)" if d.gone_for_good else ""
-            console.print(cell(f"drop {d.session_id} #{d.entry} in {d.file}: {d.reason}{last}"))
+            out.print(cell(f"drop {d.session_id} #{d.entry} in {d.file}: {d.reason}{last}"))
 
 
-def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics=None):
-    console = Console(stderr=False, quiet=quiet and not as_json)
-    overrides = {"archive": False} if no_archive else None
+def _run(
+    profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest, keep_within, keep_size, metrics=None
+):
+    out = console(quiet=quiet and not as_json)
+    overrides = ({"archive": False} if no_archive else {}) | ({"backups": {"dest": dest}} if dest else {})
+    if keep_size:
+        overrides["disk"] = {"max_db_bytes": keep_size}
 
     def action(profile):
         policy = profile.config(config, overrides)
+        for spec in keep_within:
+            policy.keep_within(spec)
         if dry_run:
             return profile.plan(policy)
         show = sys.stdout.isatty() and not quiet and not as_json
-        with Progress(console=console, disable=not show, transient=True) as bar:
+        with Progress(console=out, disable=not show, transient=True) as bar:
             task = bar.add_task(f"{profile.name}: pruning", total=None)
 
             def progress(kind: str, n: int) -> None:
@@ -123,8 +164,9 @@ def _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics
             if not quiet:
                 click.echo(value.summary())
             return
-        _render_plan(value, verbose, console)
+        _render_plan(value, verbose, out, next_hint)
 
+    next_hint = next_command("run", drop=("dry_run", "verbose", "as_json", "quiet"))
     for_each(profiles, action, as_json, show, lambda v: v.to_dict(verbose) if dry_run else v.to_dict())
 
 
@@ -140,6 +182,19 @@ _run_options = [
         default=None,
         help="Policy file (default: <home>/keeper.toml).",
     ),
+    dest_option,
+    click.option(
+        "--keep-within",
+        multiple=True,
+        metavar="[SOURCE=]DURATION",
+        help="This run only: keep sessions active within DURATION (every source, or SOURCE=; repeatable).",
+    ),
+    click.option(
+        "--keep-size",
+        default=None,
+        metavar="SIZE",
+        help="This run only: prune the oldest eligible until state.db is under SIZE (disk.max_db_bytes).",
+    ),
 ]
 
 
@@ -149,32 +204,40 @@ def _with_options(fn):
     return fn
 
 
-@click.command()
+@click.command(
+    epilog=examples("run", "run --all-profiles --quiet", "run --keep-within cron=3d --dest /mnt/backups")
+)
 @click.option("--dry-run", is_flag=True, help="Only say what would happen and why.")
 @_with_options
 @textfile_option
-def run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, textfile):
+def run(profiles, dry_run, textfile, **opts):
     """Close zombies, archive and prune old sessions, remove stale files: live-safe."""
     with metrics_to(None if dry_run else textfile) as metrics:
-        _run(profiles, dry_run, verbose, as_json, quiet, no_archive, config, metrics)
+        _run(profiles, dry_run, metrics=metrics, **opts)
 
 
-@click.command()
+@click.command(epilog=examples("plan", "plan -v --profile work", "plan --keep-within 30d --json"))
 @_with_options
-def plan(profiles, verbose, as_json, quiet, no_archive, config):
+def plan(profiles, **opts):
     """What `run` would do and why (same as `run --dry-run`)."""
-    _run(profiles, True, verbose, as_json, quiet, no_archive, config)
+    _run(profiles, True, **opts)
 
 
-@click.group()
+@click.group(cls=HelpGroup, epilog=examples("config show"))
 def config():
     """The effective policy."""
 
 
-@config.command("show")
+@config.command("show", epilog=examples("config show", "config show --all-profiles --json"))
 @profile_options
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Policy file (default: <home>/keeper.toml).",
+)
+@json_option
 def config_show(profiles, config_path, as_json):
     """Print the effective policy per profile and where each value came from."""
 
@@ -184,6 +247,6 @@ def config_show(profiles, config_path, as_json):
             t.add_column(col, overflow="fold")
         for row in policy.settings():
             t.add_row(row["key"], row["value"], row["from"])
-        Console().print(t)
+        console().print(t)
 
     for_each(profiles, lambda p: p.config(config_path), as_json, show)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -11,10 +12,44 @@ from typing import Any
 
 import click
 
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profiles
 
 #: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
 HOMES_KEY = "hermes_keeper.homes"
+
+
+class HelpGroup(click.Group):
+    """A group whose ``--help`` lists each command's whole first sentence (click cuts it at ~45
+    characters), wrapped, not cut."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def examples(*commands: str) -> str:
+    """A command's ``--help`` epilog: the commands as typed, never rewrapped (click's ``\\b``).
+    Every command has one (tests/test_docs.py)."""
+    return "\b\nExamples:\n" + "\n".join(f"  hermes-keeper {c}" for c in commands)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/json.md).")
+dry_run_option = click.option("--dry-run", is_flag=True, help="Only say what would happen; change nothing.")
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do it without asking.")
+dest_option = click.option(
+    "--dest",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Backup folder (default: keeper.toml's [backups] dest, else <home>/keeper/backups).",
+)
 
 
 def profile_options(fn):
@@ -26,7 +61,13 @@ def profile_options(fn):
         default=None,
         help="Hermes home (default: $HERMES_HOME, else ~/.hermes).",
     )
-    @click.option("--profile", "profile_name", default=None, help="Profile name (default: the active one).")
+    @click.option(
+        "--profile",
+        "profile_name",
+        default=None,
+        metavar="NAME",
+        help="Profile name (default: the active one).",
+    )
     @click.option("--all-profiles", is_flag=True, help="Every profile under the home.")
     @functools.wraps(fn)
     def wrapper(*args, home, profile_name, all_profiles, **kwargs):
@@ -68,23 +109,74 @@ def metrics_to(textfile: str | None) -> Iterator[Any]:
     metrics.write(target)
 
 
+def interactive() -> bool:
+    """A person at a terminal who can answer a question."""
+    return sys.stdin.isatty()
+
+
+def confirm(question: str, yes: bool) -> None:
+    """The one confirmation (docker prune style): ``--yes`` skips it; on a terminal ask, default
+    no; without a terminal (cron, a pipe) refuse, so nothing is replaced unseen."""
+    if yes:
+        return
+    if not interactive():
+        raise KeeperError(f"{question.rstrip('?')}: not confirmed; no terminal to ask on, pass --yes")
+    click.confirm(question, default=False, abort=True)
+
+
+def program() -> str:
+    """How the user invoked the keeper (``hermes-keeper``, ``python -m hermes_keeper``...): a
+    hint that names another command must paste as it is."""
+    return click.get_current_context().find_root().info_name or "hermes-keeper"
+
+
+def next_command(command: str, drop: Sequence[str] = ()) -> str:
+    """The exact command to run next, pasteable: this program as it was invoked (``hermes-keeper``,
+    ``python -m hermes_keeper``...), ``command``, and this invocation's options except ``drop``."""
+    ctx = click.get_current_context()
+    words = [*shlex.split(program()), command]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name in drop or not isinstance(param, click.Option) or value in (None, False, ()):
+            continue
+        for v in value if isinstance(value, tuple) else [value]:
+            words += [param.opts[-1]] if param.is_flag else [param.opts[-1], str(v)]
+    return shlex.join(words)
+
+
+def command_name() -> str:
+    """The command's words without the program (``archive list``): the ``command`` of its JSON
+    and the name of its schema (``schemas/archive-list.json``)."""
+    ctx, words = click.get_current_context(), []
+    while ctx.parent is not None:
+        words.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(reversed(words))
+
+
+def emit_json(rows: list[dict]) -> None:
+    """The one JSON shape of every command (docs/json.md): ``{"command": "archive list",
+    "profiles": [{"profile": NAME, ...}, ...]}``, one row per profile, in the order done."""
+    click.echo(json.dumps({"command": command_name(), "profiles": rows}, indent=2, ensure_ascii=False))
+
+
 def for_each(
     profiles: Sequence[Profile],
     action: Callable[[Profile], Any],
     as_json: bool,
     show: Callable[[Profile, Any], None],
     to_dict: Callable[[Any], dict] = lambda value: value.to_dict(),
-    shape: Callable[[list[dict]], Any] = lambda rows: {"profiles": rows},
+    needs_db: bool = True,
 ) -> list[Outcome]:
     """The one multi-profile policy: ``action`` per profile, each result printed as it is done.
 
     Text: ``show(profile, value)``, a failure one line on stderr, a new profile without
-    state.db a note. JSON: ``shape`` of every row (the result, ``error``, or
+    state.db a note. JSON: :func:`emit_json` of every row (the result, ``error``, or
     ``skipped_because``) at the end.
     Exit 1 when some failed and others ran; 2 (or the failures' own code) when none ran.
     """
     outcomes, rows = [], []
-    for o in each(profiles, action):
+    for o in each(profiles, action, needs_db):
         outcomes.append(o)
         row = {"profile": o.profile.name}
         if o.error is None and o.skipped is None:
@@ -99,7 +191,7 @@ def for_each(
             click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
         rows.append(row)
     if as_json:
-        click.echo(json.dumps(shape(rows), indent=2, ensure_ascii=False))
+        emit_json(rows)
     code = exit_code(outcomes)
     if code:
         sys.exit(code)

@@ -1,16 +1,20 @@
 """Rich tables for people; every command also has ``--json`` for machines.
 
-Everything fits an 100-column terminal: a report is read in a cron mail or over ssh.
+Everything fits an 100-column terminal: a report is read in a cron mail or over ssh. Piped
+(or in a cron mail), nothing wraps: see :func:`console`.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from contextlib import nullcontext
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hermes_keeper import units
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.report import AGE_BUCKETS
 from hermes_keeper.run.files import CHECKPOINTS_NOTE
@@ -30,47 +34,49 @@ FILE_KIND_LABELS = {
     "routing": "sessions/sessions.json (gateway routing)",
     "other": "sessions/ other",
 }
-LARGEST_SHOWN = 5
 RUNAWAYS_SHOWN = 5
+#: Piped output has no width limit (rich would wrap at 80): an id or file name is copied whole.
+PIPED_WIDTH = 100_000
 
 
-def human_bytes(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
+def console(**kwargs) -> Console:
+    """The one console every command prints through: on a terminal rich's own width; piped, no
+    wrap at all, so a session id or a file name a user copies into the next command is never
+    split over lines (unless ``COLUMNS`` asks for a width)."""
+    c = Console(**kwargs)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c.width, c.soft_wrap = PIPED_WIDTH, True
+    return c
 
 
-def _ago(ts: float, now: float) -> str:
-    d = max(0.0, now - ts)
-    if d < 3600:
-        return f"{d / 60:.0f}m ago"
-    if d < 86400:
-        return f"{d / 3600:.0f}h ago"
-    return f"{d / 86400:.0f}d ago"
+def busy(text: str, quiet: bool = False):
+    """A spinner on stderr while a step with no countable progress runs (a backup's VACUUM
+    INTO, compact's VACUUM, an export); nothing when piped, in cron or with ``--json``."""
+    err = Console(stderr=True)
+    return nullcontext() if quiet or not err.is_terminal else err.status(text)
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds / 86400:g}d" if seconds % 86400 == 0 else f"{seconds / 3600:g}h"
+def heading(c: Console, text: str) -> None:
+    """A rule on a terminal; piped, one short line (a rule would be ``PIPED_WIDTH`` wide)."""
+    if c.is_terminal:
+        c.rule(text)
+    else:
+        c.print(f"== {text} ==")
 
 
 def _database_table(rep: dict) -> Table:
     db, disk = rep["database"], rep["disk"]
-    t = Table(
-        title=f"state.db: {human_bytes(db['bytes'])} in {db['page_count']} pages of {db['page_size']} B"
-    )
+    t = Table(title=f"state.db: {units.size(db['bytes'])} in {db['page_count']} pages of {db['page_size']} B")
     t.add_column("what")
     t.add_column("bytes", justify="right")
     t.add_column("share", justify="right")
     total = max(1, db["bytes"])
     for key, label in GROUP_LABELS.items():
         n = db["groups"][key]
-        t.add_row(label, human_bytes(n), f"{100 * n / total:.0f}%")
+        t.add_row(label, units.size(n), f"{100 * n / total:.0f}%")
     t.add_section()
-    t.add_row("state.db-wal (write-ahead log)", human_bytes(disk["wal"]), "")
-    t.add_row("state.db-shm (WAL index)", human_bytes(disk["shm"]), "")
+    t.add_row("state.db-wal (write-ahead log)", units.size(disk["wal"]), "")
+    t.add_row("state.db-shm (WAL index)", units.size(disk["shm"]), "")
     return t
 
 
@@ -80,15 +86,17 @@ def _files_table(files: dict) -> Table:
     t.add_column("files", justify="right")
     t.add_column("bytes", justify="right")
     for kind, v in files["sessions_dir"].items():
-        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v["files"]), human_bytes(v["bytes"]))
+        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v["files"]), units.size(v["bytes"]))
     o = files["orphans"]
-    t.add_row("  of these: orphans (session gone)", str(o["files"]), human_bytes(o["bytes"]))
+    t.add_row("  of these: orphans (session gone)", str(o["files"]), units.size(o["bytes"]))
     for d, v in files["other"].items():
         if v["files"]:
-            t.add_row(cell(f"{d}/"), str(v["files"]), human_bytes(v["bytes"]))
+            t.add_row(cell(f"{d}/"), str(v["files"]), units.size(v["bytes"]))
     if copies := files["malformed_copies"]:
         t.add_row(
-            "state.db.malformed-backup-*", str(len(copies)), human_bytes(sum(m["bytes"] for m in copies))
+            "state.db.malformed-backup-* (never removed)",
+            str(len(copies)),
+            units.size(sum(m["bytes"] for m in copies)),
         )
     return t
 
@@ -99,10 +107,10 @@ def _folders_table(rows: list[dict]) -> Table:
     for col in ("where", "entries", "bytes", "policy", "run removes"):
         t.add_column(col, justify="right" if col in ("entries", "bytes") else "left", overflow="fold")
     for r in rows:
-        removes = f"{r['remove_entries']} ({human_bytes(r['remove_bytes'])})" if r["remove_entries"] else "-"
+        removes = f"{r['remove_entries']} ({units.size(r['remove_bytes'])})" if r["remove_entries"] else "-"
         if r["kept"]:
             removes += f"; keeps {r['kept']} (symlink, last readable)"
-        t.add_row(cell(r["where"]), str(r["entries"]), human_bytes(r["bytes"]), cell(r["rule"]), removes)
+        t.add_row(cell(r["where"]), str(r["entries"]), units.size(r["bytes"]), cell(r["rule"]), removes)
     return t
 
 
@@ -124,16 +132,17 @@ def _sources_table(s: dict) -> Table:
 
 
 def _largest_table(s: dict, now: float) -> Table:
-    """Top sessions by messages; token and cost columns only where Hermes recorded any."""
-    rows = s["largest"]["messages"][:LARGEST_SHOWN]
+    """Top sessions by messages (as many as ``--top`` asked); token and cost columns only where
+    Hermes recorded any."""
+    rows = s["largest"]["messages"]
     cells = {
         "id": lambda r: cell(r["id"]),
         "source": lambda r: cell(r["source"]),
         "messages": lambda r: str(r["messages"]),
-        "text": lambda r: human_bytes(r["bytes"]),
+        "text": lambda r: units.size(r["bytes"]),
         "tokens": lambda r: str(r["tokens"]),
         "cost": lambda r: f"${r['cost_usd']:.2f}",
-        "last activity": lambda r: _ago(r["last_activity"], now),
+        "last activity": lambda r: units.ago(r["last_activity"], now),
     }
     if not any(r["tokens"] for r in rows):
         del cells["tokens"]
@@ -157,7 +166,7 @@ def _growth_table(g: dict) -> Table:
             key.replace("_", " "),
             f"{w['sessions_per_day']:g}",
             f"{w['messages_per_day']:g}",
-            human_bytes(w["bytes_per_day"]),
+            units.size(w["bytes_per_day"]),
         )
     return t
 
@@ -184,10 +193,10 @@ def _archive_line(a: dict, now: float, c: Console) -> None:
         c.print(f"[yellow]archive: {escape(term(a['problem']))}[/]")
     if not a["files"]:
         return
-    budget = f" of a {human_bytes(a['budget'])} budget" if a["budget"] is not None else ""
-    oldest = f", oldest active {_ago(a['oldest'], now)}" if a["oldest"] is not None else ""
+    budget = f" of a {units.size(a['budget'])} budget" if a["budget"] is not None else ""
+    oldest = f", oldest active {units.ago(a['oldest'], now)}" if a["oldest"] is not None else ""
     c.print(
-        f"archive: {human_bytes(a['bytes'])}{budget} in {a['files']} files, {a['entries']} entries{oldest}",
+        f"archive: {units.size(a['bytes'])}{budget} in {a['files']} files, {a['entries']} entries{oldest}",
         markup=False,
     )
     if a["over_budget"]:
@@ -198,11 +207,11 @@ def _archive_line(a: dict, now: float, c: Console) -> None:
         c.print(f"[yellow]{a['expired']} archive entries older than archive.keep: the next run drops them[/]")
 
 
-def render_report(rep: dict, console: Console | None = None) -> None:
-    c = console or Console()
+def render_report(rep: dict, c: Console | None = None) -> None:
+    c = c or console()
     now = rep["generated_at"]
     sch = rep["schema"]
-    c.rule(f"[bold]{rep['profile']}[/] {rep['home']}")
+    heading(c, f"[bold]{rep['profile']}[/] {escape(term(rep['home']))}")
     c.print(f"schema: {sch['reason']} · journal {sch['journal_mode']} · auto_vacuum {sch['auto_vacuum']}")
     c.print(f"Hermes: {sch['generation']} · protections: {', '.join(sch['protections']) or 'none'}")
     for p in sch["timestamp_problems"]:
@@ -226,10 +235,12 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     s = rep["sessions"]
     c.print(_sources_table(s))
     c.print(
-        f"open {s['open']} · ended {s['ended']} · zombies {s['zombies']['total']} "
-        f"(open, idle >= {_duration(s['zombie_after_s'])}) · routed {s['routed']} · "
-        f"archived {s['archived']} (by Hermes's idle sweep {s['auto_archived']}) · hidden {s['hidden']} · "
-        f"titled {s['titled']}"
+        f"open {s['open']} · ended {s['ended']} · "
+        + (f"[yellow]zombies {s['zombies']['total']}[/]" if s["zombies"]["total"] else "zombies 0")
+        + " "
+        f"(open, idle >= {units.duration(s['zombie_after_s'])}) · routed {s['routed']} · "
+        f"titled {s['titled']} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
+        f"{s['archived']}, by its idle sweep {s['auto_archived']}, left out of its listing {s['hidden']}"
     )
     if s["routing_unknown"]:
         c.print(
@@ -252,8 +263,8 @@ def render_report(rep: dict, console: Console | None = None) -> None:
     g = rep["growth"]
     c.print(_growth_table(g))
     c.print(
-        f"projected state.db: {human_bytes(g['projection']['in_30d_bytes'])} in 30 days, "
-        f"{human_bytes(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
+        f"projected state.db: {units.size(g['projection']['in_30d_bytes'])} in 30 days, "
+        f"{units.size(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
     )
     _archive_line(rep["archive"], now, c)
     ap = rep["hermes_auto_prune"]

@@ -10,25 +10,40 @@ from pathlib import Path
 import click
 
 from hermes_keeper import demo as demo_home
-from hermes_keeper.cli.options import for_each, metrics_to, profile_options, quiet_option, textfile_option
+from hermes_keeper.cli.options import (
+    examples,
+    for_each,
+    metrics_to,
+    next_command,
+    profile_options,
+    program,
+    quiet_option,
+    textfile_option,
+)
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.history import record_report
 from hermes_keeper.home import select_profiles
 from hermes_keeper.report import build_report
 from hermes_keeper.report_html import ProfilePage, html_target, render_html, write_html
-from hermes_keeper.run.policy import parse_duration
+from hermes_keeper.units import parse_duration
 
 
-@click.command()
+@click.command(epilog=examples("report", "report --all-profiles --top 20", "report --json > report.json"))
 @profile_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable (data/report.schema.json).")
-@click.option("--zombie-after", default="1d", show_default=True, help="Open and idle this long = zombie.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable (schemas/report.json).")
+@click.option(
+    "--zombie-after",
+    default=None,
+    metavar="DURATION",
+    help="Open and idle this long = zombie (default: the policy's zombie_after, keeper.toml).",
+)
 @click.option(
     "--top",
     default=10,
     show_default=True,
     type=click.IntRange(min=0),
+    metavar="N",
     help="How many largest sessions to list.",
 )
 @click.option(
@@ -48,7 +63,7 @@ def report(profiles, as_json, zombie_after, top, html_path, quiet, textfile):
     broken profile is reported as an error entry, the others still report, exit 1; a new
     profile without state.db is skipped with a note.
     """
-    zombie_after_s = parse_duration(zombie_after, "--zombie-after")
+    zombie_after_s = parse_duration(zombie_after, "--zombie-after") if zombie_after else None
     if html_path:
         html_target(html_path)
     pages = []
@@ -76,11 +91,16 @@ def report(profiles, as_json, zombie_after, top, html_path, quiet, textfile):
                 written = write_html(html_path, render_html(pages))
                 if not (as_json or quiet):
                     click.echo(f"html: {written}")
+    if not (as_json or quiet):
+        hint = next_command("plan", drop=("as_json", "zombie_after", "top", "html_path", "textfile"))
+        click.echo(f"next: {hint}")
 
 
-@click.command()
+@click.command(epilog=examples("demo", "demo /tmp/hermes-demo --sessions 1000"))
 @click.argument("directory", required=False, type=click.Path(file_okay=False))
-@click.option("--sessions", default=300, show_default=True, help="How many sessions to generate.")
+@click.option(
+    "--sessions", default=300, show_default=True, metavar="N", help="How many sessions to generate."
+)
 def demo(directory, sessions):
     """Build a realistic demo Hermes home (73% cron, zombies, orphans, runaways) and report on it.
 
@@ -93,4 +113,4 @@ def demo(directory, sessions):
     click.echo(f"demo home: {home}")
     for p in select_profiles(home, env={}):
         render_report(build_report(p))
-    click.echo(f"next: hermes-keeper plan --home {shlex.quote(str(home))}")  # pastes as is
+    click.echo(f"next: {program()} plan --home {shlex.quote(str(home))}")  # pastes as is

@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_keeper import units
 from hermes_keeper.archive.retention import apply_retention
 from hermes_keeper.archive.store import Archive, archive_exists
 from hermes_keeper.backup.compact import compact_run
@@ -64,14 +65,16 @@ class RunResult:
         return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
 
     def summary(self) -> str:
+        """One line; "freed" only for bytes the disk got back, pages still in the file are "reclaimable"."""
         text = (
-            f"{self.profile}: zombies={self.zombies_closed} pruned={len(self.prune.pruned)} "
-            f"archived={len(self.prune.archived)} files={self.files_removed} "
-            f"freed={self.freed_bytes / 1e6:.0f}MB "
-            f"remaining={self.remaining_sessions} sessions, {self.remaining_messages} messages"
+            f"{self.profile}: zombies closed {self.zombies_closed}, pruned {len(self.prune.pruned)}, "
+            f"archived {len(self.prune.archived)}, files removed {self.files_removed}; "
+            f"freed {units.size(self.freed_bytes)} on disk; remaining "
+            f"{units.plural(self.remaining_sessions, 'session')}, "
+            f"{units.plural(self.remaining_messages, 'message')}"
         )
         if self.reclaimable_bytes >= RECLAIMABLE_NOTE_BYTES:
-            text += f"; reclaimable={self.reclaimable_bytes / 1e6:.0f}MB still in state.db ({RECLAIM_HOW})"
+            text += f"; {units.size(self.reclaimable_bytes)} reclaimable still in state.db ({RECLAIM_HOW})"
         return text
 
     def to_dict(self) -> dict:
@@ -223,9 +226,11 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     if plan.safeguard.kind == REFUSE:
         raise KeeperError(plan.safeguard.why)
     if plan.safeguard.kind == SNAPSHOT:
-        record = take_backup(profile, journal=journal, schema=ctx.schema, holders=ctx.holders())
+        dest = policy.backup_dest
+        record = take_backup(profile, dest, journal=journal, schema=ctx.schema, holders=ctx.holders())
         res.backup = record.name
-        apply_rotation(backup_dir(profile), profile.home, journal=journal)  # or backups pile up
+        # or backups pile up
+        apply_rotation(backup_dir(profile, dest), profile.home, journal=journal, **policy.rotation)
     # Files under sessions/ go on a thread of their own: orphans now, a pruned session's as soon
     # as it is gone (never those of a session that woke up and was put back). The other folders'
     # files wait for the database work: copies of state.db among them stay until it is done.

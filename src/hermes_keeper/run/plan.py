@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
+from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.backup.compact import LIVE_VACUUM_STALL_S
 from hermes_keeper.run.conversations import continues, conversations, lineage_root
@@ -27,6 +28,45 @@ ZOMBIE_END_REASON = "keeper_zombie"
 FUTURE_SLACK_S = 3600.0
 ROUTING_UNKNOWN = "routing unknown (sessions/sessions.json unreadable)"
 FUTURE = "dated in the future"
+CHAT_SURFACE = "open chat surface (runtime/active_sessions.json)"
+UNREADABLE = "protection unreadable"
+MEMBER = "conversation member"
+RESTORED = "restored from the archive"
+
+#: The stable code beside each human reason (``--json``, docs/json.md): the words may change, the
+#: code does not. Reasons with details (``within retention (90d for cli)``) are matched by prefix.
+REASON_CODES = {
+    "open and active": "open_active",
+    "open": "open",
+    "id is not valid UTF-8": "odd_id",
+    "id holds a NUL byte": "odd_id",
+    "routed by the gateway": "routed",
+    ROUTING_UNKNOWN: "routing_unknown",
+    "gateway-recoverable": "gateway_recoverable",
+    "live compression lease": "lease",
+    "live turn lease": "lease",
+    CHAT_SURFACE: "chat_surface",
+    "handoff in flight": "handoff",
+    "telegram topic binding": "topic_binding",
+    "pending delegation": "pending_delegation",
+    FUTURE: "future",
+    "pinned": "pinned",
+    "titled": "titled",
+    RESTORED: "restored",
+    UNREADABLE: "protection_unreadable",
+    MEMBER: "conversation_member",
+    "kept with its conversation": "parent_kept",
+    "within retention": "within_retention",
+    "idle": "retention",
+    "disk budget": "disk_budget",
+}
+
+
+def reason_code(reason: str) -> str:
+    """The code of a plan reason (:data:`REASON_CODES`): exact, else the longest matching prefix."""
+    if reason in REASON_CODES:
+        return REASON_CODES[reason]
+    return REASON_CODES[max((k for k in REASON_CODES if reason.startswith(k)), key=len)]
 
 
 def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
@@ -51,7 +91,7 @@ def in_use(s: SessionRow, now: float) -> list[str]:
         (s.gateway_recoverable, "gateway-recoverable"),
         (_live(s.lease_expires_at, s.lease_holder_dead, now), "live compression lease"),
         (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), "live turn lease"),
-        (s.runtime_lease, "open chat surface (runtime/active_sessions.json)"),
+        (s.runtime_lease, CHAT_SURFACE),
         (s.handoff_state in LIVE_HANDOFF_STATES, "handoff in flight"),
         (s.topic_bound, "telegram topic binding"),
         (s.pending_delegation, "pending delegation"),
@@ -69,6 +109,8 @@ def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
         reasons.append(FUTURE)  # its age is unknown: kept, and said so (not "within retention")
     if s.pinned:
         reasons.append("pinned")
+    if s.restored_until is not None and s.restored_until > now:
+        reasons.append(f"{RESTORED} ({_days(s.restored_until - now)} more)")
     if s.title and policy.keep_titled:
         reasons.append("titled")
     return reasons
@@ -133,7 +175,7 @@ def hermes_auto_prunes(s: SessionRow, survey: Survey, now: float, tails: set[str
 
 def unreadable(survey: Survey) -> list[str]:
     """A protection that exists but could not be read keeps everything (when unsure, keep)."""
-    return [f"protection unreadable: {what}" for what in survey.unreadable]
+    return [f"{UNREADABLE}: {what}" for what in survey.unreadable]
 
 
 @dataclass(frozen=True)
@@ -145,6 +187,10 @@ class Decision:
     unit: str
     messages: int
     est_bytes: int
+
+    @property
+    def code(self) -> str:
+        return reason_code(self.reason)
 
 
 @dataclass(frozen=True)
@@ -222,6 +268,7 @@ class Plan:
     remaining_messages: int = 0
     warnings: list[str] = field(default_factory=list)  # what the plan could not know
     archive_retention: RetentionPlan | None = None  # [archive] keep / max_bytes, when set
+    archive: bool = True  # the policy's: False (``--no-archive``) makes every delete final
 
     def prune_conversations(self) -> list[list[str]]:
         """:attr:`prune` cut into its conversations: the sets prune deletes (or puts back) whole."""
@@ -231,6 +278,26 @@ class Plan:
         return list(out.values())
 
     safeguard: Safeguard = NOTHING_DELETED
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not (self.zombies or self.prune or self.files)
+
+    def steps(self) -> list[str]:
+        """What a run does, in order (the executor's order), each step only when it has work."""
+        out = []
+        if self.prune and self.safeguard.kind == SNAPSHOT:
+            out.append("backup: a verified snapshot of state.db")
+        if self.zombies:
+            out.append(f"close {len(self.zombies)} zombie sessions")
+        if self.prune:
+            how = "archive and verify, then delete" if self.archive else "delete with NO archive (final)"
+            out.append(f"prune {len(self.prune)} sessions: {how}, in short transactions")
+        if self.files:
+            out.append(f"remove {len(self.files)} files")
+        if self.compact:
+            out.append(f"compact: {self.compact}")
+        return out
 
     @property
     def prune_messages(self) -> int:
@@ -257,8 +324,10 @@ class Plan:
             k: {"remove": c["remove"], "bytes": c["bytes"], "kept": c["kept"]} for k, c in sorted(out.items())
         }
 
-    def keep_reasons(self) -> dict[str, int]:
-        return dict(Counter(d.reason for d in self.decisions.values() if d.action == "keep").most_common())
+    def keep_reasons(self) -> list[dict]:
+        """Why sessions are kept, most common first: the code, the words, how many sessions."""
+        counts = Counter((d.code, d.reason) for d in self.decisions.values() if d.action == "keep")
+        return [{"code": c, "reason": r, "sessions": n} for (c, r), n in counts.most_common()]
 
     def to_dict(self, verbose: bool = False) -> dict:
         out = {
@@ -286,9 +355,13 @@ class Plan:
             "warnings": self.warnings,
             "safeguard": asdict(self.safeguard),
             "archive_retention": self.archive_retention and self.archive_retention.to_dict(verbose),
+            "archive": self.archive,
+            "steps": self.steps(),
         }
         if verbose:
-            out["decisions"] = [asdict(self.decisions[k]) for k in sorted(self.decisions)]
+            out["decisions"] = [
+                asdict(self.decisions[k]) | {"code": self.decisions[k].code} for k in sorted(self.decisions)
+            ]
             out["file_actions"] = [asdict(f) for f in self.files]
             out["hermes_deletes_kept"] = self.hermes_deletes_kept
             out["kept_files"] = [asdict(f) for f in self.kept_files]
@@ -312,7 +385,7 @@ def compact_step(auto_vacuum: str | None, live_bytes: int) -> str:
     if auto_vacuum == "incremental":
         return "incremental vacuum in budgeted steps"
     return (
-        f"one-time VACUUM to incremental auto-vacuum (~{live_bytes >> 20} MiB to copy): with Hermes"
+        f"one-time VACUUM to incremental auto-vacuum (~{units.size(live_bytes)} to copy): with Hermes"
         f" stopped, or beside it if its estimated stall is at most {LIVE_VACUUM_STALL_S:.0f} s at a"
         " quiet moment; otherwise the freed pages stay reclaimable in state.db"
     )
@@ -320,7 +393,7 @@ def compact_step(auto_vacuum: str | None, live_bytes: int) -> str:
 
 def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None = None) -> Plan:
     db_bytes = survey.schema.db_bytes if db_bytes is None else db_bytes
-    plan = Plan(profile=survey.profile.name, now=now, db_bytes=db_bytes)
+    plan = Plan(profile=survey.profile.name, now=now, db_bytes=db_bytes, archive=policy.archive)
     ratio = _bytes_per_content_byte(survey, db_bytes)
     sessions = survey.sessions
 
@@ -343,17 +416,21 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         protected = [(r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)]
         if protected:
             sid, why = protected[0]
-            reason = why if len(members) == 1 else f"conversation member {sid} is {why}"
+            reason = why if len(members) == 1 else f"{MEMBER} {sid} is {why}"
             keep_reason = {m: (why if m == sid else reason) for m in members}
             for r in rows:
                 plan.decisions[r.id] = _decision(r, "keep", keep_reason[r.id], root, ratio)
             continue
-        needed = max(policy.retention_for(r.source) for r in rows)
+        needed, longest = max((policy.retention_for(r.source), r.source) for r in rows)
         if age <= needed:
             for r in rows:
-                plan.decisions[r.id] = _decision(
-                    r, "keep", f"within retention ({_days(needed)} for {r.source})", root, ratio
+                own = policy.retention_for(r.source)
+                reason = (
+                    f"within retention ({_days(own)} for {r.source})"
+                    if age <= own
+                    else f"kept with its conversation: within retention ({_days(needed)} for {longest})"
                 )
+                plan.decisions[r.id] = _decision(r, "keep", reason, root, ratio)
             continue
         for r in rows:
             plan.decisions[r.id] = _decision(

@@ -7,13 +7,13 @@ checks the file, ``config show`` prints from it and ``docs/run.md`` shows it as 
 from __future__ import annotations
 
 import math
-import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
+from hermes_keeper.units import parse_duration, parse_size
 
 DAY = 86400.0
 MESSAGING_SOURCES = frozenset(
@@ -38,19 +38,6 @@ MESSAGING_SOURCES = frozenset(
 )
 CONFIG_NAME = "keeper.toml"
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": DAY, "w": 7 * DAY}
-_SIZES = {
-    "b": 1,
-    "kb": 1024,
-    "k": 1024,
-    "mb": 1024**2,
-    "m": 1024**2,
-    "gb": 1024**3,
-    "g": 1024**3,
-    "tb": 1024**4,
-    "t": 1024**4,
-}
-
 
 def _number(value, where: str, what: str) -> float:
     """A finite TOML number; ``nan``/``inf`` would poison every comparison the plan makes."""
@@ -61,29 +48,10 @@ def _number(value, where: str, what: str) -> float:
     return float(value)
 
 
-def parse_duration(value, where: str = "duration") -> float:
-    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"``, ``"2w"``: always with a unit.
-
-    A bare number is refused: ``cron = 7`` reads as seven days to a person and as seven
-    seconds to a program, and the wrong guess prunes everything.
-    """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        shown = f"{value:g}" if math.isfinite(value) else "7"
-        raise KeeperError(f'{where}: a duration needs a unit: write "{shown}d" (or h, m, s, w)')
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*", str(value).lower())
-    if not isinstance(value, str) or not m:
-        raise KeeperError(f"{where}: not a duration: {value!r} (use e.g. 7d, 12h, 30m)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
-def parse_size(value, where: str = "size") -> int:
-    """``"500MB"``, ``"2GB"`` or a whole number of bytes."""
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", value.lower())
-        if not m or (m.group(2) and m.group(2) not in _SIZES):
-            raise KeeperError(f"{where}: not a size: {value!r} (use e.g. 500MB, 2GB)")
-        return int(float(m.group(1)) * _SIZES.get(m.group(2) or "b", 1))
-    return int(_number(value, where, "a size like 2GB"))
+def _parse_path(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise KeeperError(f"{where}: expected a folder path, got {value!r}")
+    return str(Path(value).expanduser())
 
 
 def parse_count(value, where: str) -> int:
@@ -104,6 +72,7 @@ KINDS = {
     "duration": (parse_duration, "duration"),
     "size": (parse_size, "size"),
     "bool": (_parse_bool, "true/false"),
+    "path": (_parse_path, "folder"),
     "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds"),
     "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction"),
     "count": (parse_count, "whole number"),
@@ -136,7 +105,7 @@ class Setting:
         return parsed
 
     def range_text(self) -> str:
-        if self.kind == "bool":
+        if self.kind in ("bool", "path"):
             return ""
         if self.high is None:
             text = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
@@ -196,6 +165,13 @@ SETTINGS: tuple[Setting, ...] = (
         "telegram, discord, slack, whatsapp, signal, matrix, email, sms, ... (`policy.MESSAGING_SOURCES`)",
     ),
     _retention("default", "90d", "any other source; `retention.<source>` sets one source exactly"),
+    Setting(
+        "restored_keep",
+        "duration",
+        "30d",
+        "a session `archive restore` brought back is kept this long (reason `restored`), then ages as any",
+        low=0,
+    ),
     Setting("disk.max_db_bytes", "size", None, "optional budget for `state.db`", low=0),
     Setting(
         "disk.low_water",
@@ -338,6 +314,16 @@ SETTINGS: tuple[Setting, ...] = (
         "optional budget for the archive's files; over it, the oldest conversations go first",
         low=0,
     ),
+    Setting(
+        "backups.dest",
+        "path",
+        None,
+        "backup folder (default `<home>/keeper/backups`; may be shared by several profiles); `--dest`",
+    ),
+    Setting("backups.keep_last", "count", 3, "rotation keeps the newest N backups; `--keep-last`", low=0),
+    Setting("backups.keep_daily", "count", 7, "... and the newest of each of the last N UTC days", low=0),
+    Setting("backups.keep_weekly", "count", 4, "... of each of the last N ISO weeks", low=0),
+    Setting("backups.keep_monthly", "count", 12, "... of each of the last N months", low=0),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -388,6 +374,8 @@ _ATTR |= {
     "files.keeper_leftovers": "keeper_leftovers",
 }
 _ATTR |= {"archive.keep": "archive_keep_s", "archive.max_bytes": "archive_max_bytes"}
+_ATTR["restored_keep"] = "restored_keep_s"
+_ATTR["backups.dest"] = "backup_dest"
 DEFAULT_RETENTION = _table_defaults("retention")
 
 
@@ -402,6 +390,7 @@ class Policy:
     pause_ms: float = _default("pause_ms")
     busy_wait_s: float = _default("busy_wait")
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
+    restored_keep_s: float = _default("restored_keep")
     max_db_bytes: int | None = _default("disk.max_db_bytes")
     low_water: float = _default("disk.low_water")
     files_max_age_s: float = _default("files.max_age")
@@ -417,10 +406,25 @@ class Policy:
     keeper_leftovers: bool = _default("files.keeper_leftovers")
     archive_keep_s: float | None = _default("archive.keep")
     archive_max_bytes: int | None = _default("archive.max_bytes")
+    backup_dest: str | None = _default("backups.dest")
+    keep_last: int = _default("backups.keep_last")
+    keep_daily: int = _default("backups.keep_daily")
+    keep_weekly: int = _default("backups.keep_weekly")
+    keep_monthly: int = _default("backups.keep_monthly")
     #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
     written: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def rotation(self) -> dict[str, int]:
+        """The backup rotation rules, as ``backup.rotation`` takes them."""
+        return {
+            "keep_last": self.keep_last,
+            "daily": self.keep_daily,
+            "weekly": self.keep_weekly,
+            "monthly": self.keep_monthly,
+        }
 
     def retention_for(self, source: str) -> float:
         if source in self.retention_s:
@@ -438,9 +442,15 @@ class Policy:
         if s.section in _TABLES:
             getattr(self, _TABLES[s.section])[name.split(".", 1)[1]] = parsed
         else:
-            setattr(self, _ATTR.get(name, name), parsed)
+            setattr(self, _ATTR.get(name, name.split(".")[-1]), parsed)
         self.origin[name] = label
         self.written[name] = value
+
+    def keep_within(self, spec: str, label: str = "--keep-within") -> None:
+        """One-off retention, restic's ``--keep-within``: ``30d`` for every source, ``cron=3d`` for one."""
+        source, _, value = spec.rpartition("=")
+        for key in [source.strip()] if source else list(self.retention_s):
+            self.set(f"retention.{key}", value, label)
 
     def settings(self) -> list[dict]:
         """Every key with its value as written (else the default) and where it came from."""
@@ -466,6 +476,7 @@ class Policy:
             "pause_ms": self.pause_ms,
             "busy_wait_s": self.busy_wait_s,
             "retention_s": dict(self.retention_s),
+            "restored_keep_s": self.restored_keep_s,
             "max_db_bytes": self.max_db_bytes,
             "low_water": self.low_water,
             "files_max_age_s": self.files_max_age_s,
@@ -481,6 +492,8 @@ class Policy:
             },
             "archive_keep_s": self.archive_keep_s,
             "archive_max_bytes": self.archive_max_bytes,
+            "backup_dest": self.backup_dest,
+            "rotation": self.rotation,
             "origin": dict(self.origin),
             "settings": self.settings(),
         }

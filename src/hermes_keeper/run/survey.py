@@ -22,6 +22,7 @@ from pathlib import Path
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
+from hermes_keeper.kept import KeptUnreadable, read_kept
 from hermes_keeper.run.files import Folders, scan_folders
 from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
@@ -93,6 +94,7 @@ class SessionRow:
     turn_lease_expires_at: float | None = None  # session_turn_leases, keyed by the lineage root
     turn_lease_holder_dead: bool = False
     runtime_lease: bool = False  # runtime/active_sessions.json names it and its process runs
+    restored_until: float | None = None  # keeper/kept.json: `archive restore` brought it back
     handoff_state: str | None = None
     topic_bound: bool = False
     pending_delegation: bool = False
@@ -516,6 +518,11 @@ def survey_profile(
     leased = runtime_leases(profile.home)
     if leased is None:
         survey.unreadable.append("runtime/active_sessions.json")
+    try:
+        kept = read_kept(profile)
+    except KeptUnreadable as exc:
+        kept = {}
+        survey.unreadable.append(str(exc))
     for r in rows:
         lock_holder, lock_expires = locks.get(r["id"], (None, None))
         delegate, branch = model_config_links(r.get("model_config"))
@@ -551,6 +558,7 @@ def survey_profile(
             lease_expires_at=seconds(lock_expires),
             lease_holder_dead=lock_expires is not None and lease_holder_dead(lock_holder),
             runtime_lease=sid in (leased or ()),
+            restored_until=kept.get(sid),
             handoff_state=r["handoff_state"],
             topic_bound=sid in topic,
             pending_delegation=sid in pending,

@@ -1,0 +1,78 @@
+"""One JSON shape for every command, each validated by its own schema (src/hermes_keeper/schemas/)."""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib.resources import files
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from hermes_keeper import demo
+from hermes_keeper.cli import main
+from tests.test_docs import _commands
+
+
+def schema(command: str) -> dict:
+    name = command.replace(" ", "-")
+    return json.loads(files("hermes_keeper").joinpath(f"schemas/{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("json") / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=60))
+    (home / "profiles" / "fresh").mkdir(parents=True)  # a new profile: a skipped row
+    return home
+
+
+def test_every_command_on_the_demo_home_matches_its_schema(home):
+    runner, seen = CliRunner(), set()
+
+    def check(*args: str, code: int = 0) -> dict:
+        res = runner.invoke(main, [*args, "--home", str(home), "--json"])
+        assert res.exit_code == code, (args, res.output)
+        out = json.loads(res.stdout)
+        jsonschema.validate(out, schema(out["command"]))
+        assert all(row["profile"] for row in out["profiles"])
+        seen.add(out["command"])
+        return out
+
+    for args in (
+        ["report"],
+        ["report", "--all-profiles"],
+        ["plan"],
+        ["plan", "-v"],
+        ["run", "--dry-run"],
+        ["config", "show"],
+        ["backup", "--dry-run"],
+        ["backup"],
+        ["backups"],
+        ["compact", "--dry-run"],
+        ["restore", "--latest", "--dry-run"],
+        ["run"],
+        ["compact"],
+        ["archive", "list"],
+        ["archive", "search", "the"],
+        ["archive", "verify", "--all-profiles"],
+    ):
+        check(*args)
+    skipped = check("backups", "--all-profiles")["profiles"]
+    assert {"profile": "fresh", "home": str(home / "profiles" / "fresh")} | {
+        "skipped_because": skipped[-1]["skipped_because"]
+    } in skipped
+    sid = check("archive", "list")["profiles"][0]["sessions"][0]["session_id"]
+    assert check("archive", "show", sid)["profiles"][0]["archived"]["session"]["id"] == sid
+    assert check("archive", "restore", sid, "--dry-run")["profiles"][0]["dry_run"] is True
+    assert check("restore", "--latest", "--yes")["profiles"][0]["safety_copy"]
+    with_json = {" ".join(w) for w, cmd in _commands() if any(p.name == "as_json" for p in cmd.params)}
+    assert seen == with_json  # every command with --json is here, and has its schema
+
+
+def test_plan_json_keeps_reasons_with_codes(home):
+    out = json.loads(CliRunner().invoke(main, ["plan", "--home", str(home), "--json"]).stdout)
+    reasons = out["profiles"][0]["keep_reasons"]
+    assert reasons and all(set(r) == {"code", "reason", "sessions"} for r in reasons)
+    assert all(r["code"].isidentifier() for r in reasons)
