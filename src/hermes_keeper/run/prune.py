@@ -196,6 +196,7 @@ class _Deleter:
             lambda c: self._work(c, mark, ids, [[p.sid for p in u] for u in finish]),
             self.units,
             units=self.units.size - room,
+            kind="delete",
         )
         for unit in finish:
             alive = [p.sid for p in unit if p.sid in woke]

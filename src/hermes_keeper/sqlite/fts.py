@@ -200,7 +200,7 @@ def merge_round(
             with time_limit(c, limit_ms):
                 return merge_step(c, table, pages)
 
-        changed = w.step(merge)
+        changed = w.step(merge, kind="merge")
         longest = max(longest, w.stats.last_txn_ms)
         if changed < 2:
             return Round(steps, longest)

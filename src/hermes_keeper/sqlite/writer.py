@@ -21,7 +21,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -122,6 +122,11 @@ class WriterStats:
     busy_retries: int = 0  # tries that found the database busy
     busy_wait_ms: float = 0.0  # time spent waiting for it
     max_busy_wait_ms: float = 0.0  # the longest wait of one step
+    commit_ms: float = 0.0  # of the lock time, the COMMITs' (DELETE mode: journal and database fsynced)
+    max_commit_ms: float = 0.0
+    last_commit_ms: float = 0.0
+    #: the longest transaction of each kind of step ("delete", "merge", "write"): where a stall comes from
+    max_ms: dict[str, float] = field(default_factory=dict)
 
 
 class _Checkpointer(threading.Thread):
@@ -193,9 +198,14 @@ class Writer:
         return AdaptiveBatch(budget_ms=self.budget_ms, size=start, fill=fill)
 
     def step(
-        self, fn: Callable[[sqlite3.Connection], T], batch: AdaptiveBatch | None = None, units: int = 1
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        batch: AdaptiveBatch | None = None,
+        units: int = 1,
+        kind: str = "write",
     ) -> T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; ``units`` feeds ``batch``.
+        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; ``units`` feeds ``batch`` (with the
+        whole hold, COMMIT included); ``kind`` names the step in :attr:`WriterStats.max_ms`.
 
         A rest the previous step left due is finished first (:meth:`_rest`). ``fn`` may run
         again after a rollback (:meth:`_transaction`): it changes nothing but the database.
@@ -207,6 +217,7 @@ class Writer:
         s.total_txn_ms += elapsed
         s.max_txn_ms = max(s.max_txn_ms, elapsed)
         s.last_txn_ms = elapsed
+        s.max_ms[kind] = max(s.max_ms.get(kind, 0.0), elapsed)
         if elapsed > self.budget_ms:
             s.over_budget += 1
         if batch is not None:
@@ -236,9 +247,11 @@ class Writer:
                 with write_txn(self.conn):
                     t0 = time.perf_counter()  # the lock is ours from here
                     result = fn(self.conn)
-                elapsed = (time.perf_counter() - t0) * 1000.0
+                    t1 = time.perf_counter()
+                t2 = time.perf_counter()
                 self._waited(waited + t0 - tried)
-                return result, elapsed
+                self._committed((t2 - t1) * 1000.0)
+                return result, (t2 - t0) * 1000.0
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
@@ -254,6 +267,12 @@ class Writer:
             time.sleep(sleep)
             waited += sleep
             delay = min(delay * 2, BUSY_BACKOFF_S[1])
+
+    def _committed(self, ms: float) -> None:
+        s = self.stats
+        s.last_commit_ms = ms
+        s.commit_ms += ms
+        s.max_commit_ms = max(s.max_commit_ms, ms)
 
     def _waited(self, seconds: float) -> None:
         if seconds > 0.001:  # more than taking a free lock costs
