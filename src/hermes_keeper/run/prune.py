@@ -351,10 +351,11 @@ class _Archiver(threading.Thread):
         archive: bool,
         journal: Journal | None,
         result: PruneResult,
+        writer: Writer,
     ):
         super().__init__(name="keeper-archiver", daemon=True)
         self.profile, self.schema, self.batches, self.units = profile, schema, batches, units
-        self.archive, self.journal, self.result = archive, journal, result
+        self.archive, self.journal, self.result, self.writer = archive, journal, result, writer
         self.out: queue.Queue = queue.Queue(maxsize=ARCHIVE_AHEAD)
         self.stop = threading.Event()
         self._done = False
@@ -369,7 +370,7 @@ class _Archiver(threading.Thread):
                 for ids in self.batches:
                     if self.stop.is_set():
                         return
-                    with read_txn(conn):
+                    with self.writer.reading(), read_txn(conn):
                         payloads = [p for p in (arch.read_payload(conn, self.schema, s) for s in ids) if p]
                         costs = message_costs(conn, self.schema, ids)
                     entries = [None] * len(payloads)
@@ -502,7 +503,7 @@ def prune_sessions(
     batches = _batches(
         convs, message_counts or {}, ARCHIVE_BATCH_MESSAGES if wal else ROLLBACK_BATCH_MESSAGES
     )
-    archiver = _Archiver(profile, ctx.schema, batches, units, archive, ctx.journal, result)
+    archiver = _Archiver(profile, ctx.schema, batches, units, archive, ctx.journal, result, ctx.writer)
     archiver.start()
     try:
         _delete_all(ctx, store, archiver, result, progress, on_pruned)

@@ -20,7 +20,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -186,6 +187,7 @@ class Writer:
         self._held_ms = 0.0  # lock time since the last pause
         self._rest_due: tuple[float, int] | None = None  # (until, data_version at our commit)
         self.wal = self.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        self._txn_lock = threading.Lock()  # rollback modes: our steps and our own reads, one at a time
         if synchronous:
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
         #: Called after every step (e.g. :meth:`fts.MergeHold.tick`, which merges when due).
@@ -244,7 +246,7 @@ class Writer:
         while True:
             tried = time.perf_counter()
             try:
-                with write_txn(self.conn):
+                with self.reading(), write_txn(self.conn):
                     t0 = time.perf_counter()  # the lock is ours from here
                     result = fn(self.conn)
                     t1 = time.perf_counter()
@@ -267,6 +269,21 @@ class Writer:
             time.sleep(sleep)
             waited += sleep
             delay = min(delay * 2, BUSY_BACKOFF_S[1])
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Around a read this process makes on another connection to the database (the archiver's).
+
+        In a rollback-journal database our COMMIT needs the EXCLUSIVE lock, so a read of ours
+        running beside a step would hold that step's commit (and Hermes, waiting behind our
+        RESERVED lock) for as long as the read lasts, plus a busy-handler sleep. So there the read
+        waits for the step and the step for the read. (WAL readers block no one: no wait.)
+        """
+        if self.wal:
+            yield
+            return
+        with self._txn_lock:
+            yield
 
     def _committed(self, ms: float) -> None:
         s = self.stats
