@@ -359,3 +359,34 @@ def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of
         assert s.max_ms["delete"] == s.last_txn_ms and s.max_ms["merge"] < s.max_ms["delete"]
         assert set(s.max_ms) == {"delete", "merge"}
         assert s.commit_ms <= s.total_txn_ms
+
+
+@pytest.mark.parametrize("mode", ["delete", "wal"])
+def test_a_read_of_ours_waits_for_a_step_only_in_rollback_mode(tmp_path, mode):
+    """In DELETE mode a read of ours beside a step would hold the step's COMMIT (which needs the
+    EXCLUSIVE lock) while Hermes waits behind it: ``reading()`` waits for the step. WAL: no wait."""
+    db = _demo_db(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA journal_mode={mode}")
+    start = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    conn.close()
+    with Writer(db, budget_ms=50, pause_ms=0) as w:
+        inside, seen = threading.Event(), []
+
+        def read() -> None:
+            inside.wait()
+            with w.reading():
+                reader = sqlite3.connect(db)
+                seen.append(reader.execute("SELECT count(*) FROM messages").fetchone()[0])
+                reader.close()
+
+        def step(c: sqlite3.Connection) -> None:
+            _insert(c)
+            inside.set()
+            time.sleep(0.5)
+
+        t = threading.Thread(target=read)
+        t.start()
+        w.step(step)
+        t.join()
+    assert seen == [start + 1 if mode == "delete" else start]  # DELETE: only after the step committed
