@@ -167,6 +167,23 @@ def _size(lv: list[list[int]] | None) -> tuple[int | None, int | None]:
     return (None, None) if lv is None else (sum(map(len, lv)), sum(map(sum, lv)))
 
 
+def longest_doclist_pages(conn: sqlite3.Connection, table: str) -> int | None:
+    """Leaf pages of the longest doclist in any one segment of ``table`` (None if unreadable).
+
+    ``<table>_idx`` has a row per leaf page on which a term starts (its ``pgno`` is the page
+    number shifted left one bit); the pages between two such rows hold one term's doclist. A
+    merge step ends only between two terms, so a step that reaches that term reads at least
+    this many pages whatever it was asked for: why a merge step runs over its budget.
+    """
+    with contextlib.suppress(sqlite3.Error):
+        row = conn.execute(
+            f"SELECT max(gap) FROM (SELECT (lead(pgno) OVER (PARTITION BY segid ORDER BY pgno) >> 1)"
+            f" - (pgno >> 1) AS gap FROM {table}_idx)"
+        ).fetchone()
+        return row[0] if row else None
+    return None
+
+
 def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
     """One ``'merge', pages`` command; returns the rows it changed (fewer than 2: no work was left).
 
@@ -316,6 +333,8 @@ class MergeHold:
         """One round of merges, journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
+        # A full merge rewrites every doclist: its longest step is at least the longest one's.
+        doclist = longest_doclist_pages(self.w.conn, table) if full else None
         r = Round(0, 0.0)
         try:
             r = merge_round(self.w, table, self.batches[table], full)
@@ -342,6 +361,7 @@ class MergeHold:
                 max_step_commit_ms=round(r.max_step_commit_ms, 1),
                 max_step_pages=r.max_step_pages,
                 over_budget=r.over_budget,
+                **({"longest_doclist_pages": doclist} if full else {}),
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],
