@@ -2,7 +2,8 @@
 
 Two threads. The archiver reads each batch of whole conversations in one read snapshot,
 writes it to ``archive.db`` (zstd, sha256, ``synchronous=FULL``), commits and reads it back,
-on the other core and ahead of the deletes. The deleter, the only thread that writes
+on the other core and ahead of the deletes (in a rollback-journal database, between the
+deleter's steps: :meth:`Writer.reading`). The deleter, the only thread that writes
 state.db, takes verified batches in order and deletes their messages through :class:`Writer`:
 
 - one ``DELETE ... WHERE id IN (...)`` statement per transaction. FTS5 writes out its
