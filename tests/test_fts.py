@@ -459,10 +459,17 @@ def test_run_that_made_big_segments_merges_each_index_into_one(tmp_path, monkeyp
     rounds = [e for e in journal if e["action"] == "fts_merge"]
     assert sum(e["steps"] for e in rounds) == out["writer"]["fts_merge_steps"]
     assert sum(e["lock_ms"] for e in rounds) == pytest.approx(out["writer"]["fts_merge_ms"], abs=1)
+    # ... and says what its longest step was: how long, how much of it the COMMIT, how many pages asked.
+    assert max(e["max_step_ms"] for e in rounds) == pytest.approx(out["writer"]["fts_max_step_ms"], abs=0.1)
+    assert out["writer"]["max_step_ms"]["merge"] == pytest.approx(out["writer"]["fts_max_step_ms"], abs=0.1)
+    for e in rounds:
+        assert 0 < e["max_step_commit_ms"] <= e["max_step_ms"] and e["max_step_pages"] > 0, e
+        assert 0 <= e["over_budget"] <= e["steps"], e
     full = {e["table"]: e for e in rounds if e["full"]}
     assert sorted(full) == sorted(FTS_TABLES)
     for e in full.values():
         assert e["segments"][0] > 1 and e["segments"][1] == 1, e
+        assert e["longest_doclist_pages"] >= 1, e  # why its longest step took what it took
         assert 0 < e["lock_ms"] <= e["wall_ms"], e
     assert configs(db) == before
     conn = sqlite3.connect(db, isolation_level=None)

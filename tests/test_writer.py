@@ -323,3 +323,70 @@ def test_step_returns_the_functions_result_and_feeds_the_batch(tmp_path):
         assert w.step(lambda c: c.execute("SELECT 42").fetchone()[0], b, units=10) == 42
         assert b.size == 20  # a fast step: doubled
         assert w.stats.transactions == 1 and w.stats.max_txn_ms == w.stats.last_txn_ms
+
+
+def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of_each_kind(tmp_path):
+    """In DELETE mode a COMMIT waits for readers (it needs the EXCLUSIVE lock): that wait is lock time
+    Hermes pays for, counted as commit time; each kind of step keeps its own longest transaction."""
+    db = _demo_db(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    with Writer(db, budget_ms=50, pause_ms=0) as w:
+        w.step(_hold(0), kind="delete")
+        w.step(_hold(0), kind="merge")
+        reading, releasing = threading.Event(), threading.Event()
+
+        def reader() -> None:
+            r = sqlite3.connect(db, isolation_level=None)
+            r.execute("BEGIN")
+            r.execute("SELECT count(*) FROM messages").fetchone()  # SHARED lock held from here
+            reading.set()
+            time.sleep(0.2)
+            releasing.set()
+            r.execute("COMMIT")
+            r.close()
+
+        t = threading.Thread(target=reader)
+        t.start()
+        reading.wait()
+        w.step(_hold(0), kind="delete")  # its COMMIT waits for the reader's lock to go
+        assert releasing.is_set()  # the commit could only finish once the reader let go
+        t.join()
+        s = w.stats
+        assert s.last_commit_ms >= 150 and s.max_commit_ms == s.last_commit_ms
+        assert s.last_txn_ms >= s.last_commit_ms
+        assert s.max_ms["delete"] == s.last_txn_ms and s.max_ms["merge"] < s.max_ms["delete"]
+        assert set(s.max_ms) == {"delete", "merge"}
+        assert s.commit_ms <= s.total_txn_ms
+
+
+@pytest.mark.parametrize("mode", ["delete", "wal"])
+def test_a_read_of_ours_waits_for_a_step_only_in_rollback_mode(tmp_path, mode):
+    """In DELETE mode a read of ours beside a step would hold the step's COMMIT (which needs the
+    EXCLUSIVE lock) while Hermes waits behind it: ``reading()`` waits for the step. WAL: no wait."""
+    db = _demo_db(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA journal_mode={mode}")
+    start = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    conn.close()
+    with Writer(db, budget_ms=50, pause_ms=0) as w:
+        inside, seen = threading.Event(), []
+
+        def read() -> None:
+            inside.wait()
+            with w.reading():
+                reader = sqlite3.connect(db)
+                seen.append(reader.execute("SELECT count(*) FROM messages").fetchone()[0])
+                reader.close()
+
+        def step(c: sqlite3.Connection) -> None:
+            _insert(c)
+            inside.set()
+            time.sleep(0.5)
+
+        t = threading.Thread(target=read)
+        t.start()
+        w.step(step)
+        t.join()
+    assert seen == [start + 1 if mode == "delete" else start]  # DELETE: only after the step committed

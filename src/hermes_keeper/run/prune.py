@@ -2,7 +2,8 @@
 
 Two threads. The archiver reads each batch of whole conversations in one read snapshot,
 writes it to ``archive.db`` (zstd, sha256, ``synchronous=FULL``), commits and reads it back,
-on the other core and ahead of the deletes. The deleter, the only thread that writes
+on the other core and ahead of the deletes (in a rollback-journal database, between the
+deleter's steps: :meth:`Writer.reading`). The deleter, the only thread that writes
 state.db, takes verified batches in order and deletes their messages through :class:`Writer`:
 
 - one ``DELETE ... WHERE id IN (...)`` statement per transaction. FTS5 writes out its
@@ -196,6 +197,7 @@ class _Deleter:
             lambda c: self._work(c, mark, ids, [[p.sid for p in u] for u in finish]),
             self.units,
             units=self.units.size - room,
+            kind="delete",
         )
         for unit in finish:
             alive = [p.sid for p in unit if p.sid in woke]
@@ -350,10 +352,11 @@ class _Archiver(threading.Thread):
         archive: bool,
         journal: Journal | None,
         result: PruneResult,
+        writer: Writer,
     ):
         super().__init__(name="keeper-archiver", daemon=True)
         self.profile, self.schema, self.batches, self.units = profile, schema, batches, units
-        self.archive, self.journal, self.result = archive, journal, result
+        self.archive, self.journal, self.result, self.writer = archive, journal, result, writer
         self.out: queue.Queue = queue.Queue(maxsize=ARCHIVE_AHEAD)
         self.stop = threading.Event()
         self._done = False
@@ -368,7 +371,7 @@ class _Archiver(threading.Thread):
                 for ids in self.batches:
                     if self.stop.is_set():
                         return
-                    with read_txn(conn):
+                    with self.writer.reading(), read_txn(conn):
                         payloads = [p for p in (arch.read_payload(conn, self.schema, s) for s in ids) if p]
                         costs = message_costs(conn, self.schema, ids)
                     entries = [None] * len(payloads)
@@ -499,7 +502,7 @@ def prune_sessions(
     batches = _batches(
         convs, message_counts or {}, ARCHIVE_BATCH_MESSAGES if wal else ROLLBACK_BATCH_MESSAGES
     )
-    archiver = _Archiver(profile, ctx.schema, batches, units, archive, ctx.journal, result)
+    archiver = _Archiver(profile, ctx.schema, batches, units, archive, ctx.journal, result, ctx.writer)
     archiver.start()
     try:
         _delete_all(ctx, store, archiver, result, progress, on_pruned)

@@ -167,6 +167,23 @@ def _size(lv: list[list[int]] | None) -> tuple[int | None, int | None]:
     return (None, None) if lv is None else (sum(map(len, lv)), sum(map(sum, lv)))
 
 
+def longest_doclist_pages(conn: sqlite3.Connection, table: str) -> int | None:
+    """Leaf pages of the longest doclist in any one segment of ``table`` (None if unreadable).
+
+    ``<table>_idx`` has a row per leaf page on which a term starts (its ``pgno`` is the page
+    number shifted left one bit); the pages between two such rows hold one term's doclist. A
+    merge step ends only between two terms, so a step that reaches that term reads at least
+    this many pages whatever it was asked for: why a merge step runs over its budget.
+    """
+    with contextlib.suppress(sqlite3.Error):
+        row = conn.execute(
+            f"SELECT max(gap) FROM (SELECT (lead(pgno) OVER (PARTITION BY segid ORDER BY pgno) >> 1)"
+            f" - (pgno >> 1) AS gap FROM {table}_idx)"
+        ).fetchone()
+        return row[0] if row else None
+    return None
+
+
 def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
     """One ``'merge', pages`` command; returns the rows it changed (fewer than 2: no work was left).
 
@@ -181,6 +198,9 @@ def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
 class Round(NamedTuple):
     steps: int
     max_step_ms: float  # the longest a step held the lock: one term's doclist is never split
+    max_step_commit_ms: float = 0.0  # of that step, its COMMIT's (DELETE mode: journal and db fsynced)
+    max_step_pages: int = 0  # the pages it was asked to write
+    over_budget: int = 0  # steps that held the lock longer than the writer's budget
 
 
 def merge_round(
@@ -190,22 +210,28 @@ def merge_round(
 
     ``full``: first start the merge of every segment into one, as 'optimize' does. A step
     ends only between two terms, so one term's whole doclist (a common word's) may take a
-    step longer than the budget. ``limit_ms``: a step still running after that long is
-    aborted and rolled back (``sqlite3.OperationalError: interrupted``).
+    step longer than the budget: the round says how long its longest step was, how much of
+    that its COMMIT took, and how many pages it was asked for. ``limit_ms``: a step still
+    running after that long is aborted and rolled back (``sqlite3.OperationalError: interrupted``).
     """
-    longest = 0.0
+    longest = Round(0, 0.0)
+    over = 0
     for steps in range(1, MERGE_MAX_STEPS + 1):
+        pages = (-1 if full and steps == 1 else 1) * batch.size
 
-        def merge(c: sqlite3.Connection, pages: int = (-1 if full and steps == 1 else 1) * batch.size) -> int:
+        def merge(c: sqlite3.Connection, pages: int = pages) -> int:
             with time_limit(c, limit_ms):
                 return merge_step(c, table, pages)
 
-        changed = w.step(merge)
-        longest = max(longest, w.stats.last_txn_ms)
+        changed = w.step(merge, kind="merge")
+        ms = w.stats.last_txn_ms
+        over += ms > w.budget_ms
+        if ms > longest.max_step_ms:
+            longest = Round(0, ms, w.stats.last_commit_ms, abs(pages))
         if changed < 2:
-            return Round(steps, longest)
-        batch.record(batch.size, w.stats.last_txn_ms)
-    return Round(MERGE_MAX_STEPS, longest)
+            return longest._replace(steps=steps, over_budget=over)
+        batch.record(batch.size, ms)
+    return longest._replace(steps=MERGE_MAX_STEPS, over_budget=over)
 
 
 def _settings(conn: sqlite3.Connection, table: str) -> dict[str, int | None]:
@@ -307,15 +333,17 @@ class MergeHold:
         """One round of merges, journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
-        steps, longest = 0, 0.0
+        # A full merge rewrites every doclist: its longest step is at least the longest one's.
+        doclist = longest_doclist_pages(self.w.conn, table) if full else None
+        r = Round(0, 0.0)
         try:
-            steps, longest = merge_round(self.w, table, self.batches[table], full)
+            r = merge_round(self.w, table, self.batches[table], full)
         finally:
             self._merging = False
             lock_ms = self.w.stats.total_txn_ms - held
-            self.merge_steps += steps
+            self.merge_steps += r.steps
             self.merge_ms += lock_ms
-            self.max_step_ms = max(self.max_step_ms, longest)
+            self.max_step_ms = max(self.max_step_ms, r.max_step_ms)
         after = levels(self.w.conn, table)
         self.base[table] = _counts(after)
         if self.journal:
@@ -325,9 +353,15 @@ class MergeHold:
                 durable=False,  # synced with the prune's or the hold's end
                 table=table,
                 full=full,
-                steps=steps,
+                steps=r.steps,
                 lock_ms=round(lock_ms, 1),
-                max_step_ms=round(longest, 1),
+                max_step_ms=round(r.max_step_ms, 1),
+                # why the longest step was long: its COMMIT, or the merge itself (one term's
+                # doclist is one step, whatever the pages asked for)
+                max_step_commit_ms=round(r.max_step_commit_ms, 1),
+                max_step_pages=r.max_step_pages,
+                over_budget=r.over_budget,
+                **({"longest_doclist_pages": doclist} if full else {}),
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],

@@ -20,8 +20,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -122,6 +123,11 @@ class WriterStats:
     busy_retries: int = 0  # tries that found the database busy
     busy_wait_ms: float = 0.0  # time spent waiting for it
     max_busy_wait_ms: float = 0.0  # the longest wait of one step
+    commit_ms: float = 0.0  # of the lock time, the COMMITs' (DELETE mode: journal and database fsynced)
+    max_commit_ms: float = 0.0
+    last_commit_ms: float = 0.0
+    #: the longest transaction of each kind of step ("delete", "merge", "write"): where a stall comes from
+    max_ms: dict[str, float] = field(default_factory=dict)
 
 
 class _Checkpointer(threading.Thread):
@@ -181,6 +187,7 @@ class Writer:
         self._held_ms = 0.0  # lock time since the last pause
         self._rest_due: tuple[float, int] | None = None  # (until, data_version at our commit)
         self.wal = self.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        self._txn_lock = threading.Lock()  # rollback modes: our steps and our own reads, one at a time
         if synchronous:
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
         #: Called after every step (e.g. :meth:`fts.MergeHold.tick`, which merges when due).
@@ -193,9 +200,14 @@ class Writer:
         return AdaptiveBatch(budget_ms=self.budget_ms, size=start, fill=fill)
 
     def step(
-        self, fn: Callable[[sqlite3.Connection], T], batch: AdaptiveBatch | None = None, units: int = 1
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        batch: AdaptiveBatch | None = None,
+        units: int = 1,
+        kind: str = "write",
     ) -> T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; ``units`` feeds ``batch``.
+        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; ``units`` feeds ``batch`` (with the
+        whole hold, COMMIT included); ``kind`` names the step in :attr:`WriterStats.max_ms`.
 
         A rest the previous step left due is finished first (:meth:`_rest`). ``fn`` may run
         again after a rollback (:meth:`_transaction`): it changes nothing but the database.
@@ -207,6 +219,7 @@ class Writer:
         s.total_txn_ms += elapsed
         s.max_txn_ms = max(s.max_txn_ms, elapsed)
         s.last_txn_ms = elapsed
+        s.max_ms[kind] = max(s.max_ms.get(kind, 0.0), elapsed)
         if elapsed > self.budget_ms:
             s.over_budget += 1
         if batch is not None:
@@ -233,12 +246,14 @@ class Writer:
         while True:
             tried = time.perf_counter()
             try:
-                with write_txn(self.conn):
+                with self.reading(), write_txn(self.conn):
                     t0 = time.perf_counter()  # the lock is ours from here
                     result = fn(self.conn)
-                elapsed = (time.perf_counter() - t0) * 1000.0
+                    t1 = time.perf_counter()
+                t2 = time.perf_counter()
                 self._waited(waited + t0 - tried)
-                return result, elapsed
+                self._committed((t2 - t1) * 1000.0)
+                return result, (t2 - t0) * 1000.0
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
@@ -254,6 +269,27 @@ class Writer:
             time.sleep(sleep)
             waited += sleep
             delay = min(delay * 2, BUSY_BACKOFF_S[1])
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Around a read this process makes on another connection to the database (the archiver's).
+
+        In a rollback-journal database our COMMIT needs the EXCLUSIVE lock, so a read of ours
+        running beside a step would hold that step's commit (and Hermes, waiting behind our
+        RESERVED lock) for as long as the read lasts, plus a busy-handler sleep. So there the read
+        waits for the step and the step for the read. (WAL readers block no one: no wait.)
+        """
+        if self.wal:
+            yield
+            return
+        with self._txn_lock:
+            yield
+
+    def _committed(self, ms: float) -> None:
+        s = self.stats
+        s.last_commit_ms = ms
+        s.commit_ms += ms
+        s.max_commit_ms = max(s.max_commit_ms, ms)
 
     def _waited(self, seconds: float) -> None:
         if seconds > 0.001:  # more than taking a free lock costs
