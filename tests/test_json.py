@@ -57,12 +57,14 @@ def test_every_command_on_the_demo_home_matches_its_schema(home):
         ["archive", "list"],
         ["archive", "search", "the"],
         ["archive", "verify", "--all-profiles"],
+        ["history", "--all", "--all-profiles"],
     ):
         check(*args)
     skipped = check("backups", "--all-profiles")["profiles"]
     assert {"profile": "fresh", "home": str(home / "profiles" / "fresh")} | {
         "skipped_because": skipped[-1]["skipped_because"]
     } in skipped
+    assert {e["kind"] for e in check("history")["profiles"][0]["entries"]} == {"run"}
     sid = check("archive", "list")["profiles"][0]["sessions"][0]["session_id"]
     assert check("archive", "show", sid)["profiles"][0]["archived"]["session"]["id"] == sid
     assert check("archive", "restore", sid, "--dry-run")["profiles"][0]["dry_run"] is True
