@@ -157,6 +157,18 @@ def test_all_profiles_one_line_worst_status(home):
     code, out, _ = check(home, "--all-profiles")
     assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - broken: ")  # now the worst left
 
+    (home / "profiles" / "fresh").mkdir()  # no state.db yet: a note, not part of the status
+    code, doc, _ = check(home, "--all-profiles", "--json")
+    doc = json.loads(doc)
+    assert (code, doc["command"], doc["status"], doc["code"]) == (3, "check", "UNKNOWN", 3)
+    # the status line itself, as printed without --json (its perfdata: free space and ages move)
+    assert doc["line"].partition(" | ")[0] == out.partition(" | ")[0]
+    rows = {r["profile"]: r for r in doc["profiles"]}
+    assert rows["default"]["status"] == rows["work"]["status"] == "OK"
+    assert {m["label"] for m in rows["work"]["measures"]} >= {"db", "runaways", "last_run_age"}
+    assert rows["broken"]["error"] and rows["broken"]["home"] == str(home / "profiles" / "broken")
+    assert rows["fresh"]["skipped_because"]
+
 
 def test_archive_over_its_budget_is_a_warning(home):
     subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)

@@ -31,10 +31,11 @@ def home(tmp_path_factory):
 def test_every_command_on_the_demo_home_matches_its_schema(home):
     runner, seen = CliRunner(), set()
 
-    def check(*args: str, code: int = 0) -> dict:
+    def check(*args: str, code: int | None = 0) -> dict:
+        """``code`` None: the exit code is the JSON's own ``code`` (check, a Nagios plugin)."""
         res = runner.invoke(main, [*args, "--home", str(home), "--json"])
-        assert res.exit_code == code, (args, res.output)
         out = json.loads(res.stdout)
+        assert res.exit_code == (out["code"] if code is None else code), (args, res.output)
         jsonschema.validate(out, schema(out["command"]))
         assert all(row["profile"] for row in out["profiles"])
         seen.add(out["command"])
@@ -65,6 +66,9 @@ def test_every_command_on_the_demo_home_matches_its_schema(home):
         "skipped_because": skipped[-1]["skipped_because"]
     } in skipped
     assert {e["kind"] for e in check("history")["profiles"][0]["entries"]} == {"run"}
+    nagios = check("check", "--all-profiles", code=None)
+    assert nagios["line"].startswith(f"HERMES-KEEPER {nagios['status']} - ")
+    assert [r.get("skipped_because") is None for r in nagios["profiles"]] == [True, False]
     sid = check("archive", "list")["profiles"][0]["sessions"][0]["session_id"]
     assert check("archive", "show", sid)["profiles"][0]["archived"]["session"]["id"] == sid
     assert check("archive", "restore", sid, "--dry-run")["profiles"][0]["dry_run"] is True

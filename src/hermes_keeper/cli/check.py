@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from hermes_keeper.check import STATUS, UNKNOWN, status_line
-from hermes_keeper.cli.options import metrics_to, profile_options, quiet_option, textfile_option
+from hermes_keeper.cli.options import (
+    emit_json,
+    examples,
+    json_option,
+    metrics_to,
+    outcome_row,
+    profile_options,
+    quiet_option,
+    textfile_option,
+)
 from hermes_keeper.errors import KeeperError, failure_line
 from hermes_keeper.home import each
 
@@ -58,7 +66,15 @@ def overrides(pairs: tuple[str, ...]) -> dict:
     return out
 
 
-@click.command(cls=NagiosCommand)
+@click.command(
+    cls=NagiosCommand,
+    epilog=examples(
+        "check",
+        "check --all-profiles -t db_warn=3GB -t last_run_crit=2d",
+        "check --quiet --textfile /var/lib/node_exporter/textfile/hermes.prom",
+        "check --json",
+    ),
+)
 @profile_options
 @click.option(
     "--threshold",
@@ -74,7 +90,7 @@ def overrides(pairs: tuple[str, ...]) -> dict:
     default=None,
     help="Policy file (default: <home>/keeper.toml).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Every measure of every profile.")
+@json_option
 @quiet_option
 @textfile_option
 def check(profiles, thresholds, config, as_json, quiet, textfile):
@@ -87,9 +103,10 @@ def check(profiles, thresholds, config, as_json, quiet, textfile):
     nothing when OK and the line on stderr otherwise.
     """
     extra = overrides(thresholds)
-    results, failures = [], []
+    results, failures, rows = [], [], []
     with metrics_to(textfile) as metrics:
         for o in each(profiles, lambda p: p.check(p.config(config, extra))):
+            rows.append(outcome_row(o))
             if o.error is not None:
                 failures.append(f"{o.profile.name}: {o.error}")
                 if metrics:
@@ -106,8 +123,7 @@ def check(profiles, thresholds, config, as_json, quiet, textfile):
                     metrics.check(o.value)
     line, code = status_line(results, failures)
     if as_json:
-        doc = {"status": STATUS[code], "code": code, "line": line, "profiles": [r.to_dict() for r in results]}
-        click.echo(json.dumps(doc | {"failures": failures}, indent=2, ensure_ascii=False))
+        emit_json(rows, status=STATUS[code], code=code, line=line)
     elif not quiet:
         click.echo(line)
     elif code:
