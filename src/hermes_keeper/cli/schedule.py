@@ -82,7 +82,13 @@ def schedule():
     ),
 )
 @profile_options
-@click.option("--every", type=click.Choice(EVERY), default="daily", show_default=True)
+@click.option(
+    "--every",
+    type=click.Choice(EVERY),
+    default="daily",
+    show_default=True,
+    help="Weekly: on Sundays; monthly: on the 1st.",
+)
 @click.option(
     "--at", "at", default=DEFAULT_AT, show_default=True, metavar="HH:MM", help="The scheduler's local time."
 )
