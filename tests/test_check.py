@@ -11,12 +11,14 @@ import re
 import subprocess
 import time
 
+import jsonschema
 import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.check import CRITICAL, OK, check_profile
 from hermes_keeper.home import Home
 from tests.keeper_proc import keeper_cmd
+from tests.test_json import schema
 
 #: Nagios perfdata: 'label'=value[UOM];[warn];[crit];[min];[max]
 PERF = re.compile(r"'[^'=]+'=-?[0-9.]+(s|B|%|c)?;[0-9.:@~-]*;[0-9.:@~-]*;[0-9.]*;[0-9.]*")
@@ -106,6 +108,15 @@ def test_quiet_ok_prints_nothing_and_problems_go_to_stderr(home):
 def test_any_failure_of_the_check_is_unknown(home, args):
     code, out, err = check(home, *args)
     assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - ") and len(out.splitlines()) == 1
+    code, doc, _ = check(home, *args, "--json")  # JSON still, the line inside
+    jsonschema.validate(json.loads(doc), schema("check"))
+    assert code == 3 and json.loads(doc) == {
+        "command": "check",
+        "status": "UNKNOWN",
+        "code": 3,
+        "line": out.strip(),
+        "profiles": [],
+    }
 
 
 def test_unreadable_home_is_unknown(tmp_path):

@@ -21,8 +21,14 @@ from hermes_keeper.errors import KeeperError, failure_line
 from hermes_keeper.home import each
 
 
-def _unknown(line: str) -> None:
-    click.echo(f"HERMES-KEEPER UNKNOWN - {line}")
+def _unknown(line: str, as_json: bool) -> None:
+    """The check could not run: the UNKNOWN line, or with ``--json`` the usual document around it
+    (no profile rows), so a script reading JSON still reads JSON."""
+    line = f"HERMES-KEEPER UNKNOWN - {line}"
+    if as_json:
+        emit_json([], status=STATUS[UNKNOWN], code=UNKNOWN, line=line)
+    else:
+        click.echo(line)
     sys.exit(UNKNOWN)
 
 
@@ -34,7 +40,7 @@ class NagiosCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            _unknown(exc.format_message())
+            _unknown(exc.format_message(), "--json" in args)
 
     def invoke(self, ctx):
         try:
@@ -44,7 +50,7 @@ class NagiosCommand(click.Command):
         except Exception as exc:
             if ctx.find_root().params.get("debug"):
                 raise
-            _unknown(failure_line(exc)[0])
+            _unknown(failure_line(exc)[0], bool(ctx.params.get("as_json")))
 
 
 def overrides(pairs: tuple[str, ...]) -> dict:
