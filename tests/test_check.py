@@ -11,12 +11,14 @@ import re
 import subprocess
 import time
 
+import jsonschema
 import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.check import CRITICAL, OK, check_profile
 from hermes_keeper.home import Home
 from tests.keeper_proc import keeper_cmd
+from tests.test_json import schema
 
 #: Nagios perfdata: 'label'=value[UOM];[warn];[crit];[min];[max]
 PERF = re.compile(r"'[^'=]+'=-?[0-9.]+(s|B|%|c)?;[0-9.:@~-]*;[0-9.:@~-]*;[0-9.]*;[0-9.]*")
@@ -106,6 +108,15 @@ def test_quiet_ok_prints_nothing_and_problems_go_to_stderr(home):
 def test_any_failure_of_the_check_is_unknown(home, args):
     code, out, err = check(home, *args)
     assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - ") and len(out.splitlines()) == 1
+    code, doc, _ = check(home, *args, "--json")  # JSON still, the line inside
+    jsonschema.validate(json.loads(doc), schema("check"))
+    assert code == 3 and json.loads(doc) == {
+        "command": "check",
+        "status": "UNKNOWN",
+        "code": 3,
+        "line": out.strip(),
+        "profiles": [],
+    }
 
 
 def test_unreadable_home_is_unknown(tmp_path):
@@ -156,6 +167,18 @@ def test_all_profiles_one_line_worst_status(home):
     subprocess.run(keeper_cmd(home, "run", "--all-profiles", "--quiet"), capture_output=True)
     code, out, _ = check(home, "--all-profiles")
     assert code == 3 and out.startswith("HERMES-KEEPER UNKNOWN - broken: ")  # now the worst left
+
+    (home / "profiles" / "fresh").mkdir()  # no state.db yet: a note, not part of the status
+    code, doc, _ = check(home, "--all-profiles", "--json")
+    doc = json.loads(doc)
+    assert (code, doc["command"], doc["status"], doc["code"]) == (3, "check", "UNKNOWN", 3)
+    # the status line itself, as printed without --json (its perfdata: free space and ages move)
+    assert doc["line"].partition(" | ")[0] == out.partition(" | ")[0]
+    rows = {r["profile"]: r for r in doc["profiles"]}
+    assert rows["default"]["status"] == rows["work"]["status"] == "OK"
+    assert {m["label"] for m in rows["work"]["measures"]} >= {"db", "runaways", "last_run_age"}
+    assert rows["broken"]["error"] and rows["broken"]["home"] == str(home / "profiles" / "broken")
+    assert rows["fresh"]["skipped_because"]
 
 
 def test_archive_over_its_budget_is_a_warning(home):

@@ -28,13 +28,16 @@ def home(tmp_path_factory):
     return home
 
 
-def test_every_command_on_the_demo_home_matches_its_schema(home):
+def test_every_command_on_the_demo_home_matches_its_schema(home, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # schedule --via systemd: units in tmp
     runner, seen = CliRunner(), set()
 
-    def check(*args: str, code: int = 0) -> dict:
+    def check(*args: str, code: int | None = 0) -> dict:
+        """``code`` None: the exit code is the JSON's own ``code`` (check, a Nagios plugin)."""
         res = runner.invoke(main, [*args, "--home", str(home), "--json"])
-        assert res.exit_code == code, (args, res.output)
+        assert res.stdout.startswith("{"), (args, res.output)
         out = json.loads(res.stdout)
+        assert res.exit_code == (out["code"] if code is None else code), (args, res.output)
         jsonschema.validate(out, schema(out["command"]))
         assert all(row["profile"] for row in out["profiles"])
         seen.add(out["command"])
@@ -57,12 +60,25 @@ def test_every_command_on_the_demo_home_matches_its_schema(home):
         ["archive", "list"],
         ["archive", "search", "the"],
         ["archive", "verify", "--all-profiles"],
+        ["history", "--all", "--all-profiles"],
     ):
         check(*args)
     skipped = check("backups", "--all-profiles")["profiles"]
     assert {"profile": "fresh", "home": str(home / "profiles" / "fresh")} | {
         "skipped_because": skipped[-1]["skipped_because"]
     } in skipped
+    assert {e["kind"] for e in check("history")["profiles"][0]["entries"]} == {"run"}
+    nagios = check("check", "--all-profiles", code=None)
+    assert nagios["line"].startswith(f"HERMES-KEEPER {nagios['status']} - ")
+    assert [r.get("skipped_because") is None for r in nagios["profiles"]] == [True, False]
+    planned = check("schedule", "install", "--via", "systemd", "--dry-run", "--all-profiles")["profiles"]
+    assert [(r["profile"], r["dry_run"]) for r in planned] == [("all-profiles", True)]
+    assert [c["action"] for c in planned[0]["changes"]] == ["installed", "installed"]
+    assert check("schedule", "show", "--via", "systemd")["profiles"] == [
+        {"profile": "default", "changes": []}
+    ]
+    removed = check("schedule", "remove", "--via", "systemd", "--dry-run")["profiles"]
+    assert [c["action"] for c in removed[0]["changes"]] == ["absent"] and not any(tmp_path.iterdir())
     sid = check("archive", "list")["profiles"][0]["sessions"][0]["session_id"]
     assert check("archive", "show", sid)["profiles"][0]["archived"]["session"]["id"] == sid
     assert check("archive", "restore", sid, "--dry-run")["profiles"][0]["dry_run"] is True

@@ -116,6 +116,7 @@ def test_one_formatter_for_sizes_durations_ages_and_counts():
     ]
     assert all(parse_duration(units.duration(s)) == s for s in (7 * DAY, 43200, 1.5 * DAY, 600, 90))
     assert units.ago(1000 - 11 * DAY, 1000) == "11d ago" and units.ago(1000 - 7200, 1000) == "2h ago"
+    assert units.ago(0, 3.24 * DAY, 1) == "3.2d ago" and units.span(90 * 60, 1) == "1.5h"  # check's line
     assert units.plural(1, "session") == "1 session" and units.plural(2, "session") == "2 sessions"
 
 

@@ -100,7 +100,7 @@ def test_hermes_lists_and_runs_the_no_agent_job(home, spec):
     assert job["schedule"]["expr"] == "30 3 * * *" and job["enabled"] is True
     # Hermes ran the script: the keeper's run, its one-line summary as the message to deliver
     assert got["ok"] is True and got["error"] is None
-    assert re.fullmatch(r"default: zombies=\d+ pruned=\d+ .* messages", got["final"]), got["final"]
+    assert re.fullmatch(r"default: zombies closed \d+, pruned \d+, .* messages", got["final"]), got["final"]
     assert (home / "keeper" / "journal.jsonl").exists()
     script = (home / "scripts" / "hermes-keeper.sh").read_text()
     assert f"--home {home}" in script and "--profile default" in script
@@ -214,7 +214,9 @@ def test_cron_line_runs_and_leaves_other_lines_alone(home, env):
 def test_show_and_remove_every_way(home, env):
     keeper(home, "install", "--via", "cron", env=env)
     out = keeper(home, "show", "--json", env=env | {"PATH": env["PATH"].split(":")[0] + ":/usr/bin:/bin"})
-    changes = json.loads(out.stdout)["changes"]
+    doc = json.loads(out.stdout)
+    assert doc["command"] == "schedule show" and [r["profile"] for r in doc["profiles"]] == ["default"]
+    changes = doc["profiles"][0]["changes"]
     assert [c["via"] for c in changes if c["action"] == "found"] == ["cron"]
     assert any(c["via"] == "hermes" and "Hermes not found" in c["note"] for c in changes)
 

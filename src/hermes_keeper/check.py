@@ -80,11 +80,7 @@ def _age(label, since: float | None, now: float, warn, crit, what, never: str, n
     if since is None:
         return Measure(label, None, "s", warn, crit, never_status, never)
     age = max(0.0, now - since)
-    return _over(label, age, "s", warn, crit, f"{what} {_days(age)} ago")
-
-
-def _days(seconds: float) -> str:
-    return f"{seconds / 86400:.1f}d" if seconds >= 86400 else f"{seconds / 3600:.1f}h"
+    return _over(label, age, "s", warn, crit, f"{what} {units.ago(since, now, 1)}")
 
 
 def newest_verified_backup(profile: Profile) -> float | None:
@@ -184,7 +180,12 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
             "free", free, "B", t["free_warn"], t["free_crit"], f"{units.size(free)} free on the home's disk"
         ),
         _under(
-            "full_in", full_in, "s", t["full_in_warn"], t["full_in_crit"], f"disk full in {_days(full_in)}"
+            "full_in",
+            full_in,
+            "s",
+            t["full_in_warn"],
+            t["full_in_crit"],
+            f"disk full in {units.span(full_in, 1)}",
         )
         if full_in is not None
         else Measure("full_in", None, "s", t["full_in_warn"], t["full_in_crit"], OK, floor=True),
@@ -296,4 +297,4 @@ def status_line(results: list[CheckResult], failures: list[str] = ()) -> tuple[s
 
 def _ago(r: CheckResult) -> str:
     m = r.measure("last_run_age")
-    return "never" if m.value is None else f"{_days(m.value)} ago"
+    return "never" if m.value is None else f"{units.span(m.value, 1)} ago"

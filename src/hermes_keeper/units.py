@@ -36,14 +36,19 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:g}s"
 
 
-def ago(ts: float, now: float) -> str:
-    """``3m ago``, ``5h ago``, ``11d ago``: the one age format (report, backups, archive)."""
-    d = max(0.0, now - ts)
-    if d < 3600:
-        return f"{d / 60:.0f}m ago"
-    if d < 86400:
-        return f"{d / 3600:.0f}h ago"
-    return f"{d / 86400:.0f}d ago"
+def span(seconds: float, digits: int = 0) -> str:
+    """``3m``, ``5h``, ``11d`` in its largest unit: a measured time (an age, time until the disk is
+    full). ``digits=1`` (``3.2d``) where a threshold of ``3d`` must read as passed."""
+    d = max(0.0, seconds)
+    for unit, n in (("d", 86400), ("h", 3600)):
+        if d >= n:
+            return f"{d / n:.{digits}f}{unit}"
+    return f"{d / 60:.{digits}f}m"
+
+
+def ago(ts: float, now: float, digits: int = 0) -> str:
+    """``3m ago``, ``5h ago``, ``11d ago``: the one age format (report, backups, archive, check)."""
+    return f"{span(now - ts, digits)} ago"
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

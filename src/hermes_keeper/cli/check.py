@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from hermes_keeper.check import STATUS, UNKNOWN, status_line
-from hermes_keeper.cli.options import metrics_to, profile_options, quiet_option, textfile_option
+from hermes_keeper.cli.options import (
+    emit_json,
+    examples,
+    json_option,
+    metrics_to,
+    outcome_row,
+    profile_options,
+    quiet_option,
+    textfile_option,
+)
 from hermes_keeper.errors import KeeperError, failure_line
 from hermes_keeper.home import each
 
 
-def _unknown(line: str) -> None:
-    click.echo(f"HERMES-KEEPER UNKNOWN - {line}")
+def _unknown(line: str, as_json: bool) -> None:
+    """The check could not run: the UNKNOWN line, or with ``--json`` the usual document around it
+    (no profile rows), so a script reading JSON still reads JSON."""
+    line = f"HERMES-KEEPER UNKNOWN - {line}"
+    if as_json:
+        emit_json([], status=STATUS[UNKNOWN], code=UNKNOWN, line=line)
+    else:
+        click.echo(line)
     sys.exit(UNKNOWN)
 
 
@@ -26,7 +40,7 @@ class NagiosCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            _unknown(exc.format_message())
+            _unknown(exc.format_message(), "--json" in args)
 
     def invoke(self, ctx):
         try:
@@ -36,7 +50,7 @@ class NagiosCommand(click.Command):
         except Exception as exc:
             if ctx.find_root().params.get("debug"):
                 raise
-            _unknown(failure_line(exc)[0])
+            _unknown(failure_line(exc)[0], bool(ctx.params.get("as_json")))
 
 
 def overrides(pairs: tuple[str, ...]) -> dict:
@@ -58,7 +72,15 @@ def overrides(pairs: tuple[str, ...]) -> dict:
     return out
 
 
-@click.command(cls=NagiosCommand)
+@click.command(
+    cls=NagiosCommand,
+    epilog=examples(
+        "check",
+        "check --all-profiles -t db_warn=3GB -t last_run_crit=2d",
+        "check --quiet --textfile /var/lib/node_exporter/textfile/hermes.prom",
+        "check --json",
+    ),
+)
 @profile_options
 @click.option(
     "--threshold",
@@ -74,7 +96,7 @@ def overrides(pairs: tuple[str, ...]) -> dict:
     default=None,
     help="Policy file (default: <home>/keeper.toml).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Every measure of every profile.")
+@json_option
 @quiet_option
 @textfile_option
 def check(profiles, thresholds, config, as_json, quiet, textfile):
@@ -87,9 +109,10 @@ def check(profiles, thresholds, config, as_json, quiet, textfile):
     nothing when OK and the line on stderr otherwise.
     """
     extra = overrides(thresholds)
-    results, failures = [], []
+    results, failures, rows = [], [], []
     with metrics_to(textfile) as metrics:
         for o in each(profiles, lambda p: p.check(p.config(config, extra))):
+            rows.append(outcome_row(o))
             if o.error is not None:
                 failures.append(f"{o.profile.name}: {o.error}")
                 if metrics:
@@ -106,8 +129,7 @@ def check(profiles, thresholds, config, as_json, quiet, textfile):
                     metrics.check(o.value)
     line, code = status_line(results, failures)
     if as_json:
-        doc = {"status": STATUS[code], "code": code, "line": line, "profiles": [r.to_dict() for r in results]}
-        click.echo(json.dumps(doc | {"failures": failures}, indent=2, ensure_ascii=False))
+        emit_json(rows, status=STATUS[code], code=code, line=line)
     elif not quiet:
         click.echo(line)
     elif code:

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from hermes_keeper import units
-from hermes_keeper.cli.options import for_each, profile_options
-from hermes_keeper.cli.render import local_time
+from hermes_keeper.cli.options import examples, for_each, json_option, profile_options
+from hermes_keeper.cli.render import console, local_time
 from hermes_keeper.history import database_bytes
 
 
-@click.command()
+@click.command(epilog=examples("history", "history --all --limit 50", "history --all-profiles --json"))
 @profile_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="The newest N rows.")
+@json_option
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="The newest N rows.",
+)
 @click.option("--all", "every_kind", is_flag=True, help="Reports (and checks) too, not only runs.")
 def history(profiles, as_json, limit, every_kind):
     """What each run did: when, db size after, pruned, archived, zombies closed, files removed,
@@ -41,10 +47,10 @@ def history(profiles, as_json, limit, every_kind):
                 units.size(database_bytes(f["components"])) if "components" in f else "",
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
                 units.size(f["freed_bytes"]) if "freed_bytes" in f else "",
-                f"{f['seconds']:.1f}s" if "seconds" in f else "",
+                units.duration(round(f["seconds"], 1)) if "seconds" in f else "",
                 f"{f['max_txn_ms']:.0f} ms" if "max_txn_ms" in f else "",
             )
-        Console().print(t)
+        console().print(t)
 
     for_each(
         profiles,

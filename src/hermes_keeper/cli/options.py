@@ -154,10 +154,21 @@ def command_name() -> str:
     return " ".join(reversed(words))
 
 
-def emit_json(rows: list[dict]) -> None:
+def emit_json(rows: list[dict], **overall: Any) -> None:
     """The one JSON shape of every command (docs/json.md): ``{"command": "archive list",
-    "profiles": [{"profile": NAME, ...}, ...]}``, one row per profile, in the order done."""
-    click.echo(json.dumps({"command": command_name(), "profiles": rows}, indent=2, ensure_ascii=False))
+    "profiles": [{"profile": NAME, ...}, ...]}``, one row per profile, in the order done.
+    ``overall``: keys about the whole invocation, beside ``command`` (check's Nagios status)."""
+    doc = {"command": command_name(), **overall, "profiles": rows}
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def outcome_row(o: Outcome, to_dict: Callable[[Any], dict] = lambda value: value.to_dict()) -> dict:
+    """One profile's row of that shape: its result, or its home and ``error`` or ``skipped_because``."""
+    row = {"profile": o.profile.name}
+    if o.error is None and o.skipped is None:
+        return row | to_dict(o.value)
+    why = {"error": o.error} if o.error else {"skipped_because": o.skipped}
+    return row | {"home": str(o.profile.home)} | why
 
 
 def for_each(
@@ -178,18 +189,11 @@ def for_each(
     outcomes, rows = [], []
     for o in each(profiles, action, needs_db):
         outcomes.append(o)
-        row = {"profile": o.profile.name}
-        if o.error is None and o.skipped is None:
-            row |= to_dict(o.value)
-            if not as_json:
-                show(o.profile, o.value)
-        else:
-            row |= {
-                "home": str(o.profile.home),
-                "error" if o.error else "skipped_because": o.error or o.skipped,
-            }
+        rows.append(outcome_row(o, to_dict))
+        if o.error is not None or o.skipped is not None:
             click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
-        rows.append(row)
+        elif not as_json:
+            show(o.profile, o.value)
     if as_json:
         emit_json(rows)
     code = exit_code(outcomes)

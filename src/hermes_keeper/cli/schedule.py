@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from hermes_keeper.cli.options import profile_options
+from hermes_keeper.cli.options import (
+    HelpGroup,
+    dry_run_option,
+    emit_json,
+    examples,
+    json_option,
+    profile_options,
+)
 from hermes_keeper.cli.text import term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.schedule import DEFAULT_AT, EVERY, VIAS, Change, Job, When, backend, keeper_executable
@@ -23,7 +28,8 @@ hermes_option = click.option(
     default=None,
     help="--via hermes: the hermes command (or its Python); default: hermes on PATH.",
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+#: Each job with what became of it in each scheduler.
+Done = list[tuple[Job, list[Change]]]
 
 
 def _jobs(profiles, via: str, when: When) -> list[Job]:
@@ -34,96 +40,118 @@ def _jobs(profiles, via: str, when: When) -> list[Job]:
     return [Job(profiles[0].root, None, when, keeper)]
 
 
-def _print(changes: list[Change], as_json: bool, dry_run: bool) -> None:
+def _rows(done: Done, **extra) -> list[dict]:
+    """The JSON rows (docs/json.md): one per profile a job runs, ``all-profiles`` for the one
+    timer or crontab line that runs every profile."""
+    rows: dict[str, dict] = {}
+    for job, changes in done:
+        row = rows.setdefault(job.label, {"profile": job.label, **extra, "changes": []})
+        row["changes"] += [c.to_dict() for c in changes]
+    return list(rows.values())
+
+
+def _print(done: Done, as_json: bool, texts: bool, **extra) -> None:
+    """Each change on a line (``would be`` on a dry run), with its text when ``texts``."""
     if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "changes": [c.to_dict() for c in changes]}, indent=2))
+        emit_json(_rows(done, **extra))
         return
-    for c in changes:
-        verb = (
-            f"would be {c.action}"
-            if dry_run and c.action in ("installed", "replaced", "removed")
-            else c.action
-        )
+    for c in (c for _, changes in done for c in changes):
+        would = extra.get("dry_run") and c.action in ("installed", "replaced", "removed")
+        verb = f"would be {c.action}" if would else c.action
         click.echo(term(f"{c.via}: {verb}: {c.where}") + (f" ({term(c.note)})" if c.note else ""))
-        if dry_run and c.text:
+        if texts and c.text:
             click.echo(c.text.rstrip("\n"))
 
 
-@click.group()
+@click.group(
+    cls=HelpGroup,
+    epilog=examples("schedule install", "schedule show", "schedule remove --dry-run"),
+)
 def schedule():
     """Run `hermes-keeper run` unattended: a Hermes cron job (no agent, no tokens), a systemd
     user timer, or a crontab line; by the keeper's absolute path, home and profile explicit."""
 
 
-@schedule.command("install")
+@schedule.command(
+    "install",
+    epilog=examples(
+        "schedule install",
+        "schedule install --via systemd --every weekly --at 04:15",
+        "schedule install --via cron --all-profiles --dry-run",
+        "schedule install --deliver telegram:123456789",
+    ),
+)
 @profile_options
-@click.option("--every", type=click.Choice(EVERY), default="daily", show_default=True)
-@click.option("--at", "at", default=DEFAULT_AT, show_default=True, help="HH:MM, the scheduler's local time.")
+@click.option(
+    "--every",
+    type=click.Choice(EVERY),
+    default="daily",
+    show_default=True,
+    help="Weekly: on Sundays; monthly: on the 1st.",
+)
+@click.option(
+    "--at", "at", default=DEFAULT_AT, show_default=True, metavar="HH:MM", help="The scheduler's local time."
+)
 @via_option
-@click.option("--dry-run", is_flag=True, help="Print exactly what would be written; change nothing.")
+@dry_run_option
 @hermes_option
 @click.option(
     "--deliver",
     default="origin",
     show_default=True,
+    metavar="TARGET",
     help="--via hermes: where Hermes sends the summary (origin, local, telegram:CHAT, ...).",
 )
 @json_option
 def install(profiles, every, at, via, dry_run, hermes, deliver, as_json):
     """Schedule `run` (default --via hermes). Idempotent: the same install twice changes nothing,
-    another --every/--at replaces the earlier one."""
+    another --every/--at replaces the earlier one. --dry-run prints the exact text."""
     via = via or "hermes"
-    when, changes = When(every, at), []
-    for job in _jobs(profiles, via, when):
-        if via == "hermes":
-            changes += backend(via).install(job, dry_run, hermes=hermes, deliver=deliver)
-        else:
-            changes += backend(via).install(job, dry_run)
-    _print(changes, as_json, dry_run)
+    extra = {"hermes": hermes, "deliver": deliver} if via == "hermes" else {}
+    done = [
+        (job, backend(via).install(job, dry_run, **extra)) for job in _jobs(profiles, via, When(every, at))
+    ]
+    _print(done, as_json, texts=dry_run, dry_run=dry_run)
 
 
-def _each_via(profiles, via, hermes, act) -> list[Change]:
+def _each_via(profiles, via, hermes, act) -> Done:
     """``act(module, job, extra)`` for ``via``, or for every way when not given; a way that
     cannot be reached (no Hermes, no crontab) is a note then, not a failure."""
-    changes = []
+    done = []
     for v in [via] if via else VIAS:
         extra = {"hermes": hermes} if v == "hermes" else {}
         for job in _jobs(profiles, v, When()):
             try:
-                changes += act(backend(v), job, extra)
+                done.append((job, act(backend(v), job, extra)))
             except KeeperError as exc:
                 if via:
                     raise
-                changes.append(Change(v, "unknown", "", "", str(exc)))
-    return changes
+                done.append((job, [Change(v, "unknown", "", "", str(exc))]))
+    return done
 
 
-@schedule.command("show")
+@schedule.command("show", epilog=examples("schedule show", "schedule show --via cron --json"))
 @profile_options
 @via_option
 @hermes_option
 @json_option
 def show(profiles, via, hermes, as_json):
     """What each scheduler holds for this home and profile, with its text."""
-    changes = _each_via(profiles, via, hermes, lambda m, job, extra: m.show(job, **extra))
-    if as_json:
-        _print(changes, True, False)
-        return
-    for c in changes:
-        click.echo(term(f"{c.via}: {c.action}: {c.where}") + (f" ({term(c.note)})" if c.note else ""))
-        if c.text:
-            click.echo(c.text.rstrip("\n"))
-    if not any(c.action == "found" for c in changes):
+    done = _each_via(profiles, via, hermes, lambda m, job, extra: m.show(job, **extra))
+    _print(done, as_json, texts=True)
+    if not as_json and not any(c.action == "found" for _, changes in done for c in changes):
         click.echo("nothing scheduled for this home and profile")
 
 
-@schedule.command("remove")
+@schedule.command(
+    "remove", epilog=examples("schedule remove", "schedule remove --via systemd --dry-run --json")
+)
 @profile_options
 @via_option
-@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@dry_run_option
 @hermes_option
 @json_option
 def remove(profiles, via, dry_run, hermes, as_json):
     """Remove what `install` made for this home and profile (every way, or --via)."""
-    changes = _each_via(profiles, via, hermes, lambda m, job, extra: m.remove(job, dry_run, **extra))
-    _print(changes, as_json, dry_run)
+    done = _each_via(profiles, via, hermes, lambda m, job, extra: m.remove(job, dry_run, **extra))
+    _print(done, as_json, texts=dry_run, dry_run=dry_run)
