@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
+from hermes_keeper.facts import full_check
 from hermes_keeper.fs import private_dir
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
@@ -30,7 +31,7 @@ from hermes_keeper.run.context import RunContext
 from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import Holder, find_holders, refuse_during_maintenance
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quick_check
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
@@ -293,7 +294,7 @@ def compact(
     schema = inspect(profile.db_path)
     schema.require_actionable()
     refuse_during_maintenance(schema)
-    problem = quick_check(profile.db_path)
+    problem = full_check(profile.fs, profile.db_path)
     if problem != "ok":  # FTS merges and vacuum would write into damaged pages
         raise KeeperError(
             f"{profile.db_path} fails quick_check ({problem}); compact changed nothing. Restore a "
