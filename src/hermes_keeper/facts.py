@@ -46,7 +46,7 @@ def _update(fs: HomeFS, key: str, value: dict) -> None:
     if not fs.plain_dir(KEEPER_DIR):
         return
     data = _read(fs) | {key: value}
-    tmp = f".{FACTS_NAME}.{os.getpid()}.tmp"
+    tmp = f".{FACTS_NAME}.tmp"  # one name: a process killed mid-write leaves at most this file
     try:
         fd = fs.open_private(KEEPER_DIR, tmp, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
