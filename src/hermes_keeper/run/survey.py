@@ -22,7 +22,7 @@ from pathlib import Path
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
-from hermes_keeper.run.policy import MESSAGING_SOURCES
+from hermes_keeper.run.policy import DAY, MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import Holder, find_holders, lease_holder_dead, process_gone
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -313,7 +313,6 @@ def message_size_sql(schema: SchemaInfo) -> str:
 #: Days back for which the survey counts each session's recent messages (report's growth windows),
 #: in the same scan as the rest of the statistics: at 2 GB a second scan cost 1.5 s.
 RECENT_DAYS = (7, 30)
-DAY_S = 86400.0
 
 #: Longest read of one step of message statistics where a reader blocks Hermes's commits, and the
 #: first step's message rows (the next steps are sized from the time it took).
@@ -327,7 +326,7 @@ def _message_stats(
     messages and text bytes since each of :data:`RECENT_DAYS`."""
     inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
     size = message_size_sql(schema)
-    since = [repr(now - d * DAY_S) for d in RECENT_DAYS]
+    since = [repr(now - d * DAY) for d in RECENT_DAYS]
     window = ", sum(timestamp >= {t}), sum(CASE WHEN timestamp >= {t} THEN {size} END)"
     recent = "".join(window.format(t=t, size=size) for t in since)
     sql = f"""
