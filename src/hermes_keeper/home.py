@@ -111,13 +111,14 @@ class Profile:
 
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
-        from hermes_keeper.sqlite.schema import inspect, quick_check
+        from hermes_keeper.facts import full_check
+        from hermes_keeper.sqlite.schema import inspect
 
         policy = policy or self.config()
         schema = inspect(self.db_path)
         schema.require_readable()
         plan = self._plan(schema, policy, now)
-        if (problem := quick_check(self.db_path)) != "ok":
+        if (problem := full_check(self.fs, self.db_path)) != "ok":
             plan.warnings.append(f"state.db fails quick_check ({problem}): a damaged page")
         if schema.timestamp_problems:
             plan.warnings.append("timestamps are not unix seconds; a run would refuse this profile")

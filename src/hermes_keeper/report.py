@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from hermes_keeper.facts import bounded_check, recent_objects, record_objects
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
@@ -21,16 +22,16 @@ from hermes_keeper.run.files import KINDS as FILE_KINDS
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import (
+    RECENT_DAYS,
     SessionRow,
     Survey,
-    message_size_sql,
     schema_protections,
     shown,
     survey_profile,
 )
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import gateway_pid
-from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect, quick_check
+from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -42,7 +43,7 @@ AGE_BUCKETS = (
     ("7-30d", 30 * DAY),
     (">30d", float("inf")),
 )
-GROWTH_WINDOWS = (7, 30)  # days
+GROWTH_WINDOWS = RECENT_DAYS  # days: the survey counts each session's messages in them
 PROJECTION_DAYS = (30, 365)
 #: Folders besides sessions/ that Hermes fills and never (or rarely) cleans.
 OTHER_DIRS = (
@@ -56,6 +57,9 @@ OTHER_DIRS = (
     "keeper",
 )
 GROUPS = ("messages", "fts", "sessions", "other", "free")
+#: How long report's own ``quick_check`` may read (it reads every page: ~10 s per GB cold); past
+#: it, the last full check on record (plan, compact) is shown with its age.
+CHECK_BUDGET_S = 1.0
 
 
 def age_bucket(age_s: float) -> str:
@@ -99,7 +103,9 @@ def table_group(name: str) -> str:
 
 
 def _object_sizes(conn: sqlite3.Connection) -> dict[str, int] | None:
-    """Bytes per table and index from ``dbstat`` (aggregate form), None where it is not compiled in."""
+    """Bytes per table and index from ``dbstat`` (aggregate form), None where it is not compiled in.
+
+    It reads every page of the file (seconds per GB): see :func:`object_sizes` for the reuse."""
     try:
         rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat WHERE aggregate = 1 GROUP BY name")
         return {name: int(size or 0) for name, size in rows}
@@ -107,22 +113,33 @@ def _object_sizes(conn: sqlite3.Connection) -> dict[str, int] | None:
         return None
 
 
-def _message_windows(conn: sqlite3.Connection, schema: SchemaInfo, now: float) -> dict:
-    """Messages and text bytes written in each growth window, plus all text, in one scan."""
-    size = message_size_sql(schema)
-    cols = ["sum(" + size + ")"]
-    params: list[float] = []
-    for days in GROWTH_WINDOWS:
-        cols += ["sum(timestamp >= ?)", f"sum(CASE WHEN timestamp >= ? THEN {size} END)"]
-        params += [now - days * DAY] * 2
-    row = conn.execute(f"SELECT {', '.join(cols)} FROM messages", params).fetchone()
-    out = {"text_bytes": int(row[0] or 0)}
+def object_sizes(
+    profile: Profile, conn: sqlite3.Connection, schema: SchemaInfo, now: float
+) -> tuple[dict[str, int] | None, float]:
+    """Bytes per object and when they were measured: a recent breakdown scaled to today's used
+    bytes while they changed little (``facts.recent_objects``), else ``dbstat`` now, recorded."""
+    recent = recent_objects(profile.fs, schema.used_bytes, now)
+    if recent is not None:
+        return recent
+    sizes = _object_sizes(conn)
+    if sizes is not None:
+        record_objects(profile.fs, sizes, schema.used_bytes, now)
+    return sizes, now
+
+
+def _message_windows(survey: Survey) -> dict:
+    """Messages and text bytes written in each growth window, plus all text: the survey's sums."""
+    rows = survey.sessions.values()
+    out: dict = {"text_bytes": sum(s.content_bytes for s in rows)}
     for i, days in enumerate(GROWTH_WINDOWS):
-        out[days] = {"messages": int(row[1 + 2 * i] or 0), "text_bytes": int(row[2 + 2 * i] or 0)}
+        out[days] = {
+            "messages": sum(s.recent_messages[i] for s in rows if s.recent_messages),
+            "text_bytes": sum(s.recent_bytes[i] for s in rows if s.recent_bytes),
+        }
     return out
 
 
-def db_usage(objects: dict[str, int] | None, schema: SchemaInfo) -> dict:
+def db_usage(objects: dict[str, int] | None, schema: SchemaInfo, measured_at: float | None = None) -> dict:
     """Bytes per group and per object, and the free pages a vacuum would give back."""
     groups: Counter = Counter()
     for name, size in (objects or {}).items():
@@ -133,6 +150,7 @@ def db_usage(objects: dict[str, int] | None, schema: SchemaInfo) -> dict:
         "page_count": schema.page_count,
         "bytes": schema.db_bytes,
         "per_object": objects is not None,
+        "objects_measured_at": measured_at if objects is not None else None,
         "groups": {k: int(groups.get(k, 0)) for k in GROUPS},
         "objects": dict(sorted((objects or {}).items(), key=lambda kv: -kv[1])),
         "reclaimable_bytes": schema.free_bytes,
@@ -359,11 +377,12 @@ def build_report(
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
-            objects = _object_sizes(conn)
-            windows = _message_windows(conn, schema, now)
+            objects, measured_at = object_sizes(profile, conn, schema, now)
     finally:
         conn.close()
-    db = db_usage(objects, schema)
+    windows = _message_windows(survey)
+    db = db_usage(objects, schema, measured_at)
+    check = bounded_check(profile.fs, profile.db_path, CHECK_BUDGET_S)
     wal, shm = (profile.db_path.with_name(profile.db_path.name + s) for s in ("-wal", "-shm"))
     disk = {"state_db": _size(profile.db_path), "wal": _size(wal), "shm": _size(shm)}
     return {
@@ -380,7 +399,8 @@ def build_report(
             "timestamp_problems": schema.timestamp_problems,
             "generation": generation(schema.schema_version),
             "protections": schema_protections(schema),
-            "quick_check": survey.folders.checked_db or quick_check(profile.db_path),
+            "quick_check": check.result if check else "unknown",
+            "quick_check_at": check.at if check else None,
         },
         "hermes_auto_prune": auto_prune_section(survey, now),
         "disk": disk,

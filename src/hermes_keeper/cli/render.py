@@ -218,13 +218,25 @@ def render_report(rep: dict, c: Console | None = None) -> None:
         c.print(f"[red]timestamps: {p}[/]")
     if sch["timestamp_problems"]:
         c.print("[red]ages and growth below are unreliable; maintenance refuses this profile[/]")
-    if sch["quick_check"] != "ok":
+    if sch["quick_check"] == "unknown":
+        c.print(
+            "[yellow]quick_check: not finished within report's time and none on record; "
+            "`hermes-keeper plan` runs a full one[/]"
+        )
+    elif sch["quick_check_at"] is not None and now - sch["quick_check_at"] > 60:
+        c.print(
+            f"quick_check: {escape(sch['quick_check'])} at {local_time(sch['quick_check_at'])} (last full check)"
+        )
+    if sch["quick_check"] not in ("ok", "unknown"):
         c.print(
             f"[red]state.db fails quick_check ({escape(sch['quick_check'])}): a damaged page; compact "
             "refuses to write; restore a backup (hermes-keeper restore --latest)[/]"
         )
 
     c.print(_database_table(rep))
+    measured = rep["database"]["objects_measured_at"]
+    if measured is not None and now - measured > 60:
+        c.print(f"bytes per table as measured at {local_time(measured)}, scaled to today's used pages")
     if not rep["database"]["per_object"]:
         c.print("[yellow]this SQLite has no dbstat: bytes per table unknown[/]")
     c.print(_files_table(rep["files"]))

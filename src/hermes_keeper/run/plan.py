@@ -386,8 +386,9 @@ def compact_step(auto_vacuum: str | None, live_bytes: int) -> str:
         return "incremental vacuum in budgeted steps"
     return (
         f"one-time VACUUM to incremental auto-vacuum (~{units.size(live_bytes)} to copy): with Hermes"
-        f" stopped, or beside it if its estimated stall is at most {LIVE_VACUUM_STALL_S:.0f} s at a"
-        " quiet moment; otherwise the freed pages stay reclaimable in state.db"
+        f" stopped, or beside it if its measured stall estimate is at most {LIVE_VACUUM_STALL_S:.0f} s"
+        " (a one-time wait of Hermes's writes, at a quiet moment if one comes); otherwise the"
+        " freed pages stay in state.db, reclaimable"
     )
 
 

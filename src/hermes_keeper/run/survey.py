@@ -24,7 +24,7 @@ from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
 from hermes_keeper.kept import KeptUnreadable, read_kept
 from hermes_keeper.run.files import Folders, scan_folders
-from hermes_keeper.run.policy import MESSAGING_SOURCES
+from hermes_keeper.run.policy import DAY, MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import Holder, find_holders, lease_holder_dead, process_gone
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -80,6 +80,9 @@ class SessionRow:
     messages: int = 0
     inactive_messages: int = 0
     content_bytes: int = 0
+    #: messages and their text bytes in each of the last :data:`RECENT_DAYS` (the report's growth)
+    recent_messages: tuple[int, ...] = ()
+    recent_bytes: tuple[int, ...] = ()
     first_message_at: float | None = None
     first_message_id: int | None = None  # where its rows sit in the messages b-tree
     last_message_at: float | None = None
@@ -312,17 +315,28 @@ def message_size_sql(schema: SchemaInfo) -> str:
     return " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in text_cols)
 
 
+#: Days back for which the survey counts each session's recent messages (report's growth windows),
+#: in the same scan as the rest of the statistics: at 2 GB a second scan cost 1.5 s.
+RECENT_DAYS = (7, 30)
+
 #: Longest read of one step of message statistics where a reader blocks Hermes's commits, and the
 #: first step's message rows (the next steps are sized from the time it took).
 STEP_READ_MS, FIRST_STEP_ROWS = 20.0, 2000
 
 
-def _message_stats(conn: sqlite3.Connection, schema: SchemaInfo, where: str = "", params: tuple = ()) -> dict:
-    """Per session: messages, inactive ones, text bytes, first and last timestamp, first id."""
+def _message_stats(
+    conn: sqlite3.Connection, schema: SchemaInfo, now: float, where: str = "", params: tuple = ()
+) -> dict:
+    """Per session: messages, inactive ones, text bytes, first and last timestamp, first id, then
+    messages and text bytes since each of :data:`RECENT_DAYS`."""
     inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
     size = message_size_sql(schema)
+    since = [repr(now - d * DAY) for d in RECENT_DAYS]
+    window = ", sum(timestamp >= {t}), sum(CASE WHEN timestamp >= {t} THEN {size} END)"
+    recent = "".join(window.format(t=t, size=size) for t in since)
     sql = f"""
         SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp), min(id)
+               {recent}
         FROM messages {where} GROUP BY session_id
     """
     return {r[0]: r[1:] for r in conn.execute(sql, params)}
@@ -333,7 +347,7 @@ def _sql_order(value) -> tuple:
     return (0 if isinstance(value, (int, float)) else 1 if isinstance(value, str) else 2, value)
 
 
-def _message_stats_in_steps(conn: sqlite3.Connection, schema: SchemaInfo) -> dict[str, tuple]:
+def _message_stats_in_steps(conn: sqlite3.Connection, schema: SchemaInfo, now: float) -> dict[str, tuple]:
     """:func:`_message_stats` as reads of message id ranges, each sized from the last one's time to
     about :data:`STEP_READ_MS`, partial aggregates merged: no read holds Hermes's commits longer."""
     low, high = conn.execute("SELECT min(id), max(id) FROM messages").fetchone()
@@ -341,16 +355,17 @@ def _message_stats_in_steps(conn: sqlite3.Connection, schema: SchemaInfo) -> dic
     rows = FIRST_STEP_ROWS
     while low is not None and low <= high:
         t0 = time.perf_counter()
-        part = _message_stats(conn, schema, "WHERE id BETWEEN ? AND ?", (low, low + rows - 1))
+        part = _message_stats(conn, schema, now, "WHERE id BETWEEN ? AND ?", (low, low + rows - 1))
         took_ms = (time.perf_counter() - t0) * 1000
-        for sid, (n, inactive, size, first, last, first_id) in part.items():
+        for sid, (n, inactive, size, first, last, first_id, *recent) in part.items():
             if sid in out:
-                n0, inactive0, size0, first0, last0, first_id0 = out[sid]
+                n0, inactive0, size0, first0, last0, first_id0, *recent0 = out[sid]
                 first = min((t for t in (first0, first) if t is not None), default=None, key=_sql_order)
                 last = max((t for t in (last0, last) if t is not None), default=None, key=_sql_order)
                 n, first_id = n0 + n, first_id0
                 inactive, size = (inactive0 or 0) + (inactive or 0), (size0 or 0) + (size or 0)
-            out[sid] = (n, inactive, size, first, last, first_id)
+                recent = [(a or 0) + (b or 0) for a, b in zip(recent0, recent, strict=True)]
+            out[sid] = (n, inactive, size, first, last, first_id, *recent)
         low += rows
         rows = max(100, min(rows * 4, int(rows * STEP_READ_MS / max(took_ms, 0.1))))
     return out
@@ -470,7 +485,7 @@ def survey_profile(
         stepped = schema.journal_mode != "wal"
         with read_txn(conn):
             rows = _select_sessions(conn, schema)
-            stats = {} if stepped else _message_stats(conn, schema)
+            stats = {} if stepped else _message_stats(conn, schema, taken_at)
             routed = _routed_from_db(conn, schema)
             unreadable = survey.unreadable
             guard = ("holder", "expires_at")
@@ -506,7 +521,7 @@ def survey_profile(
                         "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
                     )
         if stepped:
-            stats = _message_stats_in_steps(conn, schema)
+            stats = _message_stats_in_steps(conn, schema, taken_at)
     finally:
         conn.close()
     try:
@@ -526,7 +541,9 @@ def survey_profile(
     for r in rows:
         lock_holder, lock_expires = locks.get(r["id"], (None, None))
         delegate, branch = model_config_links(r.get("model_config"))
-        count, inactive, size, first, last, first_id = stats.get(r["id"], (0, 0, 0, None, None, None))
+        count, inactive, size, first, last, first_id, *recent = stats.get(
+            r["id"], (0, 0, 0, None, None, None)
+        )
         survey.message_total += count
         sid = r["id"]
         survey.sessions[sid] = SessionRow(
@@ -547,6 +564,8 @@ def survey_profile(
             messages=count or 0,
             inactive_messages=inactive or 0,
             content_bytes=size or 0,
+            recent_messages=tuple(int(v or 0) for v in recent[0::2]) or (0,) * len(RECENT_DAYS),
+            recent_bytes=tuple(int(v or 0) for v in recent[1::2]) or (0,) * len(RECENT_DAYS),
             first_message_at=seconds(first),
             first_message_id=first_id,
             last_message_at=seconds(last),

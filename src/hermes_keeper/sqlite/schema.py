@@ -8,6 +8,7 @@ the columns that are there and refuses, in one line, what it does not understand
 from __future__ import annotations
 
 import sqlite3
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -262,21 +263,35 @@ def _foreign_references(conn: sqlite3.Connection, tables: dict[str, list[str]]) 
     return out
 
 
-def quick_check(path: Path) -> str:
-    """``PRAGMA quick_check`` of a database, read-only: ``ok``, or the first problems in one line.
+def quick_check(path: Path, budget_s: float | None = None) -> str | None:
+    """``PRAGMA quick_check`` of a database, read-only: ``ok``, or the first problems in one line;
+    None when ``budget_s`` ran out first.
 
-    It reads every page, so it runs where a damaged page matters: before compact writes, and
-    in report and plan, which must not say all is well about a corrupt database.
+    It reads every page (seconds per GB), so it runs in full where a damaged page matters:
+    before compact writes, and in plan; report gives it a budget and otherwise shows the last
+    full result (``facts.py``).
     """
+    if budget_s is not None and budget_s <= 0:
+        return None
     try:
         conn = connect_ro(path)
     except sqlite3.DatabaseError as exc:  # not a database at all (a damaged header)
         return str(exc)
+    # The whole check is one VDBE opcode, so a progress handler never fires: interrupt it instead.
+    timer = threading.Timer(budget_s, conn.interrupt) if budget_s is not None else None
     try:
+        if timer:
+            timer.start()
         rows = conn.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.OperationalError as exc:
+        if timer and "interrupted" in str(exc):
+            return None
+        return str(exc)
     except sqlite3.DatabaseError as exc:
         return str(exc)
     finally:
+        if timer:
+            timer.cancel()
         conn.close()
     return "; ".join(r[0] for r in rows)[:300] or "ok"
 

@@ -1,0 +1,109 @@
+"""Facts about a big ``state.db`` that take seconds to measure, kept in ``keeper/facts.json``.
+
+A full ``quick_check`` and ``dbstat`` each read every page: 10-25 s on a 2 GB file with a cold
+cache, more at 5 GB. ``run``, ``compact`` and ``plan`` check in full (they must, before writing
+or advising); ``report`` shows the last full result with its age when its own bounded check runs
+out of time, and reuses the byte breakdown while the used pages changed little. Only recorded
+where the keeper folder exists already: a report on a home the keeper never ran on creates
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import KEEPER_DIR, HomeFS
+from hermes_keeper.sqlite.schema import quick_check
+
+FACTS_NAME = "facts.json"
+#: The byte breakdown is reused while the used bytes moved less than this share, and for at most
+#: :data:`OBJECTS_MAX_AGE_S`; it is scaled to today's used bytes (the groups still add up).
+OBJECTS_DRIFT = 0.10
+OBJECTS_MAX_AGE_S = 7 * 86400.0
+
+
+@dataclass(frozen=True)
+class Check:
+    result: str  # 'ok' or the first problems
+    at: float  # when that full check finished (unix seconds)
+
+
+def _read(fs: HomeFS) -> dict:
+    try:
+        data = json.loads(fs.read_bytes(KEEPER_DIR, FACTS_NAME) or b"{}")
+    except (OSError, ValueError, KeeperError):  # unreadable, damaged, a link: measured again
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _update(fs: HomeFS, key: str, value: dict) -> None:
+    """Replace one fact, atomically; skipped where there is no keeper folder or it cannot be written."""
+    if not fs.plain_dir(KEEPER_DIR):
+        return
+    data = _read(fs) | {key: value}
+    tmp = f".{FACTS_NAME}.tmp"  # one name: a process killed mid-write leaves at most this file
+    try:
+        fd = fs.open_private(KEEPER_DIR, tmp, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(fs.path(KEEPER_DIR, tmp), fs.path(KEEPER_DIR, FACTS_NAME))
+    except (OSError, KeeperError):  # a cache: the next command measures again
+        fs.unlink(KEEPER_DIR, tmp)
+
+
+def record_check(fs: HomeFS, result: str, at: float | None = None) -> None:
+    _update(fs, "quick_check", {"result": result, "at": time.time() if at is None else at})
+
+
+def last_check(fs: HomeFS) -> Check | None:
+    rec = _read(fs).get("quick_check")
+    try:
+        return Check(str(rec["result"]), float(rec["at"]))
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def record_objects(fs: HomeFS, sizes: dict[str, int], used_bytes: int, at: float | None = None) -> None:
+    _update(
+        fs, "objects", {"sizes": sizes, "used_bytes": used_bytes, "at": time.time() if at is None else at}
+    )
+
+
+def recent_objects(fs: HomeFS, used_bytes: int, now: float) -> tuple[dict[str, int], float] | None:
+    """The recorded bytes per object scaled to ``used_bytes``, and when they were measured; None
+    when there is no record, or it is too old or too far from today's size to stand in."""
+    rec = _read(fs).get("objects")
+    try:
+        sizes, then, at = (
+            {str(k): int(v) for k, v in rec["sizes"].items()},
+            int(rec["used_bytes"]),
+            float(rec["at"]),
+        )
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    if then <= 0 or abs(used_bytes - then) > OBJECTS_DRIFT * then or not 0 <= now - at <= OBJECTS_MAX_AGE_S:
+        return None
+    return {k: v * used_bytes // then for k, v in sizes.items()}, at
+
+
+def full_check(fs: HomeFS, db: Path) -> str:
+    """A full ``quick_check`` of ``db``, recorded for later reports."""
+    result = quick_check(db) or "ok"
+    record_check(fs, result)
+    return result
+
+
+def bounded_check(fs: HomeFS, db: Path, budget_s: float) -> Check | None:
+    """``quick_check`` within ``budget_s`` (recorded when it finished), else the last full one on
+    record; None when there is none."""
+    result = quick_check(db, budget_s)
+    if result is None:
+        return last_check(fs)
+    check = Check(result, time.time())
+    record_check(fs, check.result, check.at)
+    return check
