@@ -225,7 +225,8 @@ def render_report(rep: dict, c: Console | None = None) -> None:
         )
     elif sch["quick_check_at"] is not None and now - sch["quick_check_at"] > 60:
         c.print(
-            f"quick_check: {escape(sch['quick_check'])} at {local_time(sch['quick_check_at'])} (last full check)"
+            f"quick_check: {escape(sch['quick_check'])} at {local_time(sch['quick_check_at'])}"
+            " (last full check)"
         )
     if sch["quick_check"] not in ("ok", "unknown"):
         c.print(
