@@ -100,11 +100,11 @@ def _restore_killed_at(home, ids, crash_at, monkeypatch):
     """A restore killed between two transactions, just before its ``crash_at``-th one."""
     real_step, steps = Writer.step, []
 
-    def dying_step(self, fn, batch=None, units=1):
+    def dying_step(self, fn, batch=None, units=1, **kw):
         steps.append(1)
         if len(steps) == crash_at:
             raise KeyboardInterrupt
-        return real_step(self, fn, batch, units)
+        return real_step(self, fn, batch, units, **kw)
 
     monkeypatch.setattr(Writer, "step", dying_step)
     with pytest.raises(KeyboardInterrupt):

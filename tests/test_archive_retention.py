@@ -35,7 +35,9 @@ def _config(home, text: str) -> None:
 
 
 def _archived_ids(home) -> list[str]:
-    listed = json.loads(_cli("archive", "list", "--home", str(home), "--json").stdout)["sessions"]
+    listed = json.loads(_cli("archive", "list", "--home", str(home), "--json").stdout)["profiles"][0][
+        "sessions"
+    ]
     return sorted(r["session_id"] for r in listed)
 
 
@@ -83,7 +85,7 @@ def test_by_age_shown_in_plan_done_by_run_and_a_whole_month_file_goes(tmp_path):
     last = _journal(home, "archive_retention")[-1]
     assert last["file_deleted"] and last["sessions"] == ["old"] and last["bytes"] > 0
     # What is left is still whole and restorable.
-    assert json.loads(_cli("archive", "verify", "--home", str(home), "--json").stdout)["ok"]
+    assert json.loads(_cli("archive", "verify", "--home", str(home), "--json").stdout)["profiles"][0]["ok"]
     assert _cli("archive", "restore", "newer", "--home", str(home)).exit_code == 0
 
 
@@ -207,7 +209,11 @@ def test_the_archive_key_and_the_archive_table_live_side_by_side(tmp_path):
     default = effective_policy(tmp_path, "default")
     assert (default.archive, default.archive_keep_s, default.archive_max_bytes) == (True, None, None)
     work = effective_policy(tmp_path, "work")
-    assert (work.archive, work.archive_keep_s, work.archive_max_bytes) == (True, 30 * DAY, 1024**3)
+    assert (work.archive, work.archive_keep_s, work.archive_max_bytes) == (
+        True,
+        30 * DAY,
+        10**9,
+    )  # sizes are decimal: 1GB = 10^9 bytes
     assert effective_policy(tmp_path, "off").archive is False
     (tmp_path / "keeper.toml").write_text("[archive]\nkeep = 30\n")
     with pytest.raises(KeeperError, match="archive.keep: a duration needs a unit"):

@@ -56,7 +56,9 @@ def test_a_new_month_gets_its_own_file_and_every_command_reads_both(tmp_path):
         assert store.get("dup")["messages"][0]["content"] == "narwhal 0"
         first = f"#{dups[0].entry}"
 
-    listed = json.loads(_cli("archive", "list", "--home", str(home), "--json").stdout)["sessions"]
+    listed = json.loads(_cli("archive", "list", "--home", str(home), "--json").stdout)["profiles"][0][
+        "sessions"
+    ]
     assert [r["session_id"] for r in listed] == ["dup", "dup", "other"]  # newest activity first
     assert [r["entry"] for r in listed[:2]] == [dups[1].entry, dups[0].entry]
     assert "narwhal 0" in _cli("archive", "show", "dup", "--home", str(home)).output
@@ -65,10 +67,10 @@ def test_a_new_month_gets_its_own_file_and_every_command_reads_both(tmp_path):
         "otter 0" in _cli("archive", "show", "oth", "--home", str(home)).output
     )  # a prefix, in the old file
     for word in ("walrus", "narwhal", "otter"):
-        hits = json.loads(_cli("archive", "search", word, "--home", str(home), "--json").stdout)
+        [hits] = json.loads(_cli("archive", "search", word, "--home", str(home), "--json").stdout)["profiles"]
         assert hits["total"] == 1 and hits["scanned"] == 3
-    verified = json.loads(_cli("archive", "verify", "--home", str(home), "--json").stdout)
-    assert verified == {"checked": 3, "damaged": {}, "database": "ok", "ok": True}
+    [verified] = json.loads(_cli("archive", "verify", "--home", str(home), "--json").stdout)["profiles"]
+    assert verified == {"profile": "default", "checked": 3, "damaged": {}, "database": "ok", "ok": True}
     out = tmp_path / "all.jsonl"
     assert _cli("archive", "export", "--home", str(home), "-o", str(out)).exit_code == 0
     exported = {json.loads(line)["id"]: json.loads(line) for line in out.read_text().splitlines()}

@@ -180,7 +180,7 @@ def test_runaway_needs_message_times():
     "field, value, why",
     [
         ("messages", 2001, "2001 messages > 2000"),
-        ("content_bytes", 30 << 20, "31457280 bytes of text > 20971520"),
+        ("content_bytes", 30 << 20, "31457280 bytes of text > 20000000"),
         ("input_tokens", 22_000_000, "22000000 tokens > 5000000"),
         ("cost_usd", 40.0, "$40.00 > 25"),
     ],
