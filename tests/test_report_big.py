@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from hermes_keeper import demo, report
 from hermes_keeper.cli import main
+from hermes_keeper.home import Home
 from tests.conftest import tree_digest
 from tests.test_report import report_json
 
@@ -69,11 +70,17 @@ def test_breakdown_is_measured_again_once_the_used_bytes_moved(home):
 def test_no_keeper_folder_nothing_written_and_an_unfinished_check_is_said(home, monkeypatch):
     before = tree_digest(home)
     monkeypatch.setattr(report, "CHECK_BUDGET_S", 0.0)
-    (rep,) = report_json(home)
+    rep = Home(home).profile().report()  # the library's report writes nothing without keeper/
     assert rep["schema"]["quick_check"] == "unknown" and rep["schema"]["quick_check_at"] is None
+    assert tree_digest(home) == before
     out = CliRunner().invoke(main, ["report", "--home", str(home)], terminal_width=200).output
     assert "not finished within report's time" in out and "fails quick_check" not in out
-    assert tree_digest(home) == before
+    after = tree_digest(home)  # the command records its figures in the history (docs/history.md)
+    assert (
+        set(after) - set(before) <= {"keeper/history.db", "keeper/facts.json"}
+        and "keeper/history.db" in after
+    )
+    assert {k: v for k, v in after.items() if k in before} == before
 
 
 def test_growth_windows_count_what_a_direct_query_counts(home):
