@@ -230,9 +230,6 @@ def report_figures(profile: Profile, rep: dict) -> dict:
 def run_figures(profile: Profile, result: RunResult) -> dict:
     """A run's row: what it did, what it freed, how long it took and held the write lock, and
     the disk by component afterwards (so a home only ever run from cron still has a curve)."""
-    from hermes_keeper.report import _object_sizes
-    from hermes_keeper.sqlite.connect import connect_ro, read_txn
-
     d = result.to_dict()
     out = {k: d[k] for k in ("pruned", "archived", "zombies_closed", "files_removed", "freed_bytes")}
     out |= {
@@ -244,15 +241,47 @@ def run_figures(profile: Profile, result: RunResult) -> dict:
         "max_txn_ms": d["writer"].get("max_txn_ms", 0.0),
         "backup": d["backup"],
     }
+    wal = profile.fs.lstat("state.db-wal")
+    out["components"] = components(
+        profile, _objects_after_run(profile), d["reclaimable_bytes"], wal.st_size if wal else 0
+    )
+    return out
+
+
+def _objects_after_run(profile: Profile) -> dict[str, int]:
+    """Bytes per table and index after a run, for the history's curve.
+
+    A fresh ``dbstat`` reads every page in one read transaction. In a rollback-journal
+    database (today's Hermes on most SQLite builds) that read holds every Hermes commit for its
+    length, seconds on a big home; so beside a process that holds such a database the last
+    recorded breakdown stands in while it is close to today's size, else the row has none.
+    """
+    from hermes_keeper.facts import recent_objects, record_objects
+    from hermes_keeper.report import _object_sizes
+    from hermes_keeper.sqlite.connect import connect_ro, read_txn
+    from hermes_keeper.sqlite.holders import find_holders
+
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
-            objects = _object_sizes(conn) or {}
+            size, pages, free, mode = (
+                conn.execute(f"PRAGMA {p}").fetchone()[0]
+                for p in ("page_size", "page_count", "freelist_count", "journal_mode")
+            )
+        used, now = (pages - free) * size, time.time()
+        recent = recent_objects(profile.fs, used, now)
+        if recent is not None:
+            return recent[0]
+        if mode != "wal" and find_holders(profile.db_path):
+            return {}
+        with read_txn(conn):
+            objects = _object_sizes(conn)
     finally:
         conn.close()
-    wal = profile.fs.lstat("state.db-wal")
-    out["components"] = components(profile, objects, d["reclaimable_bytes"], wal.st_size if wal else 0)
-    return out
+    if objects is None:
+        return {}
+    record_objects(profile.fs, objects, used, now)
+    return objects
 
 
 def _warn(profile: Profile, exc: Exception) -> None:
