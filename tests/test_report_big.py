@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -97,3 +99,32 @@ def test_growth_windows_count_what_a_direct_query_counts(home):
         assert rep["growth"][f"last_{days}d"]["messages"] == n > 0
         assert rep["growth"][f"last_{days}d"]["bytes_per_day"] > 0
     conn.close()
+
+
+def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home):
+    """quick_check and dbstat each read every page in one read transaction: in DELETE mode that
+    holds every commit of the process that has the database open (a gateway), so the report
+    shows what is on record instead, and says so."""
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    keeper_folder(home)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sqlite3,time; c=sqlite3.connect({str(home / 'state.db')!r}); time.sleep(120)",
+        ]
+    )
+    try:
+        time.sleep(0.5)
+        rep = Home(home).profile().report()
+        assert rep["holders"]["processes"]
+        assert rep["schema"]["quick_check"] == "unknown" and rep["schema"]["quick_check_at"] is None
+        assert rep["database"]["per_object"] is False and rep["database"]["objects"] == {}
+        assert rep["sessions"]["total"] >= 200  # the survey's short steps still read everything else
+    finally:
+        holder.kill()
+        holder.wait()
+    rep = Home(home).profile().report()  # nobody holds it: checked and measured, both recorded
+    assert rep["schema"]["quick_check"] == "ok" and rep["database"]["per_object"]

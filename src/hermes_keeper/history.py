@@ -258,6 +258,7 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
     """
     from hermes_keeper.facts import recent_objects, record_objects
     from hermes_keeper.report import _object_sizes
+    from hermes_keeper.run.survey import long_reads_stall_hermes
     from hermes_keeper.sqlite.connect import connect_ro, read_txn
     from hermes_keeper.sqlite.holders import find_holders
 
@@ -272,7 +273,7 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
         recent = recent_objects(profile.fs, used, now)
         if recent is not None:
             return recent[0]
-        if mode != "wal" and find_holders(profile.db_path):
+        if long_reads_stall_hermes(mode, find_holders(profile.db_path)):
             return {}
         with read_txn(conn):
             objects = _object_sizes(conn)

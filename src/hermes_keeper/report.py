@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from hermes_keeper.facts import bounded_check, recent_objects, record_objects
+from hermes_keeper.facts import bounded_check, last_check, recent_objects, record_objects
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
@@ -25,6 +25,7 @@ from hermes_keeper.run.survey import (
     RECENT_DAYS,
     SessionRow,
     Survey,
+    long_reads_stall_hermes,
     schema_protections,
     shown,
     survey_profile,
@@ -114,13 +115,16 @@ def _object_sizes(conn: sqlite3.Connection) -> dict[str, int] | None:
 
 
 def object_sizes(
-    profile: Profile, conn: sqlite3.Connection, schema: SchemaInfo, now: float
-) -> tuple[dict[str, int] | None, float]:
+    profile: Profile, conn: sqlite3.Connection, schema: SchemaInfo, now: float, measure: bool = True
+) -> tuple[dict[str, int] | None, float | None]:
     """Bytes per object and when they were measured: a recent breakdown scaled to today's used
-    bytes while they changed little (``facts.recent_objects``), else ``dbstat`` now, recorded."""
+    bytes while they changed little (``facts.recent_objects``), else ``dbstat`` now, recorded
+    (not when ``measure`` is false: unknown then)."""
     recent = recent_objects(profile.fs, schema.used_bytes, now)
     if recent is not None:
         return recent
+    if not measure:
+        return None, None
     sizes = _object_sizes(conn)
     if sizes is not None:
         record_objects(profile.fs, sizes, schema.used_bytes, now)
@@ -374,15 +378,16 @@ def build_report(
     schema = inspect(profile.db_path)
     schema.require_readable()
     survey = survey_profile(profile, schema, now=now)
+    stalls = long_reads_stall_hermes(schema.journal_mode, survey.holders)
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
-            objects, measured_at = object_sizes(profile, conn, schema, now)
+            objects, measured_at = object_sizes(profile, conn, schema, now, measure=not stalls)
     finally:
         conn.close()
     windows = _message_windows(survey)
     db = db_usage(objects, schema, measured_at)
-    check = bounded_check(profile.fs, profile.db_path, CHECK_BUDGET_S)
+    check = last_check(profile.fs) if stalls else bounded_check(profile.fs, profile.db_path, CHECK_BUDGET_S)
     wal, shm = (profile.db_path.with_name(profile.db_path.name + s) for s in ("-wal", "-shm"))
     disk = {"state_db": _size(profile.db_path), "wal": _size(wal), "shm": _size(shm)}
     return {

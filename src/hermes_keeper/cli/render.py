@@ -239,7 +239,10 @@ def render_report(rep: dict, c: Console | None = None) -> None:
     if measured is not None and now - measured > 60:
         c.print(f"bytes per table as measured at {local_time(measured)}, scaled to today's used pages")
     if not rep["database"]["per_object"]:
-        c.print("[yellow]this SQLite has no dbstat: bytes per table unknown[/]")
+        c.print(
+            "[yellow]bytes per table unknown: this SQLite has no dbstat, or a process holds this"
+            " DELETE-mode state.db and reading every page would hold its writes[/]"
+        )
     c.print(_files_table(rep["files"]))
     c.print(_folders_table(rep["files"]["policy"]))
     if rep["files"]["other"]["checkpoints"]["files"]:

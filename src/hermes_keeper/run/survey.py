@@ -465,6 +465,13 @@ def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
     return out
 
 
+def long_reads_stall_hermes(journal_mode: str, holders) -> bool:
+    """Whether a read of the whole file (``quick_check``, ``dbstat``) would stall Hermes: in a
+    rollback-journal database a reader holds every other process's commit for as long as it
+    reads (seconds on a big home); WAL readers block no one."""
+    return journal_mode != "wal" and bool(holders)
+
+
 def survey_profile(
     profile: Profile,
     schema: SchemaInfo | None = None,
@@ -596,7 +603,8 @@ def survey_profile(
             )
     survey.files = scan_files(profile.fs, set(survey.sessions))
     survey.holders = find_holders(profile.db_path) if holders is None else holders
-    # quick_check reads every page in one read transaction: in a rollback-journal database a
-    # process holds, that would block its commits throughout (unchecked counts as failing).
-    survey.folders = scan_folders(profile.fs, check_db=schema.journal_mode == "wal" or not survey.holders)
+    # (unchecked counts as failing)
+    survey.folders = scan_folders(
+        profile.fs, check_db=not long_reads_stall_hermes(schema.journal_mode, survey.holders)
+    )
     return survey
