@@ -118,7 +118,18 @@ def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home
     )
     try:
         time.sleep(0.5)
-        rep = Home(home).profile().report()
+        profile = Home(home).profile()
+        facts = home / "keeper" / "facts.json"
+        assert "quick_check" not in " ".join(profile.plan().warnings)
+        # plan checked nothing: a full read would have held the holder's commits
+        assert not facts.exists() or "quick_check" not in json.loads(facts.read_text())
+        compact = subprocess.run(
+            [sys.executable, "-m", "hermes_keeper", "compact", "--home", str(home)],
+            capture_output=True,
+            text=True,
+        )
+        assert compact.returncode == 75 and "no quick_check on record" in compact.stderr
+        rep = profile.report()
         assert rep["holders"]["processes"]
         assert rep["schema"]["quick_check"] == "unknown" and rep["schema"]["quick_check_at"] is None
         assert rep["database"]["per_object"] is False and rep["database"]["objects"] == {}

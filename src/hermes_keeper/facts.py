@@ -98,6 +98,16 @@ def full_check(fs: HomeFS, db: Path) -> str:
     return result
 
 
+def checked_unless_it_stalls(fs: HomeFS, db: Path, journal_mode: str, holders) -> Check | None:
+    """A full check now, or, where reading every page would hold a holder's commits (a
+    rollback-journal database another process has open), the last one on record (None: none)."""
+    from hermes_keeper.run.survey import long_reads_stall_hermes
+
+    if long_reads_stall_hermes(journal_mode, holders):
+        return last_check(fs)
+    return Check(full_check(fs, db), time.time())
+
+
 def bounded_check(fs: HomeFS, db: Path, budget_s: float) -> Check | None:
     """``quick_check`` within ``budget_s`` (recorded when it finished), else the last full one on
     record; None when there is none."""

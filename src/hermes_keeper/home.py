@@ -111,15 +111,18 @@ class Profile:
 
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
-        from hermes_keeper.facts import full_check
+        from hermes_keeper.facts import checked_unless_it_stalls
+        from hermes_keeper.sqlite.holders import find_holders
         from hermes_keeper.sqlite.schema import inspect
 
         policy = policy or self.config()
         schema = inspect(self.db_path)
         schema.require_readable()
-        plan = self._plan(schema, policy, now)
-        if (problem := full_check(self.fs, self.db_path)) != "ok":
-            plan.warnings.append(f"state.db fails quick_check ({problem}): a damaged page")
+        holders = find_holders(self.db_path)
+        plan = self._plan(schema, policy, now, holders)
+        check = checked_unless_it_stalls(self.fs, self.db_path, schema.journal_mode, holders)
+        if check is not None and check.result != "ok":
+            plan.warnings.append(f"state.db fails quick_check ({check.result}): a damaged page")
         if schema.timestamp_problems:
             plan.warnings.append("timestamps are not unix seconds; a run would refuse this profile")
         return plan

@@ -24,7 +24,7 @@ from pathlib import Path
 from hermes_keeper import units
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
-from hermes_keeper.facts import full_check
+from hermes_keeper.facts import checked_unless_it_stalls
 from hermes_keeper.fs import private_dir
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
@@ -308,7 +308,16 @@ def compact(
     schema = inspect(profile.db_path)
     schema.require_actionable()
     refuse_during_maintenance(schema)
-    problem = full_check(profile.fs, profile.db_path)
+    check = checked_unless_it_stalls(
+        profile.fs, profile.db_path, schema.journal_mode, find_holders(profile.db_path)
+    )
+    if check is None:
+        raise TryLater(
+            f"{profile.db_path} has no quick_check on record, and a process holds it in"
+            f" {schema.journal_mode} journal mode, where reading every page would hold its writes;"
+            " compact changed nothing: run it when Hermes is stopped (or after a `plan` then)"
+        )
+    problem = check.result
     if problem != "ok":  # FTS merges and vacuum would write into damaged pages
         raise KeeperError(
             f"{profile.db_path} fails quick_check ({problem}); compact changed nothing. Restore a "
