@@ -193,6 +193,22 @@ def live_writer(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def converted_home(base: Path) -> Path:
+    """``base`` after the keeper's one-time switch to ``auto_vacuum=INCREMENTAL`` (a full VACUUM,
+    done here outside any measurement): the home of a second night. Cached beside ``base``."""
+    dest = CACHE / f"{base.name}-incremental"
+    if (dest / ".ready").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    copy_home(base, dest)
+    conn = sqlite3.connect(dest / "state.db")
+    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    conn.execute("VACUUM")
+    conn.close()
+    (dest / ".ready").touch()
+    return dest
+
+
 def delete_mode_home(base: Path, version: str) -> Path:
     """``base`` opened once by Hermes ``version`` (its schema migration done outside any measurement),
     then switched to ``journal_mode=DELETE``: the file today's Hermes creates on SQLite builds with the

