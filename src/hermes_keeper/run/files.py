@@ -86,11 +86,6 @@ class Folders:
     found: list[Found]
     db_check: str | None = None
 
-    @property
-    def checked_db(self) -> str | None:
-        """state.db's quick_check result when one was taken (``report`` then needs no second)."""
-        return None if self.db_check is None or self.db_check.startswith(NOT_CHECKED) else self.db_check
-
 
 def _copies(entries, prefix: str, kind: str) -> list[Found]:
     """``state.db`` copies named ``prefix*`` at the home's top, each with its SQLite side files."""
