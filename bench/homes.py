@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -193,34 +194,42 @@ def live_writer(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def converted_home(base: Path) -> Path:
-    """``base`` after the keeper's one-time switch to ``auto_vacuum=INCREMENTAL`` (a full VACUUM,
-    done here outside any measurement): the home of a second night. Cached beside ``base``."""
-    dest = CACHE / f"{base.name}-incremental"
+def _derived_home(base: Path, suffix: str, make: Callable[[Path], None]) -> Path:
+    """A copy of ``base`` changed once by ``make`` outside any measurement, cached beside it."""
+    dest = CACHE / f"{base.name}-{suffix}"
     if (dest / ".ready").exists():
         return dest
     shutil.rmtree(dest, ignore_errors=True)
-    copy_home(base, dest)
-    conn = sqlite3.connect(dest / "state.db")
-    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-    conn.execute("VACUUM")
-    conn.close()
+    make(copy_home(base, dest))
     (dest / ".ready").touch()
     return dest
+
+
+def _sql(*statements: str) -> Callable[[Path], None]:
+    def run(home: Path) -> None:
+        conn = sqlite3.connect(home / "state.db")
+        for sql in statements:
+            conn.execute(sql)
+        conn.close()
+
+    return run
+
+
+def converted_home(base: Path) -> Path:
+    """``base`` after the keeper's one-time switch to ``auto_vacuum=INCREMENTAL`` (a full VACUUM):
+    the home of a second night."""
+    return _derived_home(base, "incremental", _sql("PRAGMA auto_vacuum=INCREMENTAL", "VACUUM"))
 
 
 def delete_mode_home(base: Path, version: str) -> Path:
     """``base`` opened once by Hermes ``version`` (its schema migration done outside any measurement),
     then switched to ``journal_mode=DELETE``: the file today's Hermes creates on SQLite builds with the
-    WAL-reset bug (it never enables WAL on them). Cached beside ``base``."""
-    dest = CACHE / f"{base.name}-{version.replace('==', '-')}-delete"
-    if (dest / ".ready").exists():
-        return dest
-    shutil.rmtree(dest, ignore_errors=True)
-    copy_home(base, dest)
-    Hermes(version).run(dest, [{"op": "query", "sql": "SELECT version FROM schema_version"}], timeout=3600)
-    conn = sqlite3.connect(dest / "state.db")
-    conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    (dest / ".ready").touch()
-    return dest
+    WAL-reset bug (it never enables WAL on them)."""
+
+    def make(home: Path) -> None:
+        Hermes(version).run(
+            home, [{"op": "query", "sql": "SELECT version FROM schema_version"}], timeout=3600
+        )
+        _sql("PRAGMA journal_mode=DELETE")(home)
+
+    return _derived_home(base, f"{version.replace('==', '-')}-delete", make)
