@@ -118,7 +118,7 @@ def main() -> None:
     def objects():
         conn = connect_ro(profile.db_path)
         try:
-            report.object_sizes(profile, conn, schema, time.time())
+            report.object_sizes(profile, conn, schema.used_bytes, time.time())
         finally:
             conn.close()
 

@@ -256,8 +256,7 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
     length, seconds on a big home; so beside a process that holds such a database the last
     recorded breakdown stands in while it is close to today's size, else the row has none.
     """
-    from hermes_keeper.facts import recent_objects, record_objects
-    from hermes_keeper.report import _object_sizes
+    from hermes_keeper.report import object_sizes
     from hermes_keeper.run.survey import long_reads_stall_hermes
     from hermes_keeper.sqlite.connect import connect_ro, read_txn
     from hermes_keeper.sqlite.holders import find_holders
@@ -269,20 +268,12 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
                 conn.execute(f"PRAGMA {p}").fetchone()[0]
                 for p in ("page_size", "page_count", "freelist_count", "journal_mode")
             )
-        used, now = (pages - free) * size, time.time()
-        recent = recent_objects(profile.fs, used, now)
-        if recent is not None:
-            return recent[0]
-        if long_reads_stall_hermes(mode, find_holders(profile.db_path) if mode != "wal" else []):
-            return {}
+        stalls = long_reads_stall_hermes(mode, find_holders(profile.db_path) if mode != "wal" else [])
         with read_txn(conn):
-            objects = _object_sizes(conn)
+            objects, _at = object_sizes(profile, conn, (pages - free) * size, time.time(), measure=not stalls)
     finally:
         conn.close()
-    if objects is None:
-        return {}
-    record_objects(profile.fs, objects, used, now)
-    return objects
+    return objects or {}
 
 
 def _warn(profile: Profile, exc: Exception) -> None:

@@ -115,19 +115,19 @@ def _object_sizes(conn: sqlite3.Connection) -> dict[str, int] | None:
 
 
 def object_sizes(
-    profile: Profile, conn: sqlite3.Connection, schema: SchemaInfo, now: float, measure: bool = True
+    profile: Profile, conn: sqlite3.Connection, used_bytes: int, now: float, measure: bool = True
 ) -> tuple[dict[str, int] | None, float | None]:
-    """Bytes per object and when they were measured: a recent breakdown scaled to today's used
-    bytes while they changed little (``facts.recent_objects``), else ``dbstat`` now, recorded
-    (not when ``measure`` is false: unknown then)."""
-    recent = recent_objects(profile.fs, schema.used_bytes, now)
+    """Bytes per object and when they were measured: a recent breakdown scaled to today's
+    ``used_bytes`` while they changed little (``facts.recent_objects``), else ``dbstat`` now,
+    recorded (not when ``measure`` is false: unknown then)."""
+    recent = recent_objects(profile.fs, used_bytes, now)
     if recent is not None:
         return recent
     if not measure:
         return None, None
     sizes = _object_sizes(conn)
     if sizes is not None:
-        record_objects(profile.fs, sizes, schema.used_bytes, now)
+        record_objects(profile.fs, sizes, used_bytes, now)
     return sizes, now
 
 
@@ -382,7 +382,7 @@ def build_report(
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
-            objects, measured_at = object_sizes(profile, conn, schema, now, measure=not stalls)
+            objects, measured_at = object_sizes(profile, conn, schema.used_bytes, now, measure=not stalls)
     finally:
         conn.close()
     windows = _message_windows(survey)
