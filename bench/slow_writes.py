@@ -1,0 +1,91 @@
+"""Which keeper events sit beside the gateway's slowest writes: one default run, journal beside latencies.
+
+    .venv/bin/python bench/slow_writes.py [--sessions 5000 --messages 300000] [--converted] [--top 12]
+
+The home is ``bench/live_impact.py --journal-mode delete``'s (today's Hermes, DELETE mode, its own
+writer at 20 writes/s); ``--converted`` takes it already in incremental auto-vacuum. Prints the
+writer's p99 and max, the keeper's longest transaction by kind, then for each of the slowest
+writes the journal lines written from 1 s before it started to 1 s after it ended (offsets in s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.homes import STANDIN, bench_home, converted_home, copy_home, delete_mode_home  # noqa: E402
+from bench.live_impact import POLICY  # noqa: E402
+from tests.hermes_env import IOT, Hermes  # noqa: E402
+
+KEYS = ("table", "steps", "lock_ms", "max_step_ms", "pages", "full")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=5000)
+    ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--converted", action="store_true")
+    ap.add_argument("--top", type=int, default=12)
+    args = ap.parse_args()
+    base = delete_mode_home(bench_home(args.sessions, args.messages, shape="hermes"), IOT)
+    if args.converted:
+        base = converted_home(base)
+    work = Path(tempfile.mkdtemp(prefix="slow-writes-"))
+    home = copy_home(base, work / "home")
+    (home / "keeper.toml").write_text(POLICY.replace("backup = false\n", ""))  # the default run
+    ready, stop, out = work / "ready", work / "stop", work / "out.json"
+    writer = subprocess.Popen(
+        [
+            str(Hermes(IOT).python),
+            str(STANDIN),
+            str(home),
+            "--ready",
+            str(ready),
+            "--stop",
+            str(stop),
+            "--out",
+            str(out),
+        ]
+    )
+    while not ready.exists():
+        time.sleep(0.05)
+    time.sleep(1)
+    t0 = time.time()
+    run = subprocess.run(
+        [sys.executable, "-m", "hermes_keeper", "run", "--json", "--home", str(home)],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.time() - t0
+    time.sleep(10)
+    stop.touch()
+    writer.wait()
+    data = json.loads(out.read_text())
+    lat = sorted(data["latencies_ms"])
+    w = json.loads(run.stdout)["profiles"][0]["writer"]
+    print(
+        f"run {wall:.1f} s, exit {run.returncode}; writes {len(lat)}, p99 {lat[int(len(lat) * 0.99)]:.1f} ms,"
+        f" max {lat[-1]:.1f} ms, failures {len(data['failed'])}; keeper longest txn {w['max_txn_ms']:.0f} ms"
+        f" {w.get('max_step_ms')}"
+    )
+    journal = [json.loads(line) for line in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
+    for ms, start in sorted(zip(data["latencies_ms"], data["started"], strict=True), reverse=True)[
+        : args.top
+    ]:
+        near = [
+            (round(j["ts"] - start, 3), j["action"], {k: j[k] for k in KEYS if k in j})
+            for j in journal
+            if start - 1.0 <= j["ts"] <= start + ms / 1000 + 1.0 and j["action"] not in ("file_removed",)
+        ]
+        print(f"{ms:8.1f} ms at +{start - t0:7.2f} s  {near[:4]}")
+
+
+if __name__ == "__main__":
+    main()
