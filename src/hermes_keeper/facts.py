@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import KEEPER_DIR, HomeFS
+from hermes_keeper.sqlite.holders import long_reads_stall_hermes
 from hermes_keeper.sqlite.schema import quick_check
 
 FACTS_NAME = "facts.json"
@@ -101,8 +102,6 @@ def full_check(fs: HomeFS, db: Path) -> str:
 def checked_unless_it_stalls(fs: HomeFS, db: Path, journal_mode: str, holders) -> Check | None:
     """A full check now, or, where reading every page would hold a holder's commits (a
     rollback-journal database another process has open), the last one on record (None: none)."""
-    from hermes_keeper.run.survey import long_reads_stall_hermes
-
     if long_reads_stall_hermes(journal_mode, holders):
         return last_check(fs)
     return Check(full_check(fs, db), time.time())

@@ -257,9 +257,8 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
     recorded breakdown stands in while it is close to today's size, else the row has none.
     """
     from hermes_keeper.report import object_sizes
-    from hermes_keeper.run.survey import long_reads_stall_hermes
     from hermes_keeper.sqlite.connect import connect_ro, read_txn
-    from hermes_keeper.sqlite.holders import find_holders
+    from hermes_keeper.sqlite.holders import find_holders, long_reads_stall_hermes
 
     conn = connect_ro(profile.db_path)
     try:

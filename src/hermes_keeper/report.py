@@ -25,13 +25,12 @@ from hermes_keeper.run.survey import (
     RECENT_DAYS,
     SessionRow,
     Survey,
-    long_reads_stall_hermes,
     schema_protections,
     shown,
     survey_profile,
 )
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
-from hermes_keeper.sqlite.holders import gateway_pid
+from hermes_keeper.sqlite.holders import gateway_pid, long_reads_stall_hermes
 from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect
 
 REPORT_VERSION = 1

@@ -14,6 +14,7 @@ FTS5 indexes get bounded ``merge`` steps, never the unbounded ``optimize``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -25,13 +26,18 @@ from hermes_keeper import units
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.facts import checked_unless_it_stalls
-from hermes_keeper.fs import private_dir
+from hermes_keeper.fs import open_private, private_dir
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
-from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy
+from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy, read_txn
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
-from hermes_keeper.sqlite.holders import Holder, find_holders, refuse_during_maintenance
+from hermes_keeper.sqlite.holders import (
+    Holder,
+    find_holders,
+    long_reads_stall_hermes,
+    refuse_during_maintenance,
+)
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS, Writer
 
@@ -45,11 +51,12 @@ FTS_STEP_LIMIT_MS = 120.0
 #: The one-time VACUUM may run while Hermes holds the database if it should hold the lock at most
 #: this long: Hermes's writers retry for ~15 s (a 1 s busy timeout, 15 tries), so none is lost.
 LIVE_VACUUM_STALL_S = 3.0
-#: VACUUM's time over a ``VACUUM INTO`` copy of the same database: it copies out, then back in.
-VACUUM_COPY_FACTOR = 2.0
-#: Copying never goes faster than this: a database too big to fit the stall even so is not copied
-#: to find out.
-MAX_COPY_BYTES_PER_S = 1 << 30
+#: The VACUUM beside Hermes over the same VACUUM timed on a copy: Hermes's writes add theirs, and
+#: a writer notices the lock is free only at its busy handler's next try (up to 100 ms later).
+VACUUM_MARGIN = 1.25
+#: A VACUUM never goes faster than this: a database too big to fit the stall even so is not
+#: copied to find out.
+MAX_VACUUM_BYTES_PER_S = 500_000_000
 #: A quiet moment: no other connection committed for this long ...
 QUIET_S = 1.0
 #: ... looked for this long when the command gives no ``--wait-idle`` (a run's end, say).
@@ -164,19 +171,75 @@ def _wait_idle(db_path: Path, wait_s: float | None) -> list:
 
 #: The scratch folder of :func:`estimate_vacuum_s` (a full copy; a killed run leaves it behind).
 ESTIMATE_PREFIX = "vacuum-estimate-"
+#: A rollback-journal database is copied for the estimate in reads of this many bytes, each under
+#: a read lock of its own: from the page cache ~1 ms, from disk ~10 ms of Hermes's commit held.
+COPY_CHUNK = 1 << 20
 
 
-def estimate_vacuum_s(db: Path, scratch: Path) -> float:
-    """Seconds a VACUUM of ``db`` would hold the lock: a ``VACUUM INTO`` copy of it timed (one read
-    transaction: Hermes keeps writing meanwhile), times :data:`VACUUM_COPY_FACTOR`."""
-    folder = Path(tempfile.mkdtemp(prefix=ESTIMATE_PREFIX, dir=private_dir(scratch)))
-    conn = connect_ro(db, query_only=False)
+def _read_chunk(conn: sqlite3.Connection, fd: int, offset: int, n: int) -> bytes:
+    """``n`` bytes of the database file at ``offset``, read under a read lock (no commit half-done)."""
+    with read_txn(conn):
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # takes the read lock
+        return os.pread(fd, n, offset)
+
+
+def _copy_in_chunks(db: Path, dst: Path) -> None:
+    """Copy a rollback-journal database without one long read: chunk by chunk, each under a
+    read lock of its own, so Hermes commits between chunks and never waits for the whole copy.
+
+    Chunks of different moments may disagree (a commit between two of them): good enough to
+    time a VACUUM on, not a backup. The file is read through its own descriptor, closed only
+    after the connection has let go of its lock (closing any descriptor of a file drops the
+    process's POSIX locks on it, SQLite's included).
+    """
+    conn = connect_ro(db)
+    fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        t0 = time.perf_counter()
-        conn.execute("VACUUM INTO ?", (str(folder / "copy.db"),))
-        return (time.perf_counter() - t0) * VACUUM_COPY_FACTOR
+        with os.fdopen(open_private(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as out:
+            offset, size = 0, os.fstat(fd).st_size
+            while offset < size:
+                chunk = _read_chunk(conn, fd, offset, min(COPY_CHUNK, size - offset))
+                if not chunk:
+                    break
+                out.write(chunk)
+                offset += len(chunk)
     finally:
         conn.close()
+        os.close(fd)
+
+
+def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | None:
+    """Seconds the one-time VACUUM of ``db`` would hold Hermes's writes, measured: the same
+    ``auto_vacuum = INCREMENTAL`` + VACUUM, timed on a copy, times :data:`VACUUM_MARGIN`.
+    None when the copy could not be vacuumed (then no VACUUM beside Hermes: when unsure, wait).
+
+    The copy never holds Hermes: in WAL mode one ``VACUUM INTO`` (readers block no writer), in a
+    rollback journal :func:`_copy_in_chunks`. Timing the VACUUM itself, not the copy, is what
+    made the estimate right at 2 GB (a copy's time times a factor was 1.7x short there).
+    """
+    folder = Path(tempfile.mkdtemp(prefix=ESTIMATE_PREFIX, dir=private_dir(scratch)))
+    copy = folder / "copy.db"
+    try:
+        if journal_mode == "wal":
+            conn = connect_ro(db, query_only=False)
+            try:
+                conn.execute("VACUUM INTO ?", (str(copy),))
+            finally:
+                conn.close()
+        else:
+            _copy_in_chunks(db, copy)
+        conn = sqlite3.connect(copy, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA journal_mode={'wal' if journal_mode == 'wal' else 'delete'}")
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            t0 = time.perf_counter()
+            conn.execute("VACUUM")
+            return (time.perf_counter() - t0) * VACUUM_MARGIN
+        except sqlite3.DatabaseError:
+            return None  # chunks that disagreed too much: no measure
+        finally:
+            conn.close()
+    finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -199,27 +262,27 @@ def wait_quiet(db: Path, quiet_s: float, wait_s: float) -> bool:
 
 
 def _live_vacuum_fits(
-    profile: Profile, res: ReclaimResult, used_bytes: int, wait_idle_s: float | None
+    profile: Profile, res: ReclaimResult, info: SchemaInfo, wait_idle_s: float | None
 ) -> str:
     """Why the one-time VACUUM may not run beside Hermes now ("" if it may): its estimated stall.
 
     It waits for a quiet moment first (up to ``wait_idle_s``, else :data:`QUIET_WAIT_S`), and
     goes ahead without one, saying so in ``res.note``."""
-    if used_bytes / MAX_COPY_BYTES_PER_S * VACUUM_COPY_FACTOR > LIVE_VACUUM_STALL_S:
-        limit = LIVE_VACUUM_STALL_S
-        return f"a VACUUM of {units.size(used_bytes)} would stall Hermes's writes over {limit:.0f} s"
-    res.vacuum_estimate_s = round(estimate_vacuum_s(profile.db_path, profile.keeper_dir), 2)
-    if res.vacuum_estimate_s > LIVE_VACUUM_STALL_S:
-        return (
-            f"a VACUUM would stall Hermes's writes about {res.vacuum_estimate_s:.1f} s"
-            f" (over {LIVE_VACUUM_STALL_S:.0f} s)"
-        )
+    limit = LIVE_VACUUM_STALL_S
+    if info.used_bytes / MAX_VACUUM_BYTES_PER_S * VACUUM_MARGIN > limit:
+        return f"a VACUUM of {units.size(info.used_bytes)} would stall Hermes's writes over {limit:.0f} s"
+    estimate = estimate_vacuum_s(profile.db_path, profile.keeper_dir, info.journal_mode)
+    if estimate is None:
+        return "its stall beside Hermes could not be measured (a copy taken while it wrote did not vacuum)"
+    res.vacuum_estimate_s = round(estimate, 2)
+    if estimate > limit:
+        return f"a VACUUM would stall Hermes's writes about {estimate:.1f} s (over {limit:.0f} s)"
     if not wait_quiet(profile.db_path, QUIET_S, QUIET_WAIT_S if wait_idle_s is None else wait_idle_s):
         # An always-on gateway never pauses: the stall is bounded by the estimate all the same,
         # and Hermes's writes wait it out inside their retries, so the file shrinks tonight.
         res.note = (
             f"Hermes did not pause writing for {QUIET_S:.0f} s; the one-time VACUUM ran beside it,"
-            f" a stall of its writes of about {res.vacuum_estimate_s:.1f} s"
+            f" a stall of its writes of about {estimate:.1f} s"
         )
     return ""
 
@@ -251,17 +314,26 @@ def _convert(
     if not allow_full_vacuum:
         res.note = f"{reclaimable}; full VACUUM not allowed, so {later}"
         return holders
-    why_not = _live_vacuum_fits(profile, res, info.used_bytes, wait_idle_s) if holders else ""
-    if why_not:
-        res.note = f"{reclaimable}; {why_not}, so {later} (now held by {'; '.join(res.holders)})"
-        return holders
-    need, free = 2 * info.used_bytes + RESERVE_BYTES, shutil.disk_usage(db.parent).free
+    # The VACUUM's temporary copy; beside Hermes, first the estimate's copy and its VACUUM.
+    need = 2 * info.used_bytes + RESERVE_BYTES
+    if holders:
+        need += info.used_bytes if info.journal_mode == "wal" else info.db_bytes
+    free = shutil.disk_usage(db.parent).free
     if free < need:
         res.note = (
             f"{reclaimable}; VACUUM needs about {units.size(need)} free and {units.size(free)} are; skipped"
         )
         return holders
-    if backup:
+    why_not = _live_vacuum_fits(profile, res, info, wait_idle_s) if holders else ""
+    if why_not:
+        res.note = f"{reclaimable}; {why_not}, so {later} (now held by {'; '.join(res.holders)})"
+        return holders
+    if backup and long_reads_stall_hermes(info.journal_mode, holders):
+        # A snapshot would hold Hermes's commits for the whole copy; the VACUUM changes no row
+        # and SQLite rolls it back whole on any failure, so it goes without one.
+        no_backup = "no backup before it: a snapshot beside Hermes in this journal mode holds its writes"
+        res.note = "; ".join(filter(None, [res.note, no_backup]))
+    elif backup:
         res.backup = take_backup(profile, backup_dest, journal=journal, schema=info, holders=holders).name
         now = find_holders(db)  # the backup took a while: Hermes may have opened it since
         if now and not holders:

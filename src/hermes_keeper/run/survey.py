@@ -26,7 +26,13 @@ from hermes_keeper.kept import KeptUnreadable, read_kept
 from hermes_keeper.run.files import Folders, scan_folders
 from hermes_keeper.run.policy import DAY, MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
-from hermes_keeper.sqlite.holders import Holder, find_holders, lease_holder_dead, process_gone
+from hermes_keeper.sqlite.holders import (
+    Holder,
+    find_holders,
+    lease_holder_dead,
+    long_reads_stall_hermes,
+    process_gone,
+)
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 #: ``end_reason`` values after which the gateway may still resume a keyed session
@@ -463,13 +469,6 @@ def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
                 kind, claimed = "transcript", stem
         out.append(SessionFile(entry, kind, st.st_size, st.st_mtime, claimed, sid, link))
     return out
-
-
-def long_reads_stall_hermes(journal_mode: str, holders) -> bool:
-    """Whether a read of the whole file (``quick_check``, ``dbstat``) would stall Hermes: in a
-    rollback-journal database a reader holds every other process's commit for as long as it
-    reads (seconds on a big home); WAL readers block no one."""
-    return journal_mode != "wal" and bool(holders)
 
 
 def survey_profile(

@@ -192,3 +192,10 @@ def refuse_during_maintenance(schema: SchemaInfo) -> None:
     busy = hermes_maintenance(schema)
     if busy:
         raise TryLater(f"{busy}; nothing changed, run again later")
+
+
+def long_reads_stall_hermes(journal_mode: str, holders) -> bool:
+    """Whether a read of the whole file (``quick_check``, ``dbstat``) would stall Hermes: in a
+    rollback-journal database a reader holds every other process's commit for as long as it
+    reads (seconds on a big home); WAL readers block no one."""
+    return journal_mode != "wal" and bool(holders)
