@@ -204,14 +204,13 @@ def test_converted_beside_a_gateway_that_never_pauses(home, monkeypatch):
 
 
 def test_rollback_journal_estimate_lets_hermes_commit_between_its_reads(home, monkeypatch, tmp_path):
-    """In DELETE mode a reader holds every commit: the estimate's copy reads the file a chunk at a
-    time, each under its own read lock (no commit half-done in it), and another process commits
-    between any two chunks; the VACUUM timed on that copy gives the estimate."""
+    """In DELETE mode a reader holds every commit: the estimate's copy is made of short reads
+    (each one statement under its own read lock), another process commits between any two of
+    them, and the VACUUM timed on that copy gives the estimate."""
     sql(home, "PRAGMA journal_mode=DELETE", "CREATE TABLE probe(x)")
     delete_cron(home)
-    monkeypatch.setattr(compact_mod, "COPY_CHUNK", 64 << 10)
     other = sqlite3.connect(home / "state.db", timeout=0, isolation_level=None)
-    read_chunk, outcomes = compact_mod._read_chunk, []
+    outcomes = []
 
     def commit() -> str:
         try:
@@ -220,25 +219,34 @@ def test_rollback_journal_estimate_lets_hermes_commit_between_its_reads(home, mo
         except sqlite3.OperationalError as exc:
             return str(exc)
 
-    def pread_then_try(fd, n, offset, pread=compact_mod.os.pread):
-        outcomes.append(("during", commit()))
-        return pread(fd, n, offset)
+    class Reads:
+        """The copy's source connection: tries a commit while each read runs, and after it."""
 
-    def chunk_then_commit(*args):
-        data = read_chunk(*args)
-        outcomes.append(("between", commit()))
-        return data
+        def __init__(self, conn):
+            self.conn = conn
 
-    monkeypatch.setattr(compact_mod, "_read_chunk", chunk_then_commit)
-    monkeypatch.setattr(compact_mod.os, "pread", pread_then_try)
+        def execute(self, *args):
+            cursor = self.conn.execute(*args)  # a SELECT has stepped to its first row: locked
+            during = commit()
+            rows = cursor.fetchall()
+            if rows:
+                outcomes.append((during, commit()))
+            return rows_cursor(rows)
+
+        def close(self):
+            self.conn.close()
+
+    def rows_cursor(rows):
+        return type("Rows", (), {"fetchall": lambda self: rows})()
+
+    connect_ro = compact_mod.connect_ro
+    monkeypatch.setattr(compact_mod, "connect_ro", lambda db, **kw: Reads(connect_ro(db, **kw)))
     try:
         estimate = compact_mod.estimate_vacuum_s(home / "state.db", tmp_path, "delete")
     finally:
         other.close()
     assert estimate is not None and estimate > 0
-    during = {o for when, o in outcomes if when == "during"}
-    between = {o for when, o in outcomes if when == "between"}
-    assert len(outcomes) > 20 and during == {"database is locked"} and between == {"committed"}
+    assert len(outcomes) > 20 and set(outcomes) == {("database is locked", "committed")}
     assert not list(tmp_path.glob("vacuum-estimate-*"))
 
 

@@ -14,7 +14,7 @@ FTS5 indexes get bounded ``merge`` steps, never the unbounded ``optimize``.
 
 from __future__ import annotations
 
-import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -26,11 +26,11 @@ from hermes_keeper import units
 from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.facts import checked_unless_it_stalls
-from hermes_keeper.fs import open_private, private_dir
+from hermes_keeper.fs import private_dir
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
-from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy, read_txn
+from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import (
     Holder,
@@ -171,41 +171,78 @@ def _wait_idle(db_path: Path, wait_s: float | None) -> list:
 
 #: The scratch folder of :func:`estimate_vacuum_s` (a full copy; a killed run leaves it behind).
 ESTIMATE_PREFIX = "vacuum-estimate-"
-#: A rollback-journal database is copied for the estimate in reads of this many bytes, each under
-#: a read lock of its own: from the page cache ~1 ms, from disk ~10 ms of Hermes's commit held.
-COPY_CHUNK = 1 << 20
+#: Longest read of one step of the estimate's copy of a rollback-journal database (a reader there
+#: holds Hermes's commits), and the first step's rows (the next ones are sized from its time).
+COPY_STEP_MS, COPY_FIRST_ROWS, COPY_MAX_ROWS = 20.0, 200, 100_000
 
 
-def _read_chunk(conn: sqlite3.Connection, fd: int, offset: int, n: int) -> bytes:
-    """``n`` bytes of the database file at ``offset``, read under a read lock (no commit half-done)."""
-    with read_txn(conn):
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # takes the read lock
-        return os.pread(fd, n, offset)
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
-def _copy_in_chunks(db: Path, dst: Path) -> None:
-    """Copy a rollback-journal database without one long read: chunk by chunk, each under a
-    read lock of its own, so Hermes commits between chunks and never waits for the whole copy.
+def _copy_table(src: sqlite3.Connection, out: sqlite3.Connection, table: str) -> None:
+    """Every row of ``table``, in key order, by reads of about :data:`COPY_STEP_MS` each."""
+    t = _ident(table)
+    info = src.execute(f"PRAGMA table_info({t})").fetchall()
+    marks = ",".join("?" * len(info))
+    try:  # the rows there now: what Hermes adds meanwhile is not waited for
+        top = src.execute(f"SELECT max(rowid) FROM {t}").fetchall()[0][0] or 0
+        keys, end = ["rowid"], f"rowid <= {int(top)}"
+    except sqlite3.OperationalError:  # WITHOUT ROWID: its primary key orders it
+        keys, end = [_ident(r[1]) for r in sorted((r for r in info if r[5]), key=lambda r: r[5])], "1"
+    key, order = f"({', '.join(keys)})", ", ".join(keys)
+    cols = ", ".join(_ident(r[1]) for r in info)
+    last, rows = None, COPY_FIRST_ROWS
+    while True:
+        after = "" if last is None else f"AND {key} > ({','.join('?' * len(keys))})"
+        t0 = time.perf_counter()
+        got = src.execute(
+            f"SELECT {order}, {cols} FROM {t} WHERE {end} {after} ORDER BY {order} LIMIT ?",
+            (*(last or ()), rows),
+        ).fetchall()  # one statement: its read lock ends with the last row
+        took_ms = (time.perf_counter() - t0) * 1000
+        if not got:
+            return
+        # Rows of different moments may repeat a unique value (a session id deleted and added
+        # again): one is enough to time on.
+        out.executemany(f"INSERT OR IGNORE INTO {t} VALUES ({marks})", (r[len(keys) :] for r in got))
+        last = got[-1][: len(keys)]
+        rows = max(10, min(rows * 4, COPY_MAX_ROWS, int(rows * COPY_STEP_MS / max(took_ms, 0.1))))
 
-    Chunks of different moments may disagree (a commit between two of them): good enough to
-    time a VACUUM on, not a backup. The file is read through its own descriptor, closed only
-    after the connection has let go of its lock (closing any descriptor of a file drops the
-    process's POSIX locks on it, SQLite's included).
+
+def _copy_rows(db: Path, dst: Path) -> None:
+    """A copy of a rollback-journal database made of short reads, so Hermes commits between them.
+
+    Its tables (an FTS5 index's shadow tables as plain ones: a VACUUM copies their b-trees alike)
+    filled row by row, then its indexes built: the same data for a VACUUM to rewrite. Rows of
+    different moments may disagree with each other (a message and its index postings), never
+    with the file format. Triggers and views hold no data and are left out.
     """
-    conn = connect_ro(db)
-    fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    src = connect_ro(db)
+    out = sqlite3.connect(dst, isolation_level=None)
     try:
-        with os.fdopen(open_private(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as out:
-            offset, size = 0, os.fstat(fd).st_size
-            while offset < size:
-                chunk = _read_chunk(conn, fd, offset, min(COPY_CHUNK, size - offset))
-                if not chunk:
-                    break
-                out.write(chunk)
-                offset += len(chunk)
+        out.execute("PRAGMA journal_mode=OFF")
+        out.execute("PRAGMA synchronous=OFF")
+        objects = src.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%'"
+            " ESCAPE '\\' ORDER BY rowid"
+        ).fetchall()
+        tables = [
+            (n, sql)
+            for kind, n, sql in objects
+            if kind == "table" and not sql.upper().startswith("CREATE VIRTUAL")
+        ]
+        out.execute("BEGIN")
+        for name, sql in tables:
+            out.execute(sql)
+            _copy_table(src, out, name)
+        for kind, _, sql in objects:
+            if kind == "index":  # rows of two moments may repeat a unique value: not unique here
+                out.execute(re.sub(r"^CREATE\s+UNIQUE\s+INDEX", "CREATE INDEX", sql, flags=re.I))
+        out.execute("COMMIT")
     finally:
-        conn.close()
-        os.close(fd)
+        src.close()
+        out.close()
 
 
 def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | None:
@@ -214,8 +251,10 @@ def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | Non
     None when the copy could not be vacuumed (then no VACUUM beside Hermes: when unsure, wait).
 
     The copy never holds Hermes: in WAL mode one ``VACUUM INTO`` (readers block no writer), in a
-    rollback journal :func:`_copy_in_chunks`. Timing the VACUUM itself, not the copy, is what
-    made the estimate right at 2 GB (a copy's time times a factor was 1.7x short there).
+    rollback journal :func:`_copy_rows` (the file's bytes copied in chunks, each under its own
+    read lock, did not vacuum at 2 GB: pages allocated between two chunks). Timing the VACUUM
+    itself, not the copy, made the estimate right at 2 GB (a copy's time times a factor was 1.7x
+    short there).
     """
     folder = Path(tempfile.mkdtemp(prefix=ESTIMATE_PREFIX, dir=private_dir(scratch)))
     copy = folder / "copy.db"
@@ -227,7 +266,7 @@ def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | Non
             finally:
                 conn.close()
         else:
-            _copy_in_chunks(db, copy)
+            _copy_rows(db, copy)
         conn = sqlite3.connect(copy, isolation_level=None)
         try:
             conn.execute(f"PRAGMA journal_mode={'wal' if journal_mode == 'wal' else 'delete'}")
@@ -236,7 +275,7 @@ def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | Non
             conn.execute("VACUUM")
             return (time.perf_counter() - t0) * VACUUM_MARGIN
         except sqlite3.DatabaseError:
-            return None  # chunks that disagreed too much: no measure
+            return None  # no measure: no VACUUM beside Hermes
         finally:
             conn.close()
     finally:
@@ -317,7 +356,7 @@ def _convert(
     # The VACUUM's temporary copy; beside Hermes, first the estimate's copy and its VACUUM.
     need = 2 * info.used_bytes + RESERVE_BYTES
     if holders:
-        need += info.used_bytes if info.journal_mode == "wal" else info.db_bytes
+        need += info.used_bytes
     free = shutil.disk_usage(db.parent).free
     if free < need:
         res.note = (
