@@ -48,12 +48,23 @@ WAL_LIMIT_BYTES = 4 << 20
 #: Longest an FTS merge step may hold the write lock while Hermes runs (Hermes's busy handler
 #: then still gets the lock well inside its first second).
 FTS_STEP_LIMIT_MS = 120.0
-#: The one-time VACUUM may run while Hermes holds the database if it should hold the lock at most
-#: this long: Hermes's writers retry for ~15 s (a 1 s busy timeout, 15 tries), so none is lost.
-LIVE_VACUUM_STALL_S = 3.0
-#: The VACUUM beside Hermes over the same VACUUM timed on a copy: Hermes's writes add theirs, and
-#: a writer notices the lock is free only at its busy handler's next try (up to 100 ms later).
+#: The one-time VACUUM may run while Hermes holds the database if its writes should wait at most
+#: this long: a third of their retry window (hermes-agent 0.19: 15 tries of a 1 s busy timeout;
+#: today's: 20 s of patience), so none is lost.
+LIVE_VACUUM_STALL_S = 5.0
+#: The VACUUM beside Hermes over the same VACUUM timed on a copy: Hermes's writes add theirs
+#: (measured: 0.7-1.46x, the most in a rollback journal at 2 GB).
 VACUUM_MARGIN = 1.25
+#: After a failed try, today's Hermes sleeps up to 150 ms before the next for its first 2 s of
+#: waiting, then up to 1 s: a writer sees the lock free that much later than it was.
+HERMES_RETRY_GAPS_S = ((2.0, 0.15), (float("inf"), 1.0))
+
+
+def hermes_wait_s(stall_s: float) -> float:
+    """How long a Hermes write that the lock held ``stall_s`` waits: the stall, then its next try."""
+    return stall_s + next(gap for until, gap in HERMES_RETRY_GAPS_S if stall_s < until)
+
+
 #: A VACUUM never goes faster than this: a database too big to fit the stall even so is not
 #: copied to find out.
 MAX_VACUUM_BYTES_PER_S = 500_000_000
@@ -246,8 +257,9 @@ def _copy_rows(db: Path, dst: Path) -> None:
 
 
 def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | None:
-    """Seconds the one-time VACUUM of ``db`` would hold Hermes's writes, measured: the same
-    ``auto_vacuum = INCREMENTAL`` + VACUUM, timed on a copy, times :data:`VACUUM_MARGIN`.
+    """Seconds a Hermes write would wait for the one-time VACUUM of ``db``, measured: the same
+    ``auto_vacuum = INCREMENTAL`` + VACUUM timed on a copy, times :data:`VACUUM_MARGIN`, and
+    Hermes's next try (:func:`hermes_wait_s`).
     None when the copy could not be vacuumed (then no VACUUM beside Hermes: when unsure, wait).
 
     The copy never holds Hermes: in WAL mode one ``VACUUM INTO`` (readers block no writer), in a
@@ -273,7 +285,7 @@ def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | Non
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             t0 = time.perf_counter()
             conn.execute("VACUUM")
-            return (time.perf_counter() - t0) * VACUUM_MARGIN
+            return hermes_wait_s((time.perf_counter() - t0) * VACUUM_MARGIN)
         except sqlite3.DatabaseError:
             return None  # no measure: no VACUUM beside Hermes
         finally:
@@ -308,7 +320,7 @@ def _live_vacuum_fits(
     It waits for a quiet moment first (up to ``wait_idle_s``, else :data:`QUIET_WAIT_S`), and
     goes ahead without one, saying so in ``res.note``."""
     limit = LIVE_VACUUM_STALL_S
-    if info.used_bytes / MAX_VACUUM_BYTES_PER_S * VACUUM_MARGIN > limit:
+    if hermes_wait_s(info.used_bytes / MAX_VACUUM_BYTES_PER_S * VACUUM_MARGIN) > limit:
         return f"a VACUUM of {units.size(info.used_bytes)} would stall Hermes's writes over {limit:.0f} s"
     estimate = estimate_vacuum_s(profile.db_path, profile.keeper_dir, info.journal_mode)
     if estimate is None:
