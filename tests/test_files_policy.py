@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.facts import Check
+from hermes_keeper.facts import CHECK_TRUSTED_S, Check
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.journal import read_journal
 from hermes_keeper.run.files import (
@@ -399,20 +399,27 @@ def test_a_plan_entry_outside_its_kind_s_folder_is_not_removed(home):
 
 
 def test_state_db_held_in_delete_mode_is_not_read_whole_and_counts_as_failing(tmp_path):
-    """A quick_check would block the holder's commits for the whole read: skipped, and without
-    another readable copy no malformed copy goes."""
+    """A quick_check would block the holder's commits for the whole read: skipped, and with no
+    check on record (or one over a day old) and no other readable copy no malformed copy goes."""
     home = tmp_path / "h"
     home.mkdir()
     _sqlite(home / "state.db")
     for stamp, days in (("20260101_000000", 300), ("20260201_000000", 200)):
         (home / f"state.db.malformed-backup-{stamp}").write_bytes(b"\x00" * 512)
         _old(home / f"state.db.malformed-backup-{stamp}", days)
-    folders = scan_folders(HomeFS(home), lambda: None)
-    assert folders.db_check.startswith("not checked")
-    remove_, keep = plan_folders(folders, Policy(), home, NOW)
-    assert remove_ == [] and [Path(a.path).name for a in keep] == [
-        "state.db.malformed-backup-20260101_000000"
-    ]
+    stale = Check("ok", time.time() - 2 * CHECK_TRUSTED_S)
+    for on_record in (None, stale):
+        folders = scan_folders(HomeFS(home), lambda r=on_record: r)
+        assert folders.db_check.startswith("not checked")
+        remove_, keep = plan_folders(folders, Policy(), home, NOW)
+        assert remove_ == [] and [(Path(a.path).name, a.reason) for a in keep] == [
+            (
+                "state.db.malformed-backup-20260101_000000",
+                "state.db is not known to pass quick_check and no copy passes it: kept for recovery",
+            )
+        ]
+    recent = Check("ok", time.time() - 3600)
+    assert plan_folders(scan_folders(HomeFS(home), lambda: recent), Policy(), home, NOW)[0]
     assert plan_folders(scan(HomeFS(home)), Policy(), home, NOW)[0]  # checked: it goes
 
 

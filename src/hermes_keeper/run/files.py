@@ -282,14 +282,15 @@ def _decide(kind: str, real: list[Found], folders: Folders, policy: Policy, now:
         ordered = _newest_first(real)
         old = [f for f in ordered[1:] if age is not None and now - f.mtime > age]
         anchor = next((f for f in ordered if f.readable), None)
+        doubt = "is not known to pass" if (folders.db_check or "").startswith(NOT_CHECKED) else "fails"
         for f in old:
             why = f"Hermes's malformed-db copy older than {_days(age)}"
             if folders.db_check == "ok":
                 yield f, f"{why} (state.db passes quick_check)", None
             elif anchor is None:
-                yield f, None, "state.db fails quick_check and no copy passes it: kept for recovery"
+                yield f, None, f"state.db {doubt} quick_check and no copy passes it: kept for recovery"
             elif f is anchor:
-                yield f, None, "the only copy that passes quick_check while state.db fails it"
+                yield f, None, f"the only copy that passes quick_check while state.db {doubt} it"
             else:
                 yield f, f"{why} (another copy passes quick_check)", None
     elif kind == KEEPER_LEFTOVER and policy.keeper_leftovers:
