@@ -117,7 +117,7 @@ def copy_checks(
 
     Hermes writes such a copy once and never again, so a result recorded for the same name, bytes
     and mtime stands; the others are checked now within what is left of ``budget_s`` (None: in
-    full), None for one not checked in time. Only the copies passed are kept on record.
+    full), None for one not checked in time. Only the copies passed in are kept on record.
     """
     rec = _read(fs).get("copies")
     rec = rec if isinstance(rec, dict) else {}

@@ -131,9 +131,9 @@ def object_sizes(
     measure: bool = True,
 ) -> Breakdown | None:
     """Bytes per object: a recent breakdown scaled to today's ``used_bytes`` while they changed
-    little, else ``dbstat`` now within :data:`DBSTAT_BUDGET_S`, recorded;
-    where it is not read (not ``measure``: it would stall a holder) or not in time, the recorded
-    one scaled as an estimate; None with none on record."""
+    little, else ``dbstat`` now within :data:`DBSTAT_BUDGET_S`, recorded; where it is not read
+    (not ``measure``: it would stall a holder) or not in time, the recorded one scaled as an
+    estimate; None with none on record. The one path of ``report`` and ``history``."""
     recorded = recorded_objects(profile.fs, used_bytes, now)
     if recorded is not None and not recorded.estimate:
         return recorded

@@ -240,7 +240,8 @@ def render_report(rep: dict, c: Console | None = None) -> None:
         c.print(
             f"[yellow]bytes per table estimated: measured at {local_time(measured)}"
             f" ({units.ago(measured, now)}), when the used pages differed by more than 10%, scaled to"
-            " today's; reading them again takes longer than report's time[/]"
+            " today's; not read again: that takes longer than report's time (or would hold the writes"
+            " of a process holding this DELETE-mode state.db)[/]"
         )
     elif measured is not None and now - measured > 60:
         c.print(f"bytes per table as measured at {local_time(measured)}, scaled to today's used pages")
