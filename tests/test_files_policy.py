@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.facts import CHECK_TRUSTED_S, Check
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.journal import read_journal
 from hermes_keeper.run.files import (
@@ -29,10 +30,16 @@ from hermes_keeper.run.files import (
     scan_folders,
 )
 from hermes_keeper.run.policy import DAY, Policy, effective_policy
+from hermes_keeper.sqlite.schema import quick_check
 from tests.hermes_env import IOT, Hermes
 from tests.test_report import SCHEMA
 
 NOW = time.time()
+
+
+def scan(fs: HomeFS):
+    """The survey's folders with state.db quick_checked now, as ``run`` and ``plan`` do."""
+    return scan_folders(fs, lambda: Check(quick_check(fs.path("state.db")) or "ok", time.time()))
 
 
 def invoke(*args, exit_code=0):
@@ -308,7 +315,7 @@ def test_a_malformed_copy_goes_only_while_another_readable_copy_stays(
             path.write_bytes(b"\x00" * 512)
         _old(path, {"a": 300, "b": 200, "c": 100}[key])
     fs = HomeFS(home)
-    folders = scan_folders(fs)
+    folders = scan(fs)
     assert (folders.db_check == "ok") is db_ok
     remove_, keep = plan_folders(folders, Policy(), home, NOW)
     name = {v: k for k, v in names.items()}
@@ -392,21 +399,28 @@ def test_a_plan_entry_outside_its_kind_s_folder_is_not_removed(home):
 
 
 def test_state_db_held_in_delete_mode_is_not_read_whole_and_counts_as_failing(tmp_path):
-    """A quick_check would block the holder's commits for the whole read: skipped, and without
-    another readable copy no malformed copy goes."""
+    """A quick_check would block the holder's commits for the whole read: skipped, and with no
+    check on record (or one over a day old) and no other readable copy no malformed copy goes."""
     home = tmp_path / "h"
     home.mkdir()
     _sqlite(home / "state.db")
     for stamp, days in (("20260101_000000", 300), ("20260201_000000", 200)):
         (home / f"state.db.malformed-backup-{stamp}").write_bytes(b"\x00" * 512)
         _old(home / f"state.db.malformed-backup-{stamp}", days)
-    folders = scan_folders(HomeFS(home), check_db=False)
-    assert folders.db_check.startswith("not checked")
-    remove_, keep = plan_folders(folders, Policy(), home, NOW)
-    assert remove_ == [] and [Path(a.path).name for a in keep] == [
-        "state.db.malformed-backup-20260101_000000"
-    ]
-    assert plan_folders(scan_folders(HomeFS(home)), Policy(), home, NOW)[0]  # checked: it goes
+    stale = Check("ok", time.time() - 2 * CHECK_TRUSTED_S)
+    for on_record in (None, stale):
+        folders = scan_folders(HomeFS(home), lambda r=on_record: r)
+        assert folders.db_check.startswith("not checked")
+        remove_, keep = plan_folders(folders, Policy(), home, NOW)
+        assert remove_ == [] and [(Path(a.path).name, a.reason) for a in keep] == [
+            (
+                "state.db.malformed-backup-20260101_000000",
+                "state.db is not known to pass quick_check and no copy passes it: kept for recovery",
+            )
+        ]
+    recent = Check("ok", time.time() - 3600)
+    assert plan_folders(scan_folders(HomeFS(home), lambda: recent), Policy(), home, NOW)[0]
+    assert plan_folders(scan(HomeFS(home)), Policy(), home, NOW)[0]  # checked: it goes
 
 
 _HERMES_WRITES = """
@@ -481,7 +495,7 @@ def test_a_folder_turned_symlink_after_the_plan_is_not_followed(home, tmp_path):
     """Between plan and removal ``cron/output`` is swapped for a link to a look-alike elsewhere:
     nothing there is removed, and the run does not fail over it."""
     fs = HomeFS(home)
-    remove_, _ = plan_folders(scan_folders(fs), Policy(), home, NOW)
+    remove_, _ = plan_folders(scan(fs), Policy(), home, NOW)
     old = next(a for a in remove_ if a.kind == "cron_output")
     elsewhere = tmp_path / "elsewhere"
     (home / "cron" / "output").rename(elsewhere)
@@ -489,13 +503,11 @@ def test_a_folder_turned_symlink_after_the_plan_is_not_followed(home, tmp_path):
     before = sorted(p.name for p in elsewhere.rglob("*"))
     assert remove(fs, old) is None
     assert sorted(p.name for p in elsewhere.rglob("*")) == before
-    assert [a.reason for a in plan_folders(scan_folders(fs), Policy(), home, NOW)[1]] == [SYMLINK]
+    assert [a.reason for a in plan_folders(scan(fs), Policy(), home, NOW)[1]] == [SYMLINK]
     (home / "cron").rename(tmp_path / "cron-moved")
     (home / "cron").symlink_to(tmp_path / "cron-moved")
     assert remove(fs, old) is None
-    assert [a.path for a in plan_folders(scan_folders(fs), Policy(), home, NOW)[1]] == [
-        str(home / "cron/output")
-    ]
+    assert [a.path for a in plan_folders(scan(fs), Policy(), home, NOW)[1]] == [str(home / "cron/output")]
 
 
 def test_a_run_with_no_database_work_still_removes_the_files(home):

@@ -4,18 +4,22 @@ instead of read again on every call; the growth windows come from the survey's o
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper import demo, report
+from hermes_keeper import demo, facts, report
 from hermes_keeper.cli import main
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Home
+from hermes_keeper.sqlite.connect import interrupt_after, was_interrupted
 from tests.conftest import tree_digest
 from tests.test_report import report_json
 
@@ -139,3 +143,141 @@ def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home
         holder.wait()
     rep = Home(home).profile().report()  # nobody holds it: checked and measured, both recorded
     assert rep["schema"]["quick_check"] == "ok" and rep["database"]["per_object"]
+
+
+def _malformed_copies(home) -> dict[str, Path]:
+    """Hermes's copies, all older than the 30-day rule: only ``b`` (neither the newest nor the
+    oldest) is a readable database (the demo's own copies removed)."""
+    for demo_copy in home.glob("state.db.malformed-backup-*"):
+        demo_copy.unlink()
+    copies = {}
+    for key, days in (("a", 300), ("b", 200), ("c", 100)):
+        path = copies[key] = home / f"state.db.malformed-backup-2026010{len(copies) + 1}_000000"
+        if key == "b":
+            conn = sqlite3.connect(path)
+            conn.execute("CREATE TABLE t (x)")
+            conn.commit()
+            conn.close()
+        else:
+            path.write_bytes(b"\x00" * 512)
+        then = time.time() - days * report.DAY
+        os.utime(path, (then, then))
+    return copies
+
+
+def _listed(copies: dict[str, Path]) -> list[tuple[str, int, float]]:
+    return [(p.name, p.stat().st_size, p.stat().st_mtime) for p in copies.values()]
+
+
+def _count_checks(monkeypatch) -> list[tuple[str, float | None]]:
+    """Every quick_check the keeper starts: (file name, budget; None for a full one)."""
+    calls = []
+    real = facts.quick_check
+
+    def counted(path, budget_s=None):
+        calls.append((Path(path).name, budget_s))
+        return real(path, budget_s)
+
+    monkeypatch.setattr(facts, "quick_check", counted)
+    return calls
+
+
+def _copies_row(rep) -> dict:
+    return next(r for r in rep["files"]["policy"] if r["kind"] == "malformed_copy")
+
+
+def test_report_never_reads_state_db_whole_for_malformed_copies_and_keeps_them_when_unsure(home, monkeypatch):
+    keeper_folder(home)
+    _malformed_copies(home)
+    calls = _count_checks(monkeypatch)
+    monkeypatch.setattr(report, "CHECK_BUDGET_S", 0.0)  # as on a file of many GB, nothing on record
+    (rep,) = report_json(home)
+    assert ("state.db", None) not in calls and all(b is not None and b <= 0 for _name, b in calls)
+    assert rep["schema"]["quick_check"] == "unknown"
+    row = _copies_row(rep)  # state.db not known good, no copy known readable: every old one stays
+    assert row["entries"] == 3 and row["remove_entries"] == 0 and row["kept"] == 2
+    recorded = home / "keeper" / "facts.json"
+    for age, removed in ((2 * facts.CHECK_TRUSTED_S, 0), (3600.0, 2)):  # stale: unsure; fresh: it passed
+        facts.record_check(HomeFS(home), "ok", time.time() - age)
+        (rep,) = report_json(home)
+        assert _copies_row(rep)["remove_entries"] == removed
+    assert ("state.db", None) not in calls
+    assert json.loads(recorded.read_text())["quick_check"]["result"] == "ok"
+
+
+def test_a_copy_s_check_is_recorded_by_its_size_and_mtime(home, monkeypatch):
+    keeper_folder(home)
+    copies = _malformed_copies(home)
+    fs = HomeFS(home)
+    calls = _count_checks(monkeypatch)
+    found = _listed(copies)
+    assert facts.copy_checks(fs, found, None) == {p.name: key == "b" for key, p in copies.items()}
+    assert len(calls) == 3
+    assert facts.copy_checks(fs, found, 0.0) == facts.copy_checks(fs, found, None)  # from the record
+    assert len(calls) == 3
+    os.utime(copies["b"])  # touched: checked again (out of time here: unknown, not "fails")
+    assert facts.copy_checks(fs, _listed(copies), 0.0)[copies["b"].name] is None
+    assert len(calls) == 4
+
+
+def test_a_copy_that_passes_is_kept_while_state_db_is_not_known_good(home, monkeypatch):
+    keeper_folder(home)
+    copies = _malformed_copies(home)
+    facts.copy_checks(HomeFS(home), _listed(copies), None)
+    monkeypatch.setattr(report, "CHECK_BUDGET_S", 0.0)
+    (rep,) = report_json(home)  # the copies' checks on record stand in: "a" may go, "b" stays
+    row = _copies_row(rep)
+    assert row["remove_entries"] == 1 and row["kept"] == 1
+    assert row["remove_bytes"] == copies["a"].stat().st_size
+
+
+def test_plan_and_run_read_state_db_whole_once_for_the_check_and_the_copies(home, monkeypatch):
+    keeper_folder(home)
+    copies = _malformed_copies(home)
+    calls = _count_checks(monkeypatch)
+    plan = Home(home).profile().plan()
+    assert calls == [("state.db", None)]  # the plan's own check, reused by the malformed-copy rule
+    assert {Path(f.path).name for f in plan.files if f.kind == "malformed_copy"} == {
+        copies["a"].name,
+        copies["b"].name,
+    }
+    calls.clear()
+    (home / "keeper.toml").write_text("backup = false\n")
+    Home(home).profile().run()
+    assert calls == [("state.db", None)] and not copies["a"].exists() and copies["c"].exists()
+
+
+def test_dbstat_past_its_budget_shows_the_recorded_breakdown_scaled_as_an_estimate(home, monkeypatch):
+    keeper_folder(home)
+    (first,) = report_json(home)
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE source = 'cron')")
+    conn.commit()
+    conn.close()
+    monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 0.0)
+    (rep,) = report_json(home)
+    db = rep["database"]
+    assert db["objects_estimated"] and db["per_object"]
+    assert db["objects_measured_at"] == first["database"]["objects_measured_at"] < rep["generated_at"]
+    used = db["bytes"] - db["reclaimable_bytes"]
+    assert used < 0.9 * (first["database"]["bytes"] - first["database"]["reclaimable_bytes"])
+    assert used - len(db["objects"]) <= sum(db["objects"].values()) <= used  # scaled, within rounding
+    assert set(db["objects"]) == set(first["database"]["objects"])
+    recorded = json.loads((home / "keeper" / "facts.json").read_text())["objects"]
+    assert recorded["at"] == first["database"]["objects_measured_at"]  # the estimate is not recorded
+    out = CliRunner().invoke(main, ["report", "--home", str(home)], terminal_width=200).output
+    assert "bytes per table estimated: measured at" in out
+    monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 30.0)
+    (again,) = report_json(home)  # in time: measured again, no longer an estimate
+    assert not again["database"]["objects_estimated"]
+    assert again["database"]["objects_measured_at"] == again["generated_at"]
+
+
+def test_a_read_of_every_page_stops_at_its_budget():
+    conn = sqlite3.connect(":memory:")
+    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    with pytest.raises(sqlite3.OperationalError) as exc, interrupt_after(conn, 0.05):
+        conn.execute(endless).fetchall()
+    assert was_interrupted(exc.value)
+    with interrupt_after(conn, 30.0):  # a statement that ends in time is not touched
+        assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -3,9 +3,10 @@
 A full ``quick_check`` and ``dbstat`` each read every page: 10-25 s on a 2 GB file with a cold
 cache, more at 5 GB. ``run``, ``compact`` and ``plan`` check in full (they must, before writing
 or advising); ``report`` shows the last full result with its age when its own bounded check runs
-out of time, and reuses the byte breakdown while the used pages changed little. Only recorded
-where the keeper folder exists already: a report on a home the keeper never ran on creates
-nothing.
+out of time, and reuses the byte breakdown while the used pages changed little (past that, and
+past its time for ``dbstat``, the last breakdown scaled, as an estimate). Hermes's malformed
+copies of state.db are checked once each (they are never written again). Only recorded where
+the keeper folder exists already: a report on a home the keeper never ran on creates nothing.
 """
 
 from __future__ import annotations
@@ -26,12 +27,29 @@ FACTS_NAME = "facts.json"
 #: :data:`OBJECTS_MAX_AGE_S`; it is scaled to today's used bytes (the groups still add up).
 OBJECTS_DRIFT = 0.10
 OBJECTS_MAX_AGE_S = 7 * 86400.0
+#: How long a full quick_check on record vouches for state.db where none is taken now (report
+#: past its time, beside a holder of a rollback-journal db): Hermes's malformed copies are
+#: decided on it; older or none, state.db counts as unchecked and the copies stay.
+CHECK_TRUSTED_S = 86400.0
 
 
 @dataclass(frozen=True)
 class Check:
     result: str  # 'ok' or the first problems
     at: float  # when that full check finished (unix seconds)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Bytes per table and index, scaled to today's used bytes, and when ``dbstat`` measured them.
+
+    ``estimate``: measured before the used bytes moved more than :data:`OBJECTS_DRIFT` (or over
+    :data:`OBJECTS_MAX_AGE_S` ago), shown only where ``dbstat`` could not be read again in time.
+    """
+
+    sizes: dict[str, int]
+    at: float
+    estimate: bool = False
 
 
 def _read(fs: HomeFS) -> dict:
@@ -75,9 +93,9 @@ def record_objects(fs: HomeFS, sizes: dict[str, int], used_bytes: int, at: float
     )
 
 
-def recent_objects(fs: HomeFS, used_bytes: int, now: float) -> tuple[dict[str, int], float] | None:
-    """The recorded bytes per object scaled to ``used_bytes``, and when they were measured; None
-    when there is no record, or it is too old or too far from today's size to stand in."""
+def recorded_objects(fs: HomeFS, used_bytes: int, now: float) -> Breakdown | None:
+    """The recorded bytes per object scaled to ``used_bytes`` (an estimate when too old or too far
+    from today's size to stand in); None when there is no record."""
     rec = _read(fs).get("objects")
     try:
         sizes, then, at = (
@@ -87,9 +105,39 @@ def recent_objects(fs: HomeFS, used_bytes: int, now: float) -> tuple[dict[str, i
         )
     except (TypeError, KeyError, ValueError, AttributeError):
         return None
-    if then <= 0 or abs(used_bytes - then) > OBJECTS_DRIFT * then or not 0 <= now - at <= OBJECTS_MAX_AGE_S:
+    if then <= 0:
         return None
-    return {k: v * used_bytes // then for k, v in sizes.items()}, at
+    close = abs(used_bytes - then) <= OBJECTS_DRIFT * then and 0 <= now - at <= OBJECTS_MAX_AGE_S
+    return Breakdown({k: v * used_bytes // then for k, v in sizes.items()}, at, not close)
+
+
+def copy_checks(
+    fs: HomeFS, copies: list[tuple[str, int, float]], budget_s: float | None
+) -> dict[str, bool | None]:
+    """Whether each copy of state.db at the home's top (name, bytes, mtime) passes quick_check.
+
+    Hermes writes such a copy once and never again, so a result recorded for the same name, bytes
+    and mtime stands; the others are checked now within what is left of ``budget_s`` (None: in
+    full), None for one not checked in time. Only the copies passed in are kept on record.
+    """
+    rec = _read(fs).get("copies")
+    rec = rec if isinstance(rec, dict) else {}
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    out: dict[str, bool | None] = {}
+    keep = {}
+    for name, size, mtime in copies:
+        was = rec.get(name)
+        if isinstance(was, dict) and was.get("bytes") == size and was.get("mtime") == mtime:
+            out[name] = bool(was.get("ok"))
+        else:
+            left = None if deadline is None else deadline - time.monotonic()
+            result = quick_check(fs.path(name), left)
+            out[name] = None if result is None else result == "ok"
+        if out[name] is not None:
+            keep[name] = {"bytes": size, "mtime": mtime, "ok": out[name]}
+    if keep != rec:
+        _update(fs, "copies", keep)
+    return out
 
 
 def full_check(fs: HomeFS, db: Path) -> str:

@@ -253,8 +253,8 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
 
     A fresh ``dbstat`` reads every page in one read transaction. In a rollback-journal
     database (today's Hermes on most SQLite builds) that read holds every Hermes commit for its
-    length, seconds on a big home; so beside a process that holds such a database the last
-    recorded breakdown stands in while it is close to today's size, else the row has none.
+    length, seconds on a big home; so beside a process that holds such a database, or past
+    report's time for it, the last recorded breakdown stands in (scaled), else the row has none.
     """
     from hermes_keeper.report import object_sizes
     from hermes_keeper.sqlite.connect import connect_ro, read_txn
@@ -269,10 +269,10 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
             )
         stalls = long_reads_stall_hermes(mode, find_holders(profile.db_path) if mode != "wal" else [])
         with read_txn(conn):
-            objects, _at = object_sizes(profile, conn, (pages - free) * size, time.time(), measure=not stalls)
+            objects = object_sizes(profile, conn, (pages - free) * size, time.time(), measure=not stalls)
     finally:
         conn.close()
-    return objects or {}
+    return objects.sizes if objects else {}
 
 
 def _warn(profile: Profile, exc: Exception) -> None:

@@ -99,13 +99,15 @@ class Profile:
 
         return check_profile(self, policy, now)
 
-    def _plan(self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None) -> Plan:
+    def _plan(
+        self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None, db_check=None
+    ) -> Plan:
         from hermes_keeper.archive.retention import plan_archive_retention
         from hermes_keeper.run.plan import make_plan
         from hermes_keeper.run.survey import survey_profile
 
         now = time.time() if now is None else now
-        plan = make_plan(survey_profile(self, schema, now, holders), policy, now)
+        plan = make_plan(survey_profile(self, schema, now, holders, db_check), policy, now)
         plan_archive_retention(self, plan, policy)
         return plan
 
@@ -119,8 +121,9 @@ class Profile:
         schema = inspect(self.db_path)
         schema.require_readable()
         holders = find_holders(self.db_path)
-        plan = self._plan(schema, policy, now, holders)
+        # one full read: the malformed-copy rule reuses it
         check = checked_unless_it_stalls(self.fs, self.db_path, schema.journal_mode, holders)
+        plan = self._plan(schema, policy, now, holders, lambda: check)
         if check is not None and check.result != "ok":
             plan.warnings.append(f"state.db fails quick_check ({check.result}): a damaged page")
         if schema.timestamp_problems:

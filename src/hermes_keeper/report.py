@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from hermes_keeper.facts import bounded_check, last_check, recent_objects, record_objects
+from hermes_keeper.facts import Breakdown, bounded_check, last_check, record_objects, recorded_objects
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
@@ -29,8 +29,8 @@ from hermes_keeper.run.survey import (
     shown,
     survey_profile,
 )
-from hermes_keeper.sqlite.connect import connect_ro, read_txn
-from hermes_keeper.sqlite.holders import gateway_pid, long_reads_stall_hermes
+from hermes_keeper.sqlite.connect import connect_ro, interrupt_after, read_txn
+from hermes_keeper.sqlite.holders import find_holders, gateway_pid, long_reads_stall_hermes
 from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect
 
 REPORT_VERSION = 1
@@ -60,6 +60,9 @@ GROUPS = ("messages", "fts", "sessions", "other", "free")
 #: How long report's own ``quick_check`` may read (it reads every page: ~10 s per GB cold); past
 #: it, the last full check on record (plan, compact) is shown with its age.
 CHECK_BUDGET_S = 1.0
+#: How long ``dbstat`` may read when the recorded breakdown is too far from today's size (it
+#: reads every page too); past it, that breakdown is shown scaled, as an estimate with its age.
+DBSTAT_BUDGET_S = 1.0
 
 
 def age_bucket(age_s: float) -> str:
@@ -102,32 +105,42 @@ def table_group(name: str) -> str:
     return "other"
 
 
-def _object_sizes(conn: sqlite3.Connection) -> dict[str, int] | None:
-    """Bytes per table and index from ``dbstat`` (aggregate form), None where it is not compiled in.
+def _object_sizes(conn: sqlite3.Connection, budget_s: float) -> dict[str, int] | None:
+    """Bytes per table and index from ``dbstat``; None where it is not compiled in or
+    ``budget_s`` ran out first.
 
-    It reads every page of the file (seconds per GB): see :func:`object_sizes` for the reuse."""
-    try:
-        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat WHERE aggregate = 1 GROUP BY name")
-        return {name: int(size or 0) for name, size in rows}
-    except sqlite3.OperationalError:
+    It reads every page of the file (seconds per GB): see :func:`object_sizes` for the reuse.
+    One row per page, not the aggregate form: that walks a whole table in one step, which an
+    interrupt does not stop (a 1 GB FTS index would be read to its end)."""
+    if budget_s <= 0:
         return None
+    try:
+        with interrupt_after(conn, budget_s):
+            rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall()
+    except sqlite3.OperationalError:  # no dbstat in this SQLite, or out of time
+        return None
+    return {name: int(size or 0) for name, size in rows}
 
 
 def object_sizes(
-    profile: Profile, conn: sqlite3.Connection, used_bytes: int, now: float, measure: bool = True
-) -> tuple[dict[str, int] | None, float | None]:
-    """Bytes per object and when they were measured: a recent breakdown scaled to today's
-    ``used_bytes`` while they changed little (``facts.recent_objects``), else ``dbstat`` now,
-    recorded (not when ``measure`` is false: unknown then)."""
-    recent = recent_objects(profile.fs, used_bytes, now)
-    if recent is not None:
-        return recent
-    if not measure:
-        return None, None
-    sizes = _object_sizes(conn)
-    if sizes is not None:
-        record_objects(profile.fs, sizes, used_bytes, now)
-    return sizes, now
+    profile: Profile,
+    conn: sqlite3.Connection,
+    used_bytes: int,
+    now: float,
+    measure: bool = True,
+) -> Breakdown | None:
+    """Bytes per object: a recent breakdown scaled to today's ``used_bytes`` while they changed
+    little, else ``dbstat`` now within :data:`DBSTAT_BUDGET_S`, recorded; where it is not read
+    (not ``measure``: it would stall a holder) or not in time, the recorded one scaled as an
+    estimate; None with none on record. The one path of ``report`` and ``history``."""
+    recorded = recorded_objects(profile.fs, used_bytes, now)
+    if recorded is not None and not recorded.estimate:
+        return recorded
+    sizes = _object_sizes(conn, DBSTAT_BUDGET_S) if measure else None
+    if sizes is None:
+        return recorded
+    record_objects(profile.fs, sizes, used_bytes, now)
+    return Breakdown(sizes, now)
 
 
 def _message_windows(survey: Survey) -> dict:
@@ -142,10 +155,11 @@ def _message_windows(survey: Survey) -> dict:
     return out
 
 
-def db_usage(objects: dict[str, int] | None, schema: SchemaInfo, measured_at: float | None = None) -> dict:
+def db_usage(objects: Breakdown | None, schema: SchemaInfo) -> dict:
     """Bytes per group and per object, and the free pages a vacuum would give back."""
+    sizes = objects.sizes if objects else {}
     groups: Counter = Counter()
-    for name, size in (objects or {}).items():
+    for name, size in sizes.items():
         groups[table_group(name)] += size
     groups["free"] = schema.free_bytes
     return {
@@ -153,9 +167,10 @@ def db_usage(objects: dict[str, int] | None, schema: SchemaInfo, measured_at: fl
         "page_count": schema.page_count,
         "bytes": schema.db_bytes,
         "per_object": objects is not None,
-        "objects_measured_at": measured_at if objects is not None else None,
+        "objects_measured_at": objects.at if objects else None,
+        "objects_estimated": bool(objects and objects.estimate),
         "groups": {k: int(groups.get(k, 0)) for k in GROUPS},
-        "objects": dict(sorted((objects or {}).items(), key=lambda kv: -kv[1])),
+        "objects": dict(sorted(sizes.items(), key=lambda kv: -kv[1])),
         "reclaimable_bytes": schema.free_bytes,
     }
 
@@ -376,17 +391,18 @@ def build_report(
     policy = policy or Policy()
     schema = inspect(profile.db_path)
     schema.require_readable()
-    survey = survey_profile(profile, schema, now=now)
-    stalls = long_reads_stall_hermes(schema.journal_mode, survey.holders)
+    holders = find_holders(profile.db_path)
+    stalls = long_reads_stall_hermes(schema.journal_mode, holders)
+    check = last_check(profile.fs) if stalls else bounded_check(profile.fs, profile.db_path, CHECK_BUDGET_S)
+    survey = survey_profile(profile, schema, now, holders, lambda: check, CHECK_BUDGET_S)
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
-            objects, measured_at = object_sizes(profile, conn, schema.used_bytes, now, measure=not stalls)
+            objects = object_sizes(profile, conn, schema.used_bytes, now, measure=not stalls)
     finally:
         conn.close()
     windows = _message_windows(survey)
-    db = db_usage(objects, schema, measured_at)
-    check = last_check(profile.fs) if stalls else bounded_check(profile.fs, profile.db_path, CHECK_BUDGET_S)
+    db = db_usage(objects, schema)
     wal, shm = (profile.db_path.with_name(profile.db_path.name + s) for s in ("-wal", "-shm"))
     disk = {"state_db": _size(profile.db_path), "wal": _size(wal), "shm": _size(shm)}
     return {

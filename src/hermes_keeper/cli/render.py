@@ -236,12 +236,20 @@ def render_report(rep: dict, c: Console | None = None) -> None:
 
     c.print(_database_table(rep))
     measured = rep["database"]["objects_measured_at"]
-    if measured is not None and now - measured > 60:
+    if rep["database"]["objects_estimated"]:
+        c.print(
+            f"[yellow]bytes per table estimated: measured at {local_time(measured)}"
+            f" ({units.ago(measured, now)}), when the used pages differed by more than 10%, scaled to"
+            " today's; not read again: that takes longer than report's time (or would hold the writes"
+            " of a process holding this DELETE-mode state.db)[/]"
+        )
+    elif measured is not None and now - measured > 60:
         c.print(f"bytes per table as measured at {local_time(measured)}, scaled to today's used pages")
     if not rep["database"]["per_object"]:
         c.print(
-            "[yellow]bytes per table unknown: this SQLite has no dbstat, or a process holds this"
-            " DELETE-mode state.db and reading every page would hold its writes[/]"
+            "[yellow]bytes per table unknown: none on record, and this SQLite has no dbstat, reading"
+            " every page takes longer than report's time, or a process holds this DELETE-mode"
+            " state.db and that read would hold its writes[/]"
         )
     c.print(_files_table(rep["files"]))
     c.print(_folders_table(rep["files"]["policy"]))

@@ -12,6 +12,8 @@ removes (:func:`remove`: confined, never through or of a symlink). ``checkpoints
 from __future__ import annotations
 
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,10 +21,10 @@ from hermes_keeper.backup.compact import ESTIMATE_PREFIX
 from hermes_keeper.backup.restore import RESTORE_TMP, SAFETY_PREFIX
 from hermes_keeper.backup.snapshot import TEMP_PREFIX, killed_backup_leftovers
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.facts import CHECK_TRUSTED_S, Check, copy_checks
 from hermes_keeper.fs import DB_NAME, KEEPER_DIR, SQLITE_SIDES, HomeFS
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.sqlite.fts import HOLD_NAME
-from hermes_keeper.sqlite.schema import quick_check
 
 CRON_OUTPUT = "cron_output"
 STATE_SNAPSHOT = "state_snapshot"
@@ -75,13 +77,14 @@ class Found:
     files: int = 1
     group: str = ""  # the cron job
     link: str = ""  # why it is never removed: it is a symlink (or behind one), or holds one
-    readable: bool | None = None  # a malformed copy passes quick_check (checked only while state.db fails)
+    readable: bool | None = None  # a malformed copy passes quick_check (None: unchecked or not in time)
     what: str = ""  # the keeper command that left a leftover
 
 
 @dataclass
 class Folders:
-    """What the survey found, and ``state.db``'s quick_check (taken only when Hermes's copies exist)."""
+    """What the survey found, and ``state.db``'s quick_check as the malformed-copy rule reads it
+    (only where Hermes's copies exist)."""
 
     found: list[Found]
     db_check: str | None = None
@@ -195,32 +198,38 @@ def _link(st) -> str:
     return "" if stat.S_ISREG(st.st_mode) else SYMLINK
 
 
-def scan_folders(fs: HomeFS, check_db: bool = True) -> Folders:
+def scan_folders(fs: HomeFS, db_check: Callable[[], Check | None], budget_s: float | None = None) -> Folders:
     """Every entry the rules decide, read through the door (changes nothing).
 
-    ``state.db`` (and, while it fails, each copy) is quick_checked only when Hermes's
-    malformed-db copies exist: the plan may remove one only while another readable copy stays.
-    Without ``check_db`` state.db counts as failing (so only another readable copy frees one).
+    Only where Hermes's malformed-db copies exist: ``db_check()`` gives state.db's quick_check
+    (a check taken now, or the one on record), which counts when it passed within
+    :data:`facts.CHECK_TRUSTED_S`; else, or when it fails, each copy's own check
+    (:func:`facts.copy_checks`, within ``budget_s``) says which copies are readable. The plan
+    may remove one only while another readable copy stays.
     """
     top = fs.entries() or []
     found = _cron_output(fs) + _state_snapshots(fs)
     malformed = _copies(top, MALFORMED_PREFIX, MALFORMED_COPY)
     found += _copies(top, SAFETY_PREFIX, RESTORE_COPY) + _leftovers(fs, top)
-    db_check = None
+    state = None
     if malformed:
         st = fs.lstat(DB_NAME)
-        if not (st and stat.S_ISREG(st.st_mode)):
-            db_check = f"{NOT_CHECKED}: state.db missing"
-        elif not check_db:
-            db_check = f"{NOT_CHECKED}: a process holds state.db in a rollback-journal mode"
-        else:
-            db_check = quick_check(fs.path(DB_NAME))
-        if db_check != "ok":
-            malformed = [
-                f if f.link else replace(f, readable=quick_check(fs.path(*f.parts)) == "ok")
-                for f in malformed
-            ]
-    return Folders(found + malformed, db_check)
+        missing = not (st and stat.S_ISREG(st.st_mode))
+        state = f"{NOT_CHECKED}: state.db missing" if missing else _trusted(db_check())
+        if state != "ok":
+            real = [(f.parts[0], f.bytes, f.mtime) for f in malformed if not f.link]
+            readable = copy_checks(fs, real, budget_s)
+            malformed = [f if f.link else replace(f, readable=readable[f.parts[0]]) for f in malformed]
+    return Folders(found + malformed, state)
+
+
+def _trusted(check: Check | None) -> str:
+    """state.db's quick_check as the malformed-copy rule reads it ("not checked: ..." if unsure)."""
+    if check is None:
+        return f"{NOT_CHECKED}: no full check on record (state.db could not be read whole now)"
+    if time.time() - check.at > CHECK_TRUSTED_S:
+        return f"{NOT_CHECKED}: the last full check is older than {_days(CHECK_TRUSTED_S)}"
+    return check.result
 
 
 def _days(seconds: float) -> str:
@@ -273,14 +282,15 @@ def _decide(kind: str, real: list[Found], folders: Folders, policy: Policy, now:
         ordered = _newest_first(real)
         old = [f for f in ordered[1:] if age is not None and now - f.mtime > age]
         anchor = next((f for f in ordered if f.readable), None)
+        doubt = "is not known to pass" if (folders.db_check or "").startswith(NOT_CHECKED) else "fails"
         for f in old:
             why = f"Hermes's malformed-db copy older than {_days(age)}"
             if folders.db_check == "ok":
                 yield f, f"{why} (state.db passes quick_check)", None
             elif anchor is None:
-                yield f, None, "state.db fails quick_check and no copy passes it: kept for recovery"
+                yield f, None, f"state.db {doubt} quick_check and no copy passes it: kept for recovery"
             elif f is anchor:
-                yield f, None, "the only copy that passes quick_check while state.db fails it"
+                yield f, None, f"the only copy that passes quick_check while state.db {doubt} it"
             else:
                 yield f, f"{why} (another copy passes quick_check)", None
     elif kind == KEEPER_LEFTOVER and policy.keeper_leftovers:

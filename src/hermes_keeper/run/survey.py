@@ -15,10 +15,12 @@ import json
 import re
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hermes_keeper.facts import Check, checked_unless_it_stalls
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
@@ -30,7 +32,6 @@ from hermes_keeper.sqlite.holders import (
     Holder,
     find_holders,
     lease_holder_dead,
-    long_reads_stall_hermes,
     process_gone,
 )
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -476,10 +477,16 @@ def survey_profile(
     schema: SchemaInfo | None = None,
     now: float | None = None,
     holders: list[Holder] | None = None,
+    db_check: Callable[[], Check | None] | None = None,
+    check_budget_s: float | None = None,
 ) -> Survey:
     """Read everything the plan and the report need, in one snapshot; changes nothing.
 
     ``holders``: a run's own scan of the processes holding state.db, so it is not made twice.
+    ``db_check``: state.db's quick_check where Hermes's malformed copies need it (a caller that
+    has one passes it; default: a full one now, unless that would stall a holder), and
+    ``check_budget_s`` how long the copies' own checks may read (None: in full); see
+    :func:`files.scan_folders`.
     """
     schema = schema or inspect(profile.db_path)
     schema.require_readable()
@@ -602,8 +609,10 @@ def survey_profile(
             )
     survey.files = scan_files(profile.fs, set(survey.sessions))
     survey.holders = find_holders(profile.db_path) if holders is None else holders
-    # (unchecked counts as failing)
-    survey.folders = scan_folders(
-        profile.fs, check_db=not long_reads_stall_hermes(schema.journal_mode, survey.holders)
-    )
+    if db_check is None:
+
+        def db_check() -> Check | None:
+            return checked_unless_it_stalls(profile.fs, profile.db_path, schema.journal_mode, survey.holders)
+
+    survey.folders = scan_folders(profile.fs, db_check, check_budget_s)
     return survey

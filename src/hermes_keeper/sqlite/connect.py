@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,3 +103,24 @@ def time_limit(conn: sqlite3.Connection, ms: float | None) -> Iterator[None]:
         yield
     finally:
         conn.set_progress_handler(None, 0)
+
+
+@contextmanager
+def interrupt_after(conn: sqlite3.Connection, budget_s: float | None) -> Iterator[None]:
+    """``conn.interrupt()`` once ``budget_s`` has passed (None: never), for a read of every page.
+
+    A progress handler cannot bound one: ``quick_check`` is a single VDBE opcode. The statement
+    then fails with ``interrupted`` (:func:`was_interrupted`); a read transaction around it stays.
+    """
+    timer = threading.Timer(budget_s, conn.interrupt) if budget_s is not None else None
+    if timer:
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer:
+            timer.cancel()
+
+
+def was_interrupted(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc)

@@ -8,12 +8,11 @@ the columns that are there and refuses, in one line, what it does not understand
 from __future__ import annotations
 
 import sqlite3
-import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.connect import connect_ro, interrupt_after, was_interrupted
 
 #: Oldest and newest schema_version seen in a released hermes-agent (0.13.0, 0.19.0).
 OLDEST_KNOWN_VERSION = 11
@@ -277,21 +276,12 @@ def quick_check(path: Path, budget_s: float | None = None) -> str | None:
         conn = connect_ro(path)
     except sqlite3.DatabaseError as exc:  # not a database at all (a damaged header)
         return str(exc)
-    # The whole check is one VDBE opcode, so a progress handler never fires: interrupt it instead.
-    timer = threading.Timer(budget_s, conn.interrupt) if budget_s is not None else None
     try:
-        if timer:
-            timer.start()
-        rows = conn.execute("PRAGMA quick_check(5)").fetchall()
-    except sqlite3.OperationalError as exc:
-        if timer and "interrupted" in str(exc):
-            return None
-        return str(exc)
+        with interrupt_after(conn, budget_s):
+            rows = conn.execute("PRAGMA quick_check(5)").fetchall()
     except sqlite3.DatabaseError as exc:
-        return str(exc)
+        return None if budget_s is not None and was_interrupted(exc) else str(exc)
     finally:
-        if timer:
-            timer.cancel()
         conn.close()
     return "; ".join(r[0] for r in rows)[:300] or "ok"
 
