@@ -125,7 +125,10 @@ def main() -> None:
     budget = report.CHECK_BUDGET_S
     phases = {
         "inspect (incl. timestamp scan)": lambda: inspect(profile.db_path),
-        "survey (sessions + message stats + files)": lambda: survey_profile(profile, schema),
+        "survey (sessions + cached message stats + files)": lambda: survey_profile(
+            profile, schema, cached=True
+        ),
+        "survey, fresh message stats (as plan/run)": lambda: survey_profile(profile, schema),
         "byte breakdown (recorded dbstat)": objects,
         "quick_check (bounded)": lambda: facts.bounded_check(profile.fs, profile.db_path, budget),
         "holders (psutil)": lambda: find_holders(profile.db_path),

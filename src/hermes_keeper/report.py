@@ -19,10 +19,10 @@ from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
 from hermes_keeper.run.files import KINDS as FILE_KINDS
+from hermes_keeper.run.message_stats import RECENT_DAYS
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import (
-    RECENT_DAYS,
     SessionRow,
     Survey,
     long_reads_stall_hermes,
@@ -377,7 +377,7 @@ def build_report(
     policy = policy or Policy()
     schema = inspect(profile.db_path)
     schema.require_readable()
-    survey = survey_profile(profile, schema, now=now)
+    survey = survey_profile(profile, schema, now=now, cached=True)
     stalls = long_reads_stall_hermes(schema.journal_mode, survey.holders)
     conn = connect_ro(profile.db_path)
     try:
