@@ -14,6 +14,7 @@ from hermes_keeper.report import build_report
 from hermes_keeper.run import message_stats
 from hermes_keeper.run.policy import DAY
 from hermes_keeper.run.survey import survey_profile
+from hermes_keeper.sqlite.schema import inspect
 
 NOW = 1_780_000_000.0
 
@@ -176,3 +177,19 @@ def test_real_hermes_appends_are_folded_in(tmp_path, hermes, hermes_home):
     after = _same(profile, time.time() + 60)
     assert after["brand-new"].messages == 1 and after[sid].messages == before[sid].messages + 2
     assert after[sid].recent_messages[0] == before[sid].recent_messages[0] + 2
+
+
+def test_the_reports_timestamp_problems_come_from_the_cache_and_match_a_full_check(tmp_path):
+    profile = _home(tmp_path)
+    assert build_report(profile, now=NOW)["schema"]["timestamp_problems"] == []
+    conn = _db(profile)
+    sid = conn.execute("SELECT id FROM sessions LIMIT 1").fetchone()[0]
+    _append(conn, sid, 2, NOW * 1000)  # milliseconds, as another writer might store them
+    conn.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', 'x', '2026-01-01')",
+        (sid,),
+    )
+    conn.close()
+    problems = build_report(profile, now=NOW)["schema"]["timestamp_problems"]
+    assert problems == inspect(profile.db_path).timestamp_problems
+    assert [p.split(":")[0] for p in problems] == ["messages.timestamp", "messages.timestamp"]

@@ -32,7 +32,7 @@ from hermes_keeper.run.survey import (
 )
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import gateway_pid
-from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect, timestamp_problems
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -375,7 +375,7 @@ def build_report(
     sessions are runaways."""
     now = time.time() if now is None else now
     policy = policy or Policy()
-    schema = inspect(profile.db_path)
+    schema = inspect(profile.db_path, check_timestamps=False)  # messages' from the survey's statistics
     schema.require_readable()
     survey = survey_profile(profile, schema, now=now, cached=True)
     stalls = long_reads_stall_hermes(schema.journal_mode, survey.holders)
@@ -383,6 +383,7 @@ def build_report(
     try:
         with read_txn(conn):
             objects, measured_at = object_sizes(profile, conn, schema.used_bytes, now, measure=not stalls)
+            schema.timestamp_problems = timestamp_problems(conn, schema.tables, survey.odd_message_stamps)
     finally:
         conn.close()
     windows = _message_windows(survey)

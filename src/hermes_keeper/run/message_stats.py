@@ -18,7 +18,7 @@ from typing import NamedTuple
 from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR, SQLITE_SIDES, HomeFS
 from hermes_keeper.run.policy import DAY
-from hermes_keeper.sqlite.schema import SchemaInfo
+from hermes_keeper.sqlite.schema import SchemaInfo, timestamp_counts_sql
 
 #: Days back for which each session's recent messages are counted (the report's growth windows).
 RECENT_DAYS = (7, 30)
@@ -39,6 +39,8 @@ class Stats(NamedTuple):
     last_at: object = None
     first_id: int | None = None
     recent: tuple[tuple[object, int, int], ...] = ()
+    #: timestamps that are text, milliseconds, before 1973 (:func:`schema.timestamp_counts_sql`)
+    odd_stamps: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def live(self) -> int:
@@ -96,7 +98,12 @@ def _merge(a: Stats, b: Stats) -> Stats:
         _last(a.last_at, b.last_at),
         _first(a.first_id, b.first_id),
         tuple((ts, n, size) for ts, (n, size) in recent.items()),
+        add_counts(a.odd_stamps, b.odd_stamps),
     )
+
+
+def add_counts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
 def fold(into: dict[str, Stats], part: dict[str, Stats]) -> None:
@@ -112,12 +119,15 @@ def message_stats(
     inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
     sql = f"""
         SELECT session_id, CASE WHEN timestamp >= ? THEN timestamp END AS recent_at,
-               count(*), {inactive}, sum({message_size_sql(schema)}), min(timestamp), max(timestamp), min(id)
+               count(*), {inactive}, sum({message_size_sql(schema)}), min(timestamp), max(timestamp), min(id),
+               {timestamp_counts_sql("timestamp")}
         FROM messages {where} GROUP BY session_id, recent_at
     """
     acc: dict[str, list] = {}  # one group per (session, recent timestamp): summed here
-    for sid, recent_at, n, inactive_n, size, first, last, first_id in conn.execute(sql, (since, *params)):
-        a = acc.setdefault(sid, [0, 0, 0, None, None, None, []])
+    for row in conn.execute(sql, (since, *params)):
+        sid, recent_at, n, inactive_n, size, first, last, first_id, *odd = row
+        a = acc.setdefault(sid, [0, 0, 0, None, None, None, [], (0, 0, 0)])
+        a[7] = add_counts(a[7], odd)
         a[:6] = (
             a[0] + n,
             a[1] + (inactive_n or 0),
@@ -128,7 +138,7 @@ def message_stats(
         )
         if recent_at is not None:
             a[6].append((recent_at, n, size or 0))
-    return {sid: Stats(*a[:6], tuple(a[6])) for sid, a in acc.items()}
+    return {sid: Stats(*a[:6], tuple(a[6]), a[7]) for sid, a in acc.items()}
 
 
 def message_stats_in_steps(
@@ -163,7 +173,7 @@ def recent_since(now: float) -> float:
 
 
 CACHE_NAME = "stats.db"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 #: The cache is read again in full when older: messages deleted or deactivated in place, which
 #: leave ``message_count`` as it was (or a schema without it), are wrong in it at most this long.
 FULL_EVERY_S = 7 * DAY
@@ -173,7 +183,8 @@ REREAD_BATCH = 50
 _CACHE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
 CREATE TABLE IF NOT EXISTS sessions (
-    sid BLOB PRIMARY KEY, messages, inactive, bytes, first_at, last_at, first_id, seen_count
+    sid BLOB PRIMARY KEY, messages, inactive, bytes, first_at, last_at, first_id, seen_count,
+    text_stamps, milli_stamps, early_stamps
 );
 CREATE TABLE IF NOT EXISTS recent (sid BLOB, at, messages, bytes);
 CREATE INDEX IF NOT EXISTS recent_sid ON recent (sid);
@@ -279,11 +290,13 @@ class StatsCache:
             for sid, at, n, size in conn.execute("SELECT sid, at, messages, bytes FROM recent"):
                 recent.setdefault(sid, []).append((at, n, size))
             stats, seen = {}, {}
-            for sid, n, inactive, size, first, last, first_id, seen_count in conn.execute(
-                "SELECT sid, messages, inactive, bytes, first_at, last_at, first_id, seen_count FROM sessions"
+            for sid, n, inactive, size, first, last, first_id, seen_count, *odd in conn.execute(
+                "SELECT sid, messages, inactive, bytes, first_at, last_at, first_id, seen_count,"
+                " text_stamps, milli_stamps, early_stamps FROM sessions"
             ):
                 key = sid.decode("utf-8", "surrogateescape")
-                stats[key] = Stats(n, inactive, size, first, last, first_id, tuple(recent.get(sid, ())))
+                near = tuple(recent.get(sid, ()))
+                stats[key] = Stats(n, inactive, size, first, last, first_id, near, tuple(odd))
                 seen[key] = seen_count
             return int(meta["max_id"]), float(meta["full_at"]), stats, seen
         finally:
@@ -309,10 +322,8 @@ class StatsCache:
                     conn.executemany("DELETE FROM sessions WHERE sid = ?", ((k,) for k in gone))
                     conn.executemany("DELETE FROM recent WHERE sid = ?", ((k,) for k in gone))
                     conn.executemany("DELETE FROM recent WHERE sid = ?", ((_key(s),) for s in changed))
-                conn.executemany(
-                    "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    ((_key(sid), *stats[sid][:6], counts.get(sid)) for sid in changed),
-                )
+                rows = ((_key(s), *stats[s][:6], counts.get(s), *stats[s].odd_stamps) for s in changed)
+                conn.executemany(f"INSERT OR REPLACE INTO sessions VALUES ({', '.join('?' * 11)})", rows)
                 conn.executemany(
                     "INSERT INTO recent VALUES (?, ?, ?, ?)",
                     ((_key(sid), *r) for sid in changed for r in stats[sid].recent),

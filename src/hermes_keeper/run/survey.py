@@ -27,6 +27,7 @@ from hermes_keeper.run.files import Folders, scan_folders
 from hermes_keeper.run.message_stats import (
     Stats,
     StatsCache,
+    add_counts,
     message_stats,
     message_stats_in_steps,
     recent_since,
@@ -168,6 +169,8 @@ class Survey:
     routed_ids: set[str] = field(default_factory=set)
     routing_problem: str | None = None  # sessions/sessions.json exists but cannot be read
     message_total: int = 0
+    #: ``messages.timestamp`` values that are text, milliseconds, before 1973, over all sessions
+    odd_message_stamps: tuple[int, int, int] = (0, 0, 0)
     #: (started_at, last_heartbeat) of every ``gateway_heartbeats`` row
     heartbeats: list[tuple[float, float]] = field(default_factory=list)
     #: protections whose table or file exists but could not be read: nothing is changed
@@ -505,6 +508,7 @@ def survey_profile(
         msgs = stats.get(sid, Stats())
         recent_messages, recent_bytes = msgs.windows(taken_at)
         survey.message_total += msgs.messages
+        survey.odd_message_stamps = add_counts(survey.odd_message_stamps, msgs.odd_stamps)
         survey.sessions[sid] = SessionRow(
             id=sid,
             source=shown(r["source"]) or "unknown",
