@@ -1,7 +1,7 @@
 """Per-session message statistics: one aggregate read, and a cache of it kept between reports.
 
-The aggregate (:func:`message_stats`) returns each session's counts plus its recent messages
-grouped by timestamp, so the growth windows can be counted for any later ``now`` from what was
+The aggregate (:func:`message_stats`) returns each session's counts plus the timestamp and
+bytes of each of its recent messages, so the growth windows can be counted for any later ``now`` from what was
 read once. ``plan`` and ``run`` read it fresh (they delete on it); ``report`` goes through
 :class:`StatsCache` (``keeper/stats.db``), which reads only messages newer than the highest id it
 has seen, re-reads (through the ``session_id`` index) the sessions whose ``message_count`` moved
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from array import array
 from typing import NamedTuple
 
 from hermes_keeper.errors import KeeperError, warn
@@ -30,7 +31,8 @@ STEP_READ_MS, FIRST_STEP_ROWS = 20.0, 2000
 
 class Stats(NamedTuple):
     """One session's messages: counts, text bytes, first/last timestamp, first id (where its rows
-    sit in the b-tree), and ``recent``: (timestamp, messages, bytes) of those since the read's cutoff."""
+    sit in the b-tree), and ``recent``: (timestamp, bytes) of each message since the read's cutoff
+    (a timestamp that is text is ``inf``: SQLite orders text after every number)."""
 
     messages: int = 0
     inactive: int = 0
@@ -38,7 +40,7 @@ class Stats(NamedTuple):
     first_at: object = None
     last_at: object = None
     first_id: int | None = None
-    recent: tuple[tuple[object, int, int], ...] = ()
+    recent: tuple[tuple[float, int], ...] = ()
     #: timestamps that are text, milliseconds, before 1973 (:func:`schema.timestamp_counts_sql`)
     odd_stamps: tuple[int, int, int] = (0, 0, 0)
 
@@ -51,15 +53,14 @@ class Stats(NamedTuple):
         """Messages and bytes since each of :data:`RECENT_DAYS` before ``now``."""
         counts, sizes = [], []
         for days in RECENT_DAYS:
-            since = _sql_order(now - days * DAY)
-            hits = [(n, b) for ts, n, b in self.recent if _sql_order(ts) >= since]
-            counts.append(sum(n for n, _ in hits))
-            sizes.append(sum(b for _, b in hits))
+            since = now - days * DAY
+            hits = [b for ts, b in self.recent if ts >= since]
+            counts.append(len(hits))
+            sizes.append(sum(hits))
         return tuple(counts), tuple(sizes)
 
     def since(self, cutoff: float) -> Stats:
-        cut = _sql_order(cutoff)
-        return self._replace(recent=tuple(r for r in self.recent if _sql_order(r[0]) >= cut))
+        return self._replace(recent=tuple(r for r in self.recent if r[0] >= cutoff))
 
 
 def message_size_sql(schema: SchemaInfo) -> str:
@@ -86,10 +87,6 @@ def _last(*stamps):
 
 def _merge(a: Stats, b: Stats) -> Stats:
     """Two partial aggregates of one session (disjoint message sets) as one."""
-    recent: dict = {}
-    for ts, n, size in a.recent + b.recent:
-        n0, size0 = recent.get(ts, (0, 0))
-        recent[ts] = (n0 + n, size0 + size)
     return Stats(
         a.messages + b.messages,
         a.inactive + b.inactive,
@@ -97,7 +94,7 @@ def _merge(a: Stats, b: Stats) -> Stats:
         _first(a.first_at, b.first_at),
         _last(a.last_at, b.last_at),
         _first(a.first_id, b.first_id),
-        tuple((ts, n, size) for ts, (n, size) in recent.items()),
+        a.recent + b.recent,
         add_counts(a.odd_stamps, b.odd_stamps),
     )
 
@@ -117,28 +114,23 @@ def message_stats(
     """Per session (of the messages ``where`` selects): :class:`Stats`, with the messages at or
     after ``since`` grouped by timestamp. The one aggregate read of ``messages``."""
     inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
+    size = message_size_sql(schema)
+    # each recent message as "timestamp bytes", the timestamp in 17 digits (a double, exactly)
+    number = "typeof(timestamp) IN ('real', 'integer')"
+    stamp = f"CASE WHEN {number} THEN printf('%!.17g', timestamp) ELSE 'inf' END"
     sql = f"""
-        SELECT session_id, CASE WHEN timestamp >= ? THEN timestamp END AS recent_at,
-               count(*), {inactive}, sum({message_size_sql(schema)}), min(timestamp), max(timestamp), min(id),
+        SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp), min(id),
+               group_concat(CASE WHEN timestamp >= ? THEN {stamp} || ' ' || ({size}) END),
                {timestamp_counts_sql("timestamp")}
-        FROM messages {where} GROUP BY session_id, recent_at
+        FROM messages {where} GROUP BY session_id
     """
-    acc: dict[str, list] = {}  # one group per (session, recent timestamp): summed here
+    out: dict[str, Stats] = {}
     for row in conn.execute(sql, (since, *params)):
-        sid, recent_at, n, inactive_n, size, first, last, first_id, *odd = row
-        a = acc.setdefault(sid, [0, 0, 0, None, None, None, [], (0, 0, 0)])
-        a[7] = add_counts(a[7], odd)
-        a[:6] = (
-            a[0] + n,
-            a[1] + (inactive_n or 0),
-            a[2] + (size or 0),
-            _first(a[3], first),
-            _last(a[4], last),
-            _first(a[5], first_id),
-        )
-        if recent_at is not None:
-            a[6].append((recent_at, n, size or 0))
-    return {sid: Stats(*a[:6], tuple(a[6]), a[7]) for sid, a in acc.items()}
+        sid, n, inactive_n, size_n, first, last, first_id, recent, *odd = row
+        pairs = (pair.split(" ") for pair in recent.split(",")) if recent else ()
+        near = tuple((float(ts), int(b)) for ts, b in pairs)
+        out[sid] = Stats(n, inactive_n or 0, size_n or 0, first, last, first_id, near, tuple(odd))
+    return out
 
 
 def message_stats_in_steps(
@@ -181,14 +173,20 @@ FULL_EVERY_S = 7 * DAY
 REREAD_BATCH = 50
 
 _CACHE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
-CREATE TABLE IF NOT EXISTS sessions (
+DROP TABLE IF EXISTS meta;
+DROP TABLE IF EXISTS sessions;
+CREATE TABLE meta (key TEXT PRIMARY KEY, value);
+CREATE TABLE sessions (
     sid BLOB PRIMARY KEY, messages, inactive, bytes, first_at, last_at, first_id, seen_count,
-    text_stamps, milli_stamps, early_stamps
+    text_stamps, milli_stamps, early_stamps, recent_at BLOB, recent_bytes BLOB
 );
-CREATE TABLE IF NOT EXISTS recent (sid BLOB, at, messages, bytes);
-CREATE INDEX IF NOT EXISTS recent_sid ON recent (sid);
 """
+
+
+def _row(sid: str, stats: Stats, seen_count: int | None) -> tuple:
+    """The cache's row of one session (its recent messages packed in two arrays)."""
+    at, sizes = array("d", (r[0] for r in stats.recent)), array("q", (r[1] for r in stats.recent))
+    return (_key(sid), *stats[:6], seen_count, *stats.odd_stamps, at.tobytes(), sizes.tobytes())
 
 
 def _key(sid: str) -> bytes:
@@ -286,16 +284,13 @@ class StatsCache:
                 or high < int(meta["max_id"])
             ):
                 return None
-            recent: dict[bytes, list] = {}
-            for sid, at, n, size in conn.execute("SELECT sid, at, messages, bytes FROM recent"):
-                recent.setdefault(sid, []).append((at, n, size))
             stats, seen = {}, {}
-            for sid, n, inactive, size, first, last, first_id, seen_count, *odd in conn.execute(
+            for sid, n, inactive, size, first, last, first_id, seen_count, *odd, at, sizes in conn.execute(
                 "SELECT sid, messages, inactive, bytes, first_at, last_at, first_id, seen_count,"
-                " text_stamps, milli_stamps, early_stamps FROM sessions"
+                " text_stamps, milli_stamps, early_stamps, recent_at, recent_bytes FROM sessions"
             ):
                 key = sid.decode("utf-8", "surrogateescape")
-                near = tuple(recent.get(sid, ()))
+                near = tuple(zip(array("d", at), array("q", sizes), strict=True))
                 stats[key] = Stats(n, inactive, size, first, last, first_id, near, tuple(odd))
                 seen[key] = seen_count
             return int(meta["max_id"]), float(meta["full_at"]), stats, seen
@@ -309,25 +304,17 @@ class StatsCache:
         try:
             conn = self._connect(create=True)
             try:
-                conn.executescript(_CACHE_SCHEMA)
                 conn.execute("BEGIN IMMEDIATE")
-                if changed is None:
-                    conn.execute("DELETE FROM sessions")
-                    conn.execute("DELETE FROM recent")
+                if changed is None:  # read in full: the cache made anew (whatever shape it had)
+                    for statement in _CACHE_SCHEMA.split(";")[:-1]:
+                        conn.execute(statement)
                     changed = stats
                 else:
-                    conn.execute("DELETE FROM recent WHERE at < ?", (since,))
                     known = {r[0] for r in conn.execute("SELECT sid FROM sessions")}
                     gone = known - {_key(sid) for sid in stats}
                     conn.executemany("DELETE FROM sessions WHERE sid = ?", ((k,) for k in gone))
-                    conn.executemany("DELETE FROM recent WHERE sid = ?", ((k,) for k in gone))
-                    conn.executemany("DELETE FROM recent WHERE sid = ?", ((_key(s),) for s in changed))
-                rows = ((_key(s), *stats[s][:6], counts.get(s), *stats[s].odd_stamps) for s in changed)
-                conn.executemany(f"INSERT OR REPLACE INTO sessions VALUES ({', '.join('?' * 11)})", rows)
-                conn.executemany(
-                    "INSERT INTO recent VALUES (?, ?, ?, ?)",
-                    ((_key(sid), *r) for sid in changed for r in stats[sid].recent),
-                )
+                rows = (_row(s, stats[s], counts.get(s)) for s in changed)
+                conn.executemany(f"INSERT OR REPLACE INTO sessions VALUES ({', '.join('?' * 13)})", rows)
                 conn.executemany(
                     "UPDATE sessions SET seen_count = ? WHERE sid = ?",
                     (
