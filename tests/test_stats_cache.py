@@ -193,3 +193,18 @@ def test_the_reports_timestamp_problems_come_from_the_cache_and_match_a_full_che
     problems = build_report(profile, now=NOW)["schema"]["timestamp_problems"]
     assert problems == inspect(profile.db_path).timestamp_problems
     assert [p.split(":")[0] for p in problems] == ["messages.timestamp", "messages.timestamp"]
+
+
+def test_a_message_count_that_never_matches_is_not_reread_on_every_report(tmp_path, reads):
+    profile = _home(tmp_path)
+    conn = _db(profile)
+    conn.execute("UPDATE sessions SET message_count = 0")  # as an import that never set it
+    _same(profile, NOW)
+    reads.clear()
+    assert _cached(profile, NOW, reads)[1] is False
+    assert not any("session_id IN" in w for w, _ in reads)
+    sid = conn.execute("SELECT id FROM sessions LIMIT 1").fetchone()[0]
+    conn.execute("UPDATE sessions SET message_count = 1 WHERE id = ?", (sid,))  # it moved: read again
+    conn.close()
+    _cached(profile, NOW, reads)
+    assert [p[:-1] for w, p in reads if "session_id IN" in w] == [(sid,)]
