@@ -208,3 +208,23 @@ def test_a_message_count_that_never_matches_is_not_reread_on_every_report(tmp_pa
     conn.close()
     _cached(profile, NOW, reads)
     assert [p[:-1] for w, p in reads if "session_id IN" in w] == [(sid,)]
+
+
+def test_ids_that_are_not_utf8_are_kept_byte_for_byte(tmp_path):
+    profile = _home(tmp_path)
+    _same(profile, NOW)
+    conn = _db(profile)
+    odd = "CAST(X'6f6464ff6964' AS TEXT)"  # 'odd\xffid'
+    conn.execute(
+        f"INSERT INTO sessions (id, source, started_at, message_count) VALUES ({odd}, 'cli', ?, 2)", (NOW,)
+    )
+    for ts in (NOW - 5, NOW - 4):
+        conn.execute(
+            f"INSERT INTO messages (session_id, role, content, timestamp) VALUES ({odd}, 'user', 'hi', ?)",
+            (ts,),
+        )
+    conn.close()
+    first = _same(profile, NOW)
+    (sid,) = [s for s in first if s.startswith("odd")]
+    assert first[sid].messages == 2 and first[sid].odd_id
+    assert _same(profile, NOW + 60)[sid].messages == 2  # read back from the cache
