@@ -1,11 +1,12 @@
 """Per-session message statistics: one aggregate read, and a cache of it kept between reports.
 
 The aggregate (:func:`message_stats`) returns each session's counts plus the timestamp and
-bytes of each of its recent messages, so the growth windows can be counted for any later ``now`` from what was
-read once. ``plan`` and ``run`` read it fresh (they delete on it); ``report`` goes through
-:class:`StatsCache` (``keeper/stats.db``), which reads only messages newer than the highest id it
-has seen, re-reads (through the ``session_id`` index) the sessions whose ``message_count`` moved
-away from its count, and reads everything again when it is :data:`FULL_EVERY_S` old.
+bytes of each of its recent messages, so the growth windows can be counted for any later
+``now`` from what was read once. ``plan`` and ``run`` read it fresh (they delete on it);
+``report`` goes through :class:`StatsCache` (``keeper/stats.db``), which reads only messages
+newer than the highest id it has seen, re-reads (through the ``session_id`` index) the sessions
+whose ``message_count`` moved away from their count, and reads everything again when it is
+:data:`FULL_EVERY_S` old.
 """
 
 from __future__ import annotations
