@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from bench.homes import SHAPES, SIZES, bench_home  # noqa: E402
 from hermes_keeper import demo, facts, report  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
+from hermes_keeper.run.message_stats import StatsCache  # noqa: E402
 from hermes_keeper.run.survey import survey_profile  # noqa: E402
 from hermes_keeper.sqlite.connect import connect_ro  # noqa: E402
 from hermes_keeper.sqlite.holders import find_holders  # noqa: E402
@@ -122,10 +123,25 @@ def main() -> None:
         finally:
             conn.close()
 
+    def cached_stats():
+        """The report's message statistics alone: the cache brought up to date (nothing new here)."""
+        conn = connect_ro(profile.db_path)
+        try:
+            counts = dict(conn.execute("SELECT id, message_count FROM sessions"))
+            StatsCache(profile.fs, profile.db_path).stats(conn, schema, counts, time.time(), stepped=False)
+        finally:
+            conn.close()
+
     budget = report.CHECK_BUDGET_S
     phases = {
-        "inspect (incl. timestamp scan)": lambda: inspect(profile.db_path),
-        "survey (sessions + message stats + files)": lambda: survey_profile(profile, schema),
+        "inspect (as the report: messages' timestamps from the cache)": lambda: inspect(
+            profile.db_path, check_timestamps=False
+        ),
+        "survey (sessions + cached message stats + files)": lambda: survey_profile(
+            profile, schema, cached=True
+        ),
+        "survey, fresh message stats (as plan/run)": lambda: survey_profile(profile, schema),
+        "message stats alone, from the cache": cached_stats,
         "byte breakdown (recorded dbstat)": objects,
         "quick_check (bounded)": lambda: facts.bounded_check(profile.fs, profile.db_path, budget),
         "holders (psutil)": lambda: find_holders(profile.db_path),

@@ -19,10 +19,10 @@ from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Profile
 from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
 from hermes_keeper.run.files import KINDS as FILE_KINDS
+from hermes_keeper.run.message_stats import RECENT_DAYS
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
 from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import (
-    RECENT_DAYS,
     SessionRow,
     Survey,
     schema_protections,
@@ -31,7 +31,7 @@ from hermes_keeper.run.survey import (
 )
 from hermes_keeper.sqlite.connect import connect_ro, interrupt_after, read_txn
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid, long_reads_stall_hermes
-from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect, timestamp_problems
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -389,16 +389,17 @@ def build_report(
     sessions are runaways."""
     now = time.time() if now is None else now
     policy = policy or Policy()
-    schema = inspect(profile.db_path)
+    schema = inspect(profile.db_path, check_timestamps=False)  # messages' from the survey's statistics
     schema.require_readable()
     holders = find_holders(profile.db_path)
     stalls = long_reads_stall_hermes(schema.journal_mode, holders)
     check = last_check(profile.fs) if stalls else bounded_check(profile.fs, profile.db_path, CHECK_BUDGET_S)
-    survey = survey_profile(profile, schema, now, holders, lambda: check, CHECK_BUDGET_S)
+    survey = survey_profile(profile, schema, now, holders, lambda: check, CHECK_BUDGET_S, cached=True)
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
             objects = object_sizes(profile, conn, schema.used_bytes, now, measure=not stalls)
+            schema.timestamp_problems = timestamp_problems(conn, schema.tables, survey.odd_message_stamps)
     finally:
         conn.close()
     windows = _message_windows(survey)

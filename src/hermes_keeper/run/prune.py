@@ -39,7 +39,7 @@ from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
 from hermes_keeper.run.conversations import Facts, conversations
-from hermes_keeper.run.survey import message_size_sql
+from hermes_keeper.run.message_stats import message_size_sql
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import live_guards

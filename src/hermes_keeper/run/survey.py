@@ -26,7 +26,15 @@ from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.home import Profile
 from hermes_keeper.kept import KeptUnreadable, read_kept
 from hermes_keeper.run.files import Folders, scan_folders
-from hermes_keeper.run.policy import DAY, MESSAGING_SOURCES
+from hermes_keeper.run.message_stats import (
+    Stats,
+    StatsCache,
+    add_counts,
+    message_stats,
+    message_stats_in_steps,
+    recent_since,
+)
+from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import (
     Holder,
@@ -168,6 +176,8 @@ class Survey:
     routed_ids: set[str] = field(default_factory=set)
     routing_problem: str | None = None  # sessions/sessions.json exists but cannot be read
     message_total: int = 0
+    #: ``messages.timestamp`` values that are text, milliseconds, before 1973, over all sessions
+    odd_message_stamps: tuple[int, int, int] = (0, 0, 0)
     #: (started_at, last_heartbeat) of every ``gateway_heartbeats`` row
     heartbeats: list[tuple[float, float]] = field(default_factory=list)
     #: protections whose table or file exists but could not be read: nothing is changed
@@ -303,7 +313,7 @@ def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]
                {col("auto_archived", "0")}, {col("session_key")},
                {col("model_config")}, {col("last_activity_at")},
                {col("input_tokens", "0")}, {col("output_tokens", "0")}, {cost} AS cost_usd,
-               {col("handoff_state")}
+               {col("handoff_state")}, {col("message_count")}
         FROM sessions
     """
     conn.row_factory = sqlite3.Row
@@ -311,71 +321,6 @@ def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]
         return [dict(r) for r in conn.execute(sql)]
     finally:
         conn.row_factory = None
-
-
-def message_size_sql(schema: SchemaInfo) -> str:
-    """SQL for one message's text bytes (content, tool calls, reasoning: whichever exist).
-
-    ``length()`` of TEXT counts characters; of a BLOB, bytes (and it skips UTF-8 decoding).
-    """
-    text_cols = [c for c in ("content", "tool_calls", "reasoning") if schema.has("messages", c)]
-    return " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in text_cols)
-
-
-#: Days back for which the survey counts each session's recent messages (report's growth windows),
-#: in the same scan as the rest of the statistics: at 2 GB a second scan cost 1.5 s.
-RECENT_DAYS = (7, 30)
-
-#: Longest read of one step of message statistics where a reader blocks Hermes's commits, and the
-#: first step's message rows (the next steps are sized from the time it took).
-STEP_READ_MS, FIRST_STEP_ROWS = 20.0, 2000
-
-
-def _message_stats(
-    conn: sqlite3.Connection, schema: SchemaInfo, now: float, where: str = "", params: tuple = ()
-) -> dict:
-    """Per session: messages, inactive ones, text bytes, first and last timestamp, first id, then
-    messages and text bytes since each of :data:`RECENT_DAYS`."""
-    inactive = "sum(active = 0)" if schema.has("messages", "active") else "0"
-    size = message_size_sql(schema)
-    since = [repr(now - d * DAY) for d in RECENT_DAYS]
-    window = ", sum(timestamp >= {t}), sum(CASE WHEN timestamp >= {t} THEN {size} END)"
-    recent = "".join(window.format(t=t, size=size) for t in since)
-    sql = f"""
-        SELECT session_id, count(*), {inactive}, sum({size}), min(timestamp), max(timestamp), min(id)
-               {recent}
-        FROM messages {where} GROUP BY session_id
-    """
-    return {r[0]: r[1:] for r in conn.execute(sql, params)}
-
-
-def _sql_order(value) -> tuple:
-    """SQLite's order of values of mixed types (numbers before text before BLOBs), as min()/max() use."""
-    return (0 if isinstance(value, (int, float)) else 1 if isinstance(value, str) else 2, value)
-
-
-def _message_stats_in_steps(conn: sqlite3.Connection, schema: SchemaInfo, now: float) -> dict[str, tuple]:
-    """:func:`_message_stats` as reads of message id ranges, each sized from the last one's time to
-    about :data:`STEP_READ_MS`, partial aggregates merged: no read holds Hermes's commits longer."""
-    low, high = conn.execute("SELECT min(id), max(id) FROM messages").fetchone()
-    out: dict[str, tuple] = {}
-    rows = FIRST_STEP_ROWS
-    while low is not None and low <= high:
-        t0 = time.perf_counter()
-        part = _message_stats(conn, schema, now, "WHERE id BETWEEN ? AND ?", (low, low + rows - 1))
-        took_ms = (time.perf_counter() - t0) * 1000
-        for sid, (n, inactive, size, first, last, first_id, *recent) in part.items():
-            if sid in out:
-                n0, inactive0, size0, first0, last0, first_id0, *recent0 = out[sid]
-                first = min((t for t in (first0, first) if t is not None), default=None, key=_sql_order)
-                last = max((t for t in (last0, last) if t is not None), default=None, key=_sql_order)
-                n, first_id = n0 + n, first_id0
-                inactive, size = (inactive0 or 0) + (inactive or 0), (size0 or 0) + (size or 0)
-                recent = [(a or 0) + (b or 0) for a, b in zip(recent0, recent, strict=True)]
-            out[sid] = (n, inactive, size, first, last, first_id, *recent)
-        low += rows
-        rows = max(100, min(rows * 4, int(rows * STEP_READ_MS / max(took_ms, 0.1))))
-    return out
 
 
 def _ids(
@@ -479,6 +424,7 @@ def survey_profile(
     holders: list[Holder] | None = None,
     db_check: Callable[[], Check | None] | None = None,
     check_budget_s: float | None = None,
+    cached: bool = False,
 ) -> Survey:
     """Read everything the plan and the report need, in one snapshot; changes nothing.
 
@@ -486,7 +432,9 @@ def survey_profile(
     ``db_check``: state.db's quick_check where Hermes's malformed copies need it (a caller that
     has one passes it; default: a full one now, unless that would stall a holder), and
     ``check_budget_s`` how long the copies' own checks may read (None: in full); see
-    :func:`files.scan_folders`.
+    :func:`files.scan_folders`. ``cached``: message statistics through ``keeper/stats.db``
+    (:class:`StatsCache`, only read what changed; for the report); without it they are read
+    fresh (the plan deletes on them).
     """
     schema = schema or inspect(profile.db_path)
     schema.require_readable()
@@ -496,9 +444,17 @@ def survey_profile(
     conn.text_factory = lossless_text
     try:
         stepped = schema.journal_mode != "wal"
+
+        def read_stats() -> dict[str, Stats]:
+            if cached:
+                counts = {r["id"]: r["message_count"] for r in rows}
+                return StatsCache(profile.fs, profile.db_path).stats(conn, schema, counts, taken_at, stepped)
+            read = message_stats_in_steps if stepped else message_stats
+            return read(conn, schema, recent_since(taken_at))
+
         with read_txn(conn):
             rows = _select_sessions(conn, schema)
-            stats = {} if stepped else _message_stats(conn, schema, taken_at)
+            stats = {} if stepped else read_stats()
             routed = _routed_from_db(conn, schema)
             unreadable = survey.unreadable
             guard = ("holder", "expires_at")
@@ -534,7 +490,7 @@ def survey_profile(
                         "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
                     )
         if stepped:
-            stats = _message_stats_in_steps(conn, schema, taken_at)
+            stats = read_stats()
     finally:
         conn.close()
     try:
@@ -554,11 +510,11 @@ def survey_profile(
     for r in rows:
         lock_holder, lock_expires = locks.get(r["id"], (None, None))
         delegate, branch = model_config_links(r.get("model_config"))
-        count, inactive, size, first, last, first_id, *recent = stats.get(
-            r["id"], (0, 0, 0, None, None, None)
-        )
-        survey.message_total += count
         sid = r["id"]
+        msgs = stats.get(sid, Stats())
+        recent_messages, recent_bytes = msgs.windows(taken_at)
+        survey.message_total += msgs.messages
+        survey.odd_message_stamps = add_counts(survey.odd_message_stamps, msgs.odd_stamps)
         survey.sessions[sid] = SessionRow(
             id=sid,
             source=shown(r["source"]) or "unknown",
@@ -574,14 +530,14 @@ def survey_profile(
             session_key=r["session_key"],
             delegate_from=delegate,
             branched_from=branch,
-            messages=count or 0,
-            inactive_messages=inactive or 0,
-            content_bytes=size or 0,
-            recent_messages=tuple(int(v or 0) for v in recent[0::2]) or (0,) * len(RECENT_DAYS),
-            recent_bytes=tuple(int(v or 0) for v in recent[1::2]) or (0,) * len(RECENT_DAYS),
-            first_message_at=seconds(first),
-            first_message_id=first_id,
-            last_message_at=seconds(last),
+            messages=msgs.messages,
+            inactive_messages=msgs.inactive,
+            content_bytes=msgs.bytes,
+            recent_messages=recent_messages,
+            recent_bytes=recent_bytes,
+            first_message_at=seconds(msgs.first_at),
+            first_message_id=msgs.first_id,
+            last_message_at=seconds(msgs.last_at),
             last_activity_at=seconds(r["last_activity_at"]),
             input_tokens=r["input_tokens"] or 0,
             output_tokens=r["output_tokens"] or 0,

@@ -148,20 +148,33 @@ def _truncation_problem(path: Path, page_size: int, page_count: int) -> str | No
     return None
 
 
-def _timestamp_problems(conn: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
+def timestamp_counts_sql(column: str) -> str:
+    """Three SQL sums over ``column``: values that are text, that look like milliseconds, and that
+    are before 1973 (anything but unix seconds)."""
+    num = f"typeof({column}) IN ('real','integer')"
+    return (
+        f"coalesce(sum(typeof({column}) NOT IN ('real','integer','null')), 0),"
+        f" coalesce(sum({num} AND {column} >= {MAX_SECONDS!r}), 0),"
+        f" coalesce(sum({num} AND {column} < {MIN_SECONDS!r}), 0)"
+    )
+
+
+def timestamp_problems(
+    conn: sqlite3.Connection, tables: dict[str, list[str]], messages: tuple[int, int, int] | None = None
+) -> list[str]:
+    """Every timestamp column holding anything but unix seconds, in words. ``messages``: the
+    counts of :func:`timestamp_counts_sql` for ``messages.timestamp``, when the caller has them
+    (the report's statistics cache: no scan of the biggest table)."""
     problems = []
     checks = [("sessions", "started_at"), ("sessions", "ended_at"), ("messages", "timestamp")]
     if "last_activity_at" in tables.get("sessions", []):
         checks.append(("sessions", "last_activity_at"))
     for table, column in checks:
-        text, millis, tiny = conn.execute(
-            f"SELECT "
-            f" coalesce(sum(typeof({column}) NOT IN ('real','integer','null')), 0),"
-            f" coalesce(sum(typeof({column}) IN ('real','integer') AND {column} >= ?), 0),"
-            f" coalesce(sum(typeof({column}) IN ('real','integer') AND {column} < ?), 0)"
-            f" FROM {table}",
-            (MAX_SECONDS, MIN_SECONDS),
-        ).fetchone()
+        if table == "messages" and messages is not None:
+            text, millis, tiny = messages
+        else:
+            sql = f"SELECT {timestamp_counts_sql(column)} FROM {table}"
+            text, millis, tiny = conn.execute(sql).fetchone()
         if millis:
             problems.append(f"{table}.{column}: {millis} values look like milliseconds")
         if text:
@@ -232,7 +245,7 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
             )
         info.foreign_references = _foreign_references(conn, info.tables)
         if check_timestamps:
-            info.timestamp_problems = _timestamp_problems(conn, info.tables)
+            info.timestamp_problems = timestamp_problems(conn, info.tables)
     except sqlite3.DatabaseError as exc:
         info.status, info.reason = MALFORMED, _malformed_reason(exc)
     finally:
