@@ -60,13 +60,18 @@ def test_out_of_time_report_shows_the_last_full_check_and_reuses_the_breakdown(h
     assert "(last full check)" in out and "bytes per table as measured at" in out
 
 
-def test_breakdown_is_measured_again_once_the_used_bytes_moved(home):
-    keeper_folder(home)
-    (first,) = report_json(home)
+def delete_cron_messages(home):
+    """Move the used bytes well over 10%, as a prune does."""
     conn = sqlite3.connect(home / "state.db")
     conn.execute("DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE source = 'cron')")
     conn.commit()
     conn.close()
+
+
+def test_breakdown_is_measured_again_once_the_used_bytes_moved(home):
+    keeper_folder(home)
+    (first,) = report_json(home)
+    delete_cron_messages(home)
     (after,) = report_json(home)
     assert after["database"]["objects_measured_at"] == after["generated_at"] > first["generated_at"]
     assert after["database"]["groups"]["free"] > 0
@@ -250,10 +255,7 @@ def test_plan_and_run_read_state_db_whole_once_for_the_check_and_the_copies(home
 def test_dbstat_past_its_budget_shows_the_recorded_breakdown_scaled_as_an_estimate(home, monkeypatch):
     keeper_folder(home)
     (first,) = report_json(home)
-    conn = sqlite3.connect(home / "state.db")
-    conn.execute("DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE source = 'cron')")
-    conn.commit()
-    conn.close()
+    delete_cron_messages(home)
     monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 0.0)
     (rep,) = report_json(home)
     db = rep["database"]
