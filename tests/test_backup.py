@@ -140,7 +140,13 @@ def test_full_disk_fails_cleanly_and_the_run_deletes_nothing(tmp_path, monkeypat
         assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == len(spec.sessions)
         conn.close()
         after = tree_digest(home)
-        for own in ("keeper/journal.jsonl", "keeper.lock", "keeper/backups/.manifest.lock"):  # bookkeeping
+        # The journal, the locks, and the checks on record (facts.json): bookkeeping, no user data.
+        for own in (
+            "keeper/journal.jsonl",
+            "keeper.lock",
+            "keeper/backups/.manifest.lock",
+            "keeper/facts.json",
+        ):
             after.pop(own, None)
         assert after == before
 
