@@ -148,8 +148,9 @@ def floor_delete(home: Path, ids: list[str], per_session: bool = False, optimize
     with one statement per session, as Hermes's prune does (FTS5 flushes its pending deletes
     at the end of every statement, so that way costs more). ``optimize``: FTS5 indexes given
     'optimize' in the same transaction then: the state a keeper run ends in, each index one
-    segment without the deleted messages' postings."""
-    conn = sqlite3.connect(home / "state.db", isolation_level=None, timeout=30)
+    segment without the deleted messages' postings. It waits its turn as long as it takes: on the
+    5 GB imported home the gateway's first write (FTS5 automerge inside it) held the lock > 30 s."""
+    conn = sqlite3.connect(home / "state.db", isolation_level=None, timeout=600)
     selected = json.dumps(ids)
     conn.execute("BEGIN IMMEDIATE")
     for sql in (
