@@ -137,10 +137,13 @@ def main() -> None:
         "inspect (as the report: messages' timestamps from the cache)": lambda: inspect(
             profile.db_path, check_timestamps=False
         ),
+        # As the report calls it: state.db's check for the malformed-copy rule is the bounded one.
         "survey (sessions + cached message stats + files)": lambda: survey_profile(
-            profile, schema, cached=True
+            profile, schema, db_check=lambda: facts.last_check(profile.fs), check_budget_s=budget, cached=True
         ),
-        "survey, fresh message stats (as plan/run)": lambda: survey_profile(profile, schema),
+        "survey, fresh message stats (as plan/run; their full check apart)": lambda: survey_profile(
+            profile, schema, db_check=lambda: facts.last_check(profile.fs), check_budget_s=budget
+        ),
         "message stats alone, from the cache": cached_stats,
         "byte breakdown (recorded dbstat)": objects,
         "quick_check (bounded)": lambda: facts.bounded_check(profile.fs, profile.db_path, budget),
