@@ -305,7 +305,7 @@ class Profile:
             "auto_vacuum": schema.auto_vacuum,
             "db_bytes": schema.db_bytes,
             "reclaimable_bytes": schema.free_bytes,
-            "step": compact_step(schema.auto_vacuum, schema.used_bytes),
+            "step": compact_step(schema.auto_vacuum, schema.used_bytes, self.config().live_vacuum_stall_s),
             "holders": [h.describe() for h in find_holders(self.db_path)],
         }
 
@@ -327,6 +327,7 @@ class Profile:
                 allow_full_vacuum=allow_full_vacuum,
                 journal=journal,
                 backup_dest=policy.backup_dest,
+                live_vacuum_stall_s=policy.live_vacuum_stall_s,
             )
 
     @property

@@ -30,6 +30,7 @@ from hermes_keeper.fs import private_dir
 from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
+from hermes_keeper.run.policy import Policy
 from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import (
@@ -42,16 +43,14 @@ from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS, Writer
 
 FTS_MERGE_PAGES = 64
+#: The policy's ``live_vacuum_stall`` (SETTINGS): for callers that pass none.
+DEFAULT_LIVE_VACUUM_STALL_S = Policy().live_vacuum_stall_s
 #: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the
 #: WAL, and a running Hermes never truncates it (only PASSIVE checkpoints until it closes).
 WAL_LIMIT_BYTES = 4 << 20
 #: Longest an FTS merge step may hold the write lock while Hermes runs (Hermes's busy handler
 #: then still gets the lock well inside its first second).
 FTS_STEP_LIMIT_MS = 120.0
-#: The one-time VACUUM may run while Hermes holds the database if its writes should wait at most
-#: this long: a third of their retry window (hermes-agent 0.19: 15 tries of a 1 s busy timeout;
-#: today's: 20 s of patience), so none is lost.
-LIVE_VACUUM_STALL_S = 5.0
 #: The VACUUM beside Hermes over the same VACUUM timed on a copy: Hermes's writes add theirs
 #: (measured: 0.7-1.46x, the most in a rollback journal at 2 GB).
 VACUUM_MARGIN = 1.25
@@ -313,21 +312,24 @@ def wait_quiet(db: Path, quiet_s: float, wait_s: float) -> bool:
 
 
 def _live_vacuum_fits(
-    profile: Profile, res: ReclaimResult, info: SchemaInfo, wait_idle_s: float | None
+    profile: Profile, res: ReclaimResult, info: SchemaInfo, limit: float, wait_idle_s: float | None
 ) -> str:
-    """Why the one-time VACUUM may not run beside Hermes now ("" if it may): its estimated stall.
+    """Why the one-time VACUUM may not run beside Hermes now ("" if it may): its estimated stall
+    over ``limit`` (the policy's ``live_vacuum_stall``).
 
     It waits for a quiet moment first (up to ``wait_idle_s``, else :data:`QUIET_WAIT_S`), and
     goes ahead without one, saying so in ``res.note``."""
-    limit = LIVE_VACUUM_STALL_S
+    if not limit:
+        return "live_vacuum_stall = 0s"
+    over = f"over live_vacuum_stall, {limit:g} s"
     if hermes_wait_s(info.used_bytes / MAX_VACUUM_BYTES_PER_S * VACUUM_MARGIN) > limit:
-        return f"a VACUUM of {units.size(info.used_bytes)} would stall Hermes's writes over {limit:.0f} s"
+        return f"a VACUUM of {units.size(info.used_bytes)} would stall Hermes's writes {over}"
     estimate = estimate_vacuum_s(profile.db_path, profile.keeper_dir, info.journal_mode)
     if estimate is None:
         return "its stall beside Hermes could not be measured (a copy taken while it wrote did not vacuum)"
     res.vacuum_estimate_s = round(estimate, 2)
     if estimate > limit:
-        return f"a VACUUM would stall Hermes's writes about {estimate:.1f} s (over {limit:.0f} s)"
+        return f"a VACUUM would stall Hermes's writes about {estimate:.1f} s ({over})"
     if not wait_quiet(profile.db_path, QUIET_S, QUIET_WAIT_S if wait_idle_s is None else wait_idle_s):
         # An always-on gateway never pauses: the stall is bounded by the estimate all the same,
         # and Hermes's writes wait it out inside their retries, so the file shrinks tonight.
@@ -345,6 +347,7 @@ def _convert(
     allow_full_vacuum: bool,
     backup: bool,
     journal: Journal | None,
+    stall_limit_s: float,
     wait_idle_s: float | None = None,
     backup_dest: str | None = None,
 ) -> list[Holder]:
@@ -375,7 +378,7 @@ def _convert(
             f"{reclaimable}; VACUUM needs about {units.size(need)} free and {units.size(free)} are; skipped"
         )
         return holders
-    why_not = _live_vacuum_fits(profile, res, info, wait_idle_s) if holders else ""
+    why_not = _live_vacuum_fits(profile, res, info, stall_limit_s, wait_idle_s) if holders else ""
     if why_not:
         res.note = f"{reclaimable}; {why_not}, so {later} (now held by {'; '.join(res.holders)})"
         return holders
@@ -418,9 +421,10 @@ def compact(
     allow_full_vacuum: bool = True,
     journal: Journal | None = None,
     backup_dest: str | None = None,
+    live_vacuum_stall_s: float = DEFAULT_LIVE_VACUUM_STALL_S,
 ) -> ReclaimResult:
     """FTS merges and incremental vacuum in budgeted steps; the one-time conversion when idle, or
-    beside Hermes when its estimated stall fits (:data:`LIVE_VACUUM_STALL_S`) at a quiet moment.
+    beside Hermes when its estimated stall fits ``live_vacuum_stall_s``, at a quiet moment.
 
     What runs depends on whether another process holds the database (after waiting up to
     ``wait_idle_s`` for it to let go): live, only Hermes-style FTS merges, no VACUUM, no WAL
@@ -460,13 +464,22 @@ def compact(
             t0=t0,
             wait_idle_s=wait_idle_s,
             backup_dest=backup_dest,
+            stall_limit_s=live_vacuum_stall_s,
         )
 
 
 def compact_run(ctx: RunContext) -> ReclaimResult:
     """A run's last step, on the run's writer, schema and holder scan; its backup is the run's."""
     w = ctx.writer
-    return _compact(ctx.profile, w, ctx.schema.resized(w.conn), bool(ctx.holders()), True, ctx.journal)
+    return _compact(
+        ctx.profile,
+        w,
+        ctx.schema.resized(w.conn),
+        bool(ctx.holders()),
+        True,
+        ctx.journal,
+        stall_limit_s=ctx.policy.live_vacuum_stall_s,
+    )
 
 
 def _compact(
@@ -480,6 +493,7 @@ def _compact(
     t0: float | None = None,
     wait_idle_s: float | None = None,
     backup_dest: str | None = None,
+    stall_limit_s: float = DEFAULT_LIVE_VACUUM_STALL_S,
 ) -> ReclaimResult:
     """Merges and incremental vacuum through ``w``, which it then closes: a VACUUM must be the
     only connection of ours. The WAL is truncated only when a scan made here found nobody.
@@ -509,7 +523,15 @@ def _compact(
     holders = None
     if schema.auto_vacuum == "none":
         holders = _convert(
-            profile, schema, res, allow_full_vacuum, standalone, journal, wait_idle_s, backup_dest
+            profile,
+            schema,
+            res,
+            allow_full_vacuum,
+            standalone,
+            journal,
+            stall_limit_s,
+            wait_idle_s,
+            backup_dest,
         )
     if res.live:
         res.note = "; ".join(

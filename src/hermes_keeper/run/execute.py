@@ -33,7 +33,10 @@ from hermes_keeper.sqlite.writer import Writer
 
 #: Free pages in the file worth a word in the summary.
 RECLAIMABLE_NOTE_BYTES = 1_000_000
-RECLAIM_HOW = "free pages: `hermes-keeper compact --wait-idle` gives them back once Hermes stops"
+RECLAIM_HOW = (
+    "free pages: `hermes-keeper compact --wait-idle` gives them back once Hermes stops, or beside it"
+    " a larger `live_vacuum_stall` in keeper.toml (the compact note says the stall it needs)"
+)
 
 
 @dataclass

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field, replace
 
 from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
-from hermes_keeper.backup.compact import LIVE_VACUUM_STALL_S
 from hermes_keeper.run.conversations import continues, conversations, lineage_root
 from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
 from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
@@ -380,13 +379,13 @@ def _first_row(members: list[str], survey: Survey) -> int:
     return min((i for i in ids if i is not None), default=0)
 
 
-def compact_step(auto_vacuum: str | None, live_bytes: int) -> str:
+def compact_step(auto_vacuum: str | None, live_bytes: int, stall_limit_s: float) -> str:
     """The run's compact step, announced: a full VACUUM stalls Hermes's writes while it runs."""
     if auto_vacuum == "incremental":
         return "incremental vacuum in budgeted steps"
     return (
         f"one-time VACUUM to incremental auto-vacuum (~{units.size(live_bytes)} to copy): with Hermes"
-        f" stopped, or beside it if its measured stall estimate is at most {LIVE_VACUUM_STALL_S:.0f} s"
+        f" stopped, or beside it if its measured stall estimate is at most {stall_limit_s:g} s"
         " (a one-time wait of Hermes's writes, at a quiet moment if one comes); otherwise the"
         " freed pages stay in state.db, reclaimable"
     )
@@ -469,7 +468,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         plan.prune.extend(convs.children_first(root))
     plan.est_freed_bytes = freed
     if policy.compact and plan.prune:
-        plan.compact = compact_step(survey.schema.auto_vacuum, db_bytes - freed)
+        plan.compact = compact_step(survey.schema.auto_vacuum, db_bytes - freed, policy.live_vacuum_stall_s)
 
     pruned = set(plan.prune)
     if survey.auto_prune is not None:

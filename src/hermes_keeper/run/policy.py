@@ -148,6 +148,15 @@ SETTINGS: tuple[Setting, ...] = (
         high=1000,
     ),
     Setting(
+        "live_vacuum_stall",
+        "duration",
+        "5s",
+        "the one-time VACUUM runs beside Hermes only if its measured stall of Hermes's writes is at"
+        " most this (`0s`: only while Hermes is stopped); at most 15s, inside Hermes's write retries",
+        low=0,
+        high=15,
+    ),
+    Setting(
         "busy_wait",
         "duration",
         "2m",
@@ -353,6 +362,7 @@ def shown(value) -> str:
 _ATTR = {
     "zombie_after": "zombie_after_s",
     "busy_wait": "busy_wait_s",
+    "live_vacuum_stall": "live_vacuum_stall_s",
     "disk.max_db_bytes": "max_db_bytes",
     "disk.low_water": "low_water",
 }
@@ -389,6 +399,7 @@ class Policy:
     budget_ms: float = _default("budget_ms")
     pause_ms: float = _default("pause_ms")
     busy_wait_s: float = _default("busy_wait")
+    live_vacuum_stall_s: float = _default("live_vacuum_stall")
     retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
     restored_keep_s: float = _default("restored_keep")
     max_db_bytes: int | None = _default("disk.max_db_bytes")
@@ -475,6 +486,7 @@ class Policy:
             "budget_ms": self.budget_ms,
             "pause_ms": self.pause_ms,
             "busy_wait_s": self.busy_wait_s,
+            "live_vacuum_stall_s": self.live_vacuum_stall_s,
             "retention_s": dict(self.retention_s),
             "restored_keep_s": self.restored_keep_s,
             "max_db_bytes": self.max_db_bytes,
