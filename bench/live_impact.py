@@ -184,12 +184,14 @@ def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
         t0 = time.perf_counter()
         pruned = fn(home)
         wall = time.perf_counter() - t0
+    freed, unused = before - db_bytes(home), used - used_bytes(home)
+    shutil.rmtree(home, ignore_errors=True)  # a 5 GB home's copies would fill the disk
     return {
         "name": name,
         "wall_s": wall,
         "pruned": pruned,
-        "freed": before - db_bytes(home),
-        "unused": used - used_bytes(home),
+        "freed": freed,
+        "unused": unused,
         **w.stats,
         "after_max_ms": w.after["max_ms"],
         "after_failures": w.after["failures"],
@@ -303,6 +305,11 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (b) and (c)")
     ap.add_argument(
+        "--default-run-only",
+        action="store_true",
+        help="WAL: only the keeper's default run (no Hermes, no floors, no run without compact)",
+    )
+    ap.add_argument(
         "--idle-s", type=float, default=20.0, help="delete mode: each round, the writer alone this long"
     )
     ap.add_argument("--tail-s", type=float, default=TAIL_S, help="the writer goes on this long after each")
@@ -376,6 +383,14 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         return
     rows = []
+    if args.default_run_only:
+        rows.append(scenario("keeper run + compact", base, work, keeper_run))
+        print_rows(rows)
+        print(f"keeper writer: {keeper_out['writer']}")
+        print(f"  FTS merges (journal): {merge_summary(keeper_out['merges'])}")
+        print(f"compact: { {x: (keeper_out['compact'] or {}).get(x) for x in COMPACT_KEYS} }")
+        shutil.rmtree(work, ignore_errors=True)
+        return
     if not args.only_keeper:
         rows.append(scenario("hermes prune+vacuum", base, work, hermes_prune))
     if not (args.only_keeper or args.no_probes):
