@@ -249,6 +249,19 @@ def test_rollback_journal_estimate_lets_hermes_commit_between_its_reads(home, mo
     assert not list(tmp_path.glob("vacuum-estimate-*"))
 
 
+def test_a_copy_that_stays_busy_gives_no_estimate(home, monkeypatch, tmp_path):
+    """Hermes holding the lock past the copy's busy timeout (its own FTS5 work can take seconds):
+    no measure, so no VACUUM beside it, and the scratch copy is gone."""
+
+    def busy(db, dst):
+        dst.write_bytes(b"partial")
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(compact_mod, "_copy_rows", busy)
+    assert compact_mod.estimate_vacuum_s(home / "state.db", tmp_path, "delete") is None
+    assert not list(tmp_path.glob("vacuum-estimate-*"))
+
+
 def held_rollback_journal_home(home, hold_open):
     """``home`` in DELETE mode with pages to free, a check on record (a plan's), and held open."""
     sql(home, "PRAGMA journal_mode=DELETE")

@@ -278,19 +278,24 @@ def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | Non
                 conn.close()
         else:
             _copy_rows(db, copy)
-        conn = sqlite3.connect(copy, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA journal_mode={'wal' if journal_mode == 'wal' else 'delete'}")
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            t0 = time.perf_counter()
-            conn.execute("VACUUM")
-            return hermes_wait_s((time.perf_counter() - t0) * VACUUM_MARGIN)
-        except sqlite3.DatabaseError:
-            return None  # no measure: no VACUUM beside Hermes
-        finally:
-            conn.close()
+        return hermes_wait_s(_timed_vacuum(copy, journal_mode) * VACUUM_MARGIN)
+    except sqlite3.DatabaseError:  # busy past the timeout, a full disk, a copy that would not vacuum
+        return None  # no measure: no VACUUM beside Hermes
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _timed_vacuum(copy: Path, journal_mode: str) -> float:
+    """Seconds the one-time switch takes on ``copy``, in ``journal_mode`` as the original."""
+    conn = sqlite3.connect(copy, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA journal_mode={'wal' if journal_mode == 'wal' else 'delete'}")
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        t0 = time.perf_counter()
+        conn.execute("VACUUM")
+        return time.perf_counter() - t0
+    finally:
+        conn.close()
 
 
 def wait_quiet(db: Path, quiet_s: float, wait_s: float) -> bool:
