@@ -259,7 +259,7 @@ def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | Non
     """Seconds a Hermes write would wait for the one-time VACUUM of ``db``, measured: the same
     ``auto_vacuum = INCREMENTAL`` + VACUUM timed on a copy, times :data:`VACUUM_MARGIN`, and
     Hermes's next try (:func:`hermes_wait_s`).
-    None when the copy could not be vacuumed (then no VACUUM beside Hermes: when unsure, wait).
+    None when no copy could be made and vacuumed (then no VACUUM beside Hermes: when unsure, wait).
 
     The copy never holds Hermes: in WAL mode one ``VACUUM INTO`` (readers block no writer), in a
     rollback journal :func:`_copy_rows` (the file's bytes copied in chunks, each under its own
@@ -331,7 +331,7 @@ def _live_vacuum_fits(
         return f"a VACUUM of {units.size(info.used_bytes)} would stall Hermes's writes {over}"
     estimate = estimate_vacuum_s(profile.db_path, profile.keeper_dir, info.journal_mode)
     if estimate is None:
-        return "its stall beside Hermes could not be measured (a copy taken while it wrote did not vacuum)"
+        return "its stall beside Hermes could not be measured (no copy to time it on: busy, disk, or damaged)"
     res.vacuum_estimate_s = round(estimate, 2)
     if estimate > limit:
         return f"a VACUUM would stall Hermes's writes about {estimate:.1f} s ({over})"
