@@ -283,3 +283,24 @@ def test_a_read_of_every_page_stops_at_its_budget():
     assert was_interrupted(exc.value)
     with interrupt_after(conn, 30.0):  # a statement that ends in time is not touched
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_check_that_took_far_longer_than_the_budget_is_not_tried_again_for_a_day(home, monkeypatch):
+    """At 5 GB a full quick_check takes a minute: a report would spend its whole 1 s budget on a
+    check that cannot finish. A full check on record that took over twice the budget stands in
+    for a day, untried; after that the report tries again."""
+    facts_file = keeper_folder(home)
+    fs = Home(home).profile().fs
+    tried = []
+    real = facts.quick_check
+    monkeypatch.setattr(
+        facts, "quick_check", lambda db, budget=None: tried.append(budget) or real(db, budget)
+    )
+    facts.record_check(fs, "ok", time.time() - 60, took_s=90.0)
+    check = facts.bounded_check(fs, home / "state.db", 1.0)
+    assert tried == [] and check.result == "ok" and time.time() - check.at >= 60
+    rec = json.loads(facts_file.read_text())["quick_check"]
+    facts_file.write_text(json.dumps({"quick_check": rec | {"at": rec["at"] - facts.CHECK_TRUSTED_S}}))
+    check = facts.bounded_check(fs, home / "state.db", 1.0)  # a day old: tried, and it finishes here
+    assert tried == [1.0] and check.result == "ok" and time.time() - check.at < 60
+    assert json.loads(facts_file.read_text())["quick_check"]["took_s"] < 1.0

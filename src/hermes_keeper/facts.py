@@ -75,8 +75,9 @@ def _update(fs: HomeFS, key: str, value: dict) -> None:
         fs.unlink(KEEPER_DIR, tmp)
 
 
-def record_check(fs: HomeFS, result: str, at: float | None = None) -> None:
-    _update(fs, "quick_check", {"result": result, "at": time.time() if at is None else at})
+def record_check(fs: HomeFS, result: str, at: float | None = None, took_s: float | None = None) -> None:
+    rec = {"result": result, "at": time.time() if at is None else at}
+    _update(fs, "quick_check", rec if took_s is None else rec | {"took_s": took_s})
 
 
 def last_check(fs: HomeFS) -> Check | None:
@@ -142,8 +143,9 @@ def copy_checks(
 
 def full_check(fs: HomeFS, db: Path) -> str:
     """A full ``quick_check`` of ``db``, recorded for later reports."""
+    t0 = time.perf_counter()
     result = quick_check(db) or "ok"
-    record_check(fs, result)
+    record_check(fs, result, took_s=time.perf_counter() - t0)
     return result
 
 
@@ -157,10 +159,22 @@ def checked_unless_it_stalls(fs: HomeFS, db: Path, journal_mode: str, holders) -
 
 def bounded_check(fs: HomeFS, db: Path, budget_s: float) -> Check | None:
     """``quick_check`` within ``budget_s`` (recorded when it finished), else the last full one on
-    record; None when there is none."""
-    result = quick_check(db, budget_s)
+    record; None when there is none.
+
+    Not even tried while a full check on record from the last :data:`CHECK_TRUSTED_S` took over
+    twice the budget: it would not finish now either (1 s of every report at 5 GB).
+    """
+    rec = _read(fs).get("quick_check")
+    try:
+        hopeless = (
+            float(rec["took_s"]) > 2 * budget_s and 0 <= time.time() - float(rec["at"]) <= CHECK_TRUSTED_S
+        )
+    except (TypeError, KeyError, ValueError):
+        hopeless = False
+    t0 = time.perf_counter()
+    result = None if hopeless else quick_check(db, budget_s)
     if result is None:
         return last_check(fs)
     check = Check(result, time.time())
-    record_check(fs, check.result, check.at)
+    record_check(fs, check.result, check.at, took_s=time.perf_counter() - t0)
     return check
