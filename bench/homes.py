@@ -126,6 +126,7 @@ class LiveWriter:
     optimize_ms: list[float]
     checkpoint_ms: list[float]  # the same for Hermes's own PASSIVE checkpoint (every 50 writes)
     timeline: list[tuple[float, float]]  # (wall-clock start, latency ms) of every write
+    failures: int  # of every write, Hermes's own optimize and checkpoint writes too
 
 
 def latency_stats(latencies: list[float], failures: int) -> dict:
@@ -183,6 +184,7 @@ def live_writer(
         failed, optimized = set(data["failed"]), set(data.get("optimized", []))
         checkpointed = set(data.get("checkpointed", []))
         w.timeline = list(zip(data["started"], data["latencies_ms"], strict=True))
+        w.failures = len(failed)
         w.optimize_ms = [data["latencies_ms"][i] for i in sorted(optimized)]
         w.checkpoint_ms = [data["latencies_ms"][i] for i in sorted(checkpointed)]
         optimized |= checkpointed

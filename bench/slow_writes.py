@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.homes import STANDIN, bench_home, converted_home, copy_home, delete_mode_home  # noqa: E402
+from bench.homes import bench_home, converted_home, copy_home, delete_mode_home, live_writer  # noqa: E402
 from bench.live_impact import POLICY  # noqa: E402
-from tests.hermes_env import IOT, Hermes  # noqa: E402
+from tests.hermes_env import IOT  # noqa: E402
 
 KEYS = ("table", "steps", "lock_ms", "max_step_ms", "pages", "full")
 
@@ -40,45 +40,23 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="slow-writes-"))
     home = copy_home(base, work / "home")
     (home / "keeper.toml").write_text(POLICY.replace("backup = false\n", ""))  # the default run
-    ready, stop, out = work / "ready", work / "stop", work / "out.json"
-    writer = subprocess.Popen(
-        [
-            str(Hermes(IOT).python),
-            str(STANDIN),
-            str(home),
-            "--ready",
-            str(ready),
-            "--stop",
-            str(stop),
-            "--out",
-            str(out),
-        ]
-    )
-    while not ready.exists():
-        time.sleep(0.05)
-    time.sleep(1)
-    t0 = time.time()
-    run = subprocess.run(
-        [sys.executable, "-m", "hermes_keeper", "run", "--json", "--home", str(home)],
-        capture_output=True,
-        text=True,
-    )
-    wall = time.time() - t0
-    time.sleep(10)
-    stop.touch()
-    writer.wait()
-    data = json.loads(out.read_text())
-    lat = sorted(data["latencies_ms"])
+    with live_writer(home, version=IOT, warmup_s=1.0, tail_s=10.0) as writer:
+        t0 = time.time()
+        run = subprocess.run(
+            [sys.executable, "-m", "hermes_keeper", "run", "--json", "--home", str(home)],
+            capture_output=True,
+            text=True,
+        )
+        wall = time.time() - t0
+    lat = sorted(ms for _, ms in writer.timeline)
     w = json.loads(run.stdout)["profiles"][0]["writer"]
     print(
         f"run {wall:.1f} s, exit {run.returncode}; writes {len(lat)}, p99 {lat[int(len(lat) * 0.99)]:.1f} ms,"
-        f" max {lat[-1]:.1f} ms, failures {len(data['failed'])}; keeper longest txn {w['max_txn_ms']:.0f} ms"
+        f" max {lat[-1]:.1f} ms, failures {writer.failures}; keeper longest txn {w['max_txn_ms']:.0f} ms"
         f" {w.get('max_step_ms')}"
     )
     journal = [json.loads(line) for line in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
-    for ms, start in sorted(zip(data["latencies_ms"], data["started"], strict=True), reverse=True)[
-        : args.top
-    ]:
+    for start, ms in sorted(writer.timeline, key=lambda t: t[1], reverse=True)[: args.top]:
         near = [
             (round(j["ts"] - start, 3), j["action"], {k: j[k] for k in KEYS if k in j})
             for j in journal
