@@ -226,7 +226,7 @@ def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
         saved = {k: preset.get(k) for k in ("automerge", "crisismerge", "usermerge")}
         assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
         # What every other connection (Hermes) now sees: automerge off, crisismerge out of reach.
-        held = {"automerge": 0, "crisismerge": 512} | ({"usermerge": 6} if preset.get("usermerge") else {})
+        held = {"automerge": 0, "crisismerge": 512, "usermerge": 4}
         assert held_values(db) == {t: held for t in FTS_TABLES}
         hold.engage()  # once per block: a second call changes nothing
         assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
@@ -234,6 +234,16 @@ def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
     assert not hold_file.exists()
     assert configs(db) == before
     assert held_values(db) == {t: preset for t in FTS_TABLES}
+
+
+def _insert_messages(c, sid: str, i: int, rows: int, words: int) -> None:
+    """One statement of ``rows`` messages: FTS5 flushes one segment per statement."""
+    values = [(sid, " ".join(f"w{i}x{k}y{j}" for j in range(words)), NOW) for k in range(rows)]
+    c.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES "
+        + ",".join(["(?, 'user', ?, ?)"] * len(values)),
+        [v for r in values for v in r],
+    )
 
 
 def _held_writes(tmp_path, rows_per_write: int, writes: int, words: int):
@@ -261,18 +271,8 @@ def _held_writes(tmp_path, rows_per_write: int, writes: int, words: int):
 
         w.after_step.append(watch)  # runs after the hold's own tick
 
-        def write(c, i):  # one statement: FTS5 flushes one segment per statement
-            rows = [
-                (sid, " ".join(f"w{i}x{k}y{j}" for j in range(words)), NOW) for k in range(rows_per_write)
-            ]
-            c.execute(
-                "INSERT INTO messages (session_id, role, content, timestamp) VALUES "
-                + ",".join(["(?, 'user', ?, ?)"] * len(rows)),
-                [v for r in rows for v in r],
-            )
-
         for i in range(writes):
-            w.step(lambda c, i=i: write(c, i))
+            w.step(lambda c, i=i: _insert_messages(c, sid, i, rows_per_write, words))
         steps = hold.merge_steps
     conn = sqlite3.connect(db)
     for t in FTS_TABLES:
@@ -299,6 +299,28 @@ def test_hold_merges_many_small_segments_too(tmp_path):
     for t in FTS_TABLES:
         assert most_big[t] < MERGE_EVERY_SEGMENTS
         assert MERGE_GUARD_SEGMENTS // 2 < most_all[t] <= MERGE_GUARD_SEGMENTS + 1, (t, most_all[t])
+
+
+def test_a_setting_hermes_changes_during_a_hold_is_the_one_put_back(tmp_path):
+    """Today's Hermes lowers usermerge to 2 at its first bounded merge pass, which may fall in the
+    middle of a run: the hold takes 4 back for its own rounds, and leaves Hermes's 2 at the end."""
+    home = _demo(tmp_path)
+    db, keeper = home / "state.db", home / "keeper"
+    conn = sqlite3.connect(db)
+    sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    conn.close()
+    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper) as hold:
+        hold.engage()
+        for t in FTS_TABLES:
+            set_fts(db, t, "usermerge", 2)  # Hermes, on its own connection
+        for i in range(MERGE_EVERY_SEGMENTS + 2):  # until a round is due
+            w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 60))
+        assert hold.merge_steps > 0
+        assert held_values(db) == {t: fts.HOLD_VALUES for t in FTS_TABLES}
+        assert json.loads((keeper / HOLD_NAME).read_text()) == {
+            t: {"automerge": None, "crisismerge": None, "usermerge": 2} for t in FTS_TABLES
+        }
+    assert held_values(db) == {t: {"usermerge": 2} for t in FTS_TABLES}
 
 
 def test_hold_that_was_never_engaged_writes_nothing(tmp_path):
@@ -369,12 +391,12 @@ def test_killed_hold_is_repaired_with_the_original_settings(tmp_path, desc, repa
     set_fts(db, "messages_fts_trigram", "usermerge", 2)  # killed in a full merge (FULL_MERGE_VALUES)
     hold_file = keeper / HOLD_NAME
     assert hold_file.exists()
-    assert held_values(db)["messages_fts"] == {"automerge": 0, "crisismerge": 512}
+    assert held_values(db)["messages_fts"] == {"automerge": 0, "crisismerge": 512, "usermerge": 4}
 
     repair(home)
 
     assert not hold_file.exists()
-    assert configs(db) == before  # the original 7 and the absent rows, not the held 0 / 512 / 2
+    assert configs(db) == before  # the original 7 and the absent rows, not the held 0 / 512 / 4 / 2
     assert held_values(db) == {"messages_fts": {"automerge": 7}, "messages_fts_trigram": {}}
     if desc.startswith("hermes-keeper"):
         actions = [r["action"] for r in read_journal(keeper)]

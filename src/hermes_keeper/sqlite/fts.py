@@ -36,8 +36,12 @@ from hermes_keeper.sqlite.writer import AdaptiveBatch, Writer
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 #: The settings a hold changes, with FTS5's defaults (used when the config table has no row).
 HELD = {"automerge": 4, "crisismerge": 16, "usermerge": 4}
-#: While held: automerge off; a level needs this many segments before FTS5 merges it by itself.
-HOLD_VALUES = {"automerge": 0, "crisismerge": 512}
+#: While held: automerge off; a level needs this many segments before FTS5 merges it by itself;
+#: our rounds' ``'merge'`` acts on a level of 4 segments or more (FTS5's default). Today's Hermes
+#: sets usermerge to 2 for its own bounded passes (once per process, so also in the middle of a
+#: run); with 2, every round of ours carried the tombstones up into Hermes's biggest level and
+#: rewrote it: 190 s of the 2 GB DELETE-mode bench's 259 s of lock time.
+HOLD_VALUES = {"automerge": 0, "crisismerge": 512, "usermerge": 4}
 #: For a hold's full merge, ``'merge', N`` (only ours: Hermes never sends one) continues on any level of
 #: two segments or more. With FTS5's 4, a merge in progress is not continued while a lower level
 #: holds as many segments as it has inputs but fewer than 4: two gateway writes between two
@@ -294,7 +298,16 @@ class MergeHold:
         """Save Hermes's settings (durably), then switch automerge off; once per block."""
         if self.saved or not self.tables:
             return
-        saved = {t: _settings(self.w.conn, t) for t in self.tables}
+        self._save({t: _settings(self.w.conn, t) for t in self.tables})
+        self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
+        self.before = {t: {s for level in segments(self.w.conn, t) or [] for s in level} for t in self.tables}
+        self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
+        self.w.after_step.append(self.tick)
+        if self.journal:
+            self.journal.write("fts_hold", settings=self.saved)
+
+    def _save(self, saved: dict[str, dict[str, int | None]]) -> None:
+        """The settings to put back, durably in the hold file first."""
         private_dir(self.path.parent)
         tmp = self.path.with_suffix(".tmp")
         fd = open_private(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
@@ -304,12 +317,18 @@ class MergeHold:
             os.close(fd)
         durable_rename(tmp, self.path)
         self.saved = saved
-        self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
-        self.before = {t: {s for level in segments(self.w.conn, t) or [] for s in level} for t in self.tables}
-        self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
-        self.w.after_step.append(self.tick)
+
+    def _rehold(self, table: str) -> None:
+        """Before a round: a held setting Hermes changed meanwhile is its new wish, put back at the
+        end instead of the one saved; the hold's value goes back on for the rest of the run."""
+        now = _settings(self.w.conn, table)
+        changed = {k: v for k, v in now.items() if k in HOLD_VALUES and v != HOLD_VALUES[k]}
+        if not changed:
+            return
+        self._save({**self.saved, table: {**self.saved[table], **changed}})
+        self.w.step(lambda c: _apply(c, table, {k: HOLD_VALUES[k] for k in changed}))
         if self.journal:
-            self.journal.write("fts_hold", settings=saved)
+            self.journal.write("fts_hold_changed", table=table, settings=changed)
 
     def tick(self) -> None:
         """Merge an index when due (:data:`MERGE_EVERY_SEGMENTS`, :data:`MERGE_GUARD_SEGMENTS`).
@@ -332,6 +351,8 @@ class MergeHold:
     def _merge(self, table: str, full: bool = False) -> None:
         """One round of merges, journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
+        if not full and table in self.before:  # (a found hold: a value may be the killed run's own)
+            self._rehold(table)
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
         # A full merge rewrites every doclist: its longest step is at least the longest one's.
         doclist = longest_doclist_pages(self.w.conn, table) if full else None
