@@ -36,9 +36,14 @@ outside any measurement): a second night's run, without the one-time VACUUM.
 it on SQLite builds with the WAL-reset bug, in rollback-journal mode, with that Hermes as the
 writer (any ``--size`` / ``--shape``); each round runs the writer alone for ``--idle-s`` (what
 the machine gives it with no maintenance at all), its own ``prune_sessions(7)`` + ``vacuum()``
-(unless ``--only-keeper``) and the keeper's default run (backup on: with the writer holding the
-file, the archive stands in for the snapshot), and prints the keeper's own lock use: its
-longest transaction of each kind, its longest COMMIT, and the journal's merge rounds.
+(unless ``--only-keeper``), the floor + FTS optimize (likewise) and the keeper's default run
+(backup on: with the writer holding the file, the archive stands in for the snapshot), and
+prints the keeper's own lock use: its longest transaction of each kind, its longest COMMIT, and
+the journal's merge rounds.
+
+Every keeper run's wall time is also split into holding the lock, the rests that let Hermes's
+writes in, waiting for Hermes's own transactions, and the rest; "less its waits" compares the
+keeper with the floor like for like (Hermes's FTS5 work falls after a floor, outside its wall).
 """
 
 from __future__ import annotations
@@ -234,31 +239,52 @@ def keeper_figures(writer: dict) -> str:
     )
 
 
+def wall_parts(wall_s: float, writer: dict) -> str:
+    """Where a keeper run's wall time went: holding the lock; resting after its transactions so
+    that Hermes's writes get in; waiting for Hermes's own transactions (0.19's FTS5 'optimize'
+    inside every 1,000th write); and the rest (startup, survey, plan, archive reads, files, the
+    compact step)."""
+    lock, rests, waits = (writer[k] / 1000 for k in ("lock_ms", "pause_ms", "busy_wait_ms"))
+    return (
+        f"wall {wall_s:.1f} s = lock {lock:.1f} + rests {rests:.1f} + waiting for Hermes's own"
+        f" transactions {waits:.1f} + other {wall_s - lock - rests - waits:.1f}"
+    )
+
+
+def own_wall(k: dict, writer: dict) -> float:
+    """A keeper run's wall time less its waits for Hermes's own transactions: a floor holds the lock
+    from start to end, so Hermes's FTS5 work falls after it, outside its wall time."""
+    return k["wall_s"] - writer["busy_wait_ms"] / 1000
+
+
 def delete_mode_rounds(
     base: Path,
     work: Path,
     rounds: int,
     hermes_prune,
+    floor_optimized,
     keeper_run,
     keeper_out: dict,
     only_keeper: bool = False,
     idle_s: float = 0.0,
 ) -> None:
     """Each round: the writer alone for ``idle_s`` (what the machine gives it with no maintenance
-    at all), Hermes's own prune + vacuum, then the keeper's default run, on identical copies."""
+    at all), Hermes's own prune + vacuum, the floor + FTS optimize, then the keeper's default run,
+    on identical copies."""
     rows, pairs = [], []
     for r in range(1, rounds + 1):
         if idle_s:
             rows.append(scenario(f"writer alone #{r}", base, work, lambda h: time.sleep(idle_s) or 0))
         h = None if only_keeper else scenario(f"hermes prune+vacuum #{r}", base, work, hermes_prune)
+        o = None if only_keeper else scenario(f"floor + FTS optimize #{r}", base, work, floor_optimized)
         k = scenario(f"keeper default run #{r}", base, work, keeper_run)
         k["safeguard"], k["backup"] = keeper_out["safeguard"], keeper_out["backup"]
         k["writer"] = dict(keeper_out["writer"])
         k["merges"] = merge_summary(keeper_out["merges"])
-        rows += [x for x in (h, k) if x]
-        pairs.append((h, k))
+        rows += [x for x in (h, o, k) if x]
+        pairs.append((h, o, k))
     print_rows(rows)
-    for r, (h, k) in enumerate(pairs, 1):
+    for r, (h, o, k) in enumerate(pairs, 1):
         line = f"round {r}: keeper writer max {k['max_ms']:.0f} ms, p99 {k['p99_ms']:.0f} ms"
         if h:
             line += (
@@ -271,7 +297,14 @@ def delete_mode_rounds(
         )
         print(f"  keeper: {keeper_figures(k['writer'])}")
         print(f"  FTS merges (journal): {k['merges']}")
-    runs = [k for _, k in pairs]
+        print(f"  keeper {wall_parts(k['wall_s'], k['writer'])}")
+        if h and o:
+            print(
+                f"  keeper wall / Hermes's prune + vacuum = {k['wall_s'] / h['wall_s']:.2f}x;"
+                f" / (floor + FTS optimize) = {k['wall_s'] / o['wall_s']:.2f}x, less its waits for"
+                f" Hermes's own transactions {own_wall(k, k['writer']) / o['wall_s']:.2f}x"
+            )
+    runs = [k for _, _, k in pairs]
     print(
         f"worst keeper run: writer max {max(k['max_ms'] for k in runs):.0f} ms (target <= 250), p99"
         f" {max(k['p99_ms'] for k in runs):.0f} ms (target <= 100), failures"
@@ -378,7 +411,15 @@ def main() -> None:
 
     if args.journal_mode == "delete":
         delete_mode_rounds(
-            base, work, args.rounds, hermes_prune, keeper_run, keeper_out, args.only_keeper, args.idle_s
+            base,
+            work,
+            args.rounds,
+            hermes_prune,
+            floor_optimized,
+            keeper_run,
+            keeper_out,
+            args.only_keeper,
+            args.idle_s,
         )
         shutil.rmtree(work, ignore_errors=True)
         return
@@ -396,24 +437,26 @@ def main() -> None:
     if not (args.only_keeper or args.no_probes):
         rows.append(scenario("1 txn, stmt per session", base, work, lambda h: floor(h, per_session=True)))
         rows.append(scenario("keeper, FTS merges skipped", base, work, keeper_unmerged, "compact = false\n"))
-    ratios, same_work, runs, writers, floors, keepers = [], [], [], [], [], []
+    ratios, same_work, own_work, runs, writers, floors, keepers = [], [], [], [], [], [], []
     for r in range(1, args.rounds + 1):
         f = scenario(f"floor: 1 txn, 1 stmt #{r}", base, work, floor)
         o = scenario(f"floor + FTS optimize #{r}", base, work, floor_optimized)
         # The run alone, then with the compact step the run does by default.
         k = scenario(f"keeper run, no compact #{r}", base, work, keeper_run, "compact = false\n")
-        writers.append((dict(keeper_out["writer"]), merge_summary(keeper_out["merges"])))
+        writers.append((dict(keeper_out["writer"]), merge_summary(keeper_out["merges"]), k["wall_s"]))
         c = scenario(f"keeper run + compact #{r}", base, work, keeper_run)
         rows += [f, o, k, c]
         runs += [k, c]
         ratios.append(k["wall_s"] / f["wall_s"])
         same_work.append(k["wall_s"] / o["wall_s"])
+        own_work.append(own_wall(k, writers[-1][0]) / o["wall_s"])
         floors.append(f["wall_s"])
         keepers.append(k["wall_s"])
     print_rows(rows)
-    for i, (wr, merges) in enumerate(writers, 1):
+    for i, (wr, merges, wall) in enumerate(writers, 1):
         print(f"keeper writer (run #{i}): {wr}")
         print(f"  FTS merges (journal): {merges}")
+        print(f"  keeper run, no compact: {wall_parts(wall, wr)}")
     compact = keeper_out["compact"] or {}
     print(f"compact: { {x: compact.get(x) for x in COMPACT_KEYS} }")
     worst_max, worst_p99 = max(r["max_ms"] for r in runs), max(r["p99_ms"] for r in runs)
@@ -432,7 +475,8 @@ def main() -> None:
     )
     print(
         f"keeper run wall / (floor + FTS optimize) wall = {statistics.median(same_work):.2f}x median of "
-        f"{', '.join(f'{x:.2f}' for x in same_work)}: the same end state in one transaction"
+        f"{', '.join(f'{x:.2f}' for x in same_work)}: the same end state in one transaction;"
+        f" less the keeper's waits for Hermes's own transactions {statistics.median(own_work):.2f}x"
     )
     shutil.rmtree(work, ignore_errors=True)
 
