@@ -351,13 +351,13 @@ class MergeHold:
     def _merge(self, table: str, full: bool = False) -> None:
         """One round of merges, journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
-        if not full and table in self.before:  # (a found hold: a value may be the killed run's own)
-            self._rehold(table)
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
         # A full merge rewrites every doclist: its longest step is at least the longest one's.
         doclist = longest_doclist_pages(self.w.conn, table) if full else None
         r = Round(0, 0.0)
         try:
+            if not full and table in self.before:  # (a found hold: a value may be the killed run's own)
+                self._rehold(table)
             r = merge_round(self.w, table, self.batches[table], full)
         finally:
             self._merging = False
