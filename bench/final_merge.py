@@ -44,8 +44,7 @@ def optimize(db: Path, table: str) -> float:
 def budgeted(w: Writer, table: str) -> tuple[float, float, fts.Round]:
     """(wall s, lock s, the round) of the hold's full merge of ``table``."""
     t0, held = time.perf_counter(), w.stats.total_txn_ms
-    w.step(lambda c: fts._apply(c, table, fts.FULL_MERGE_VALUES))
-    r = fts.merge_round(w, table, w.batch(start=fts.FULL_MERGE_START_PAGES, fill=0.8), full=True)
+    r = fts.merge_round(w, table, fts.start_full_merge(w, table), full=True)
     return time.perf_counter() - t0, (w.stats.total_txn_ms - held) / 1000, r
 
 

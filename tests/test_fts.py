@@ -225,7 +225,8 @@ def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
         assert hold_file.stat().st_mode & 0o777 == 0o600
         saved = {k: preset.get(k) for k in ("automerge", "crisismerge", "usermerge")}
         assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
-        # What every other connection (Hermes) now sees: automerge off, crisismerge out of reach.
+        # What every other connection (Hermes) now sees: automerge off, crisismerge out of reach,
+        # usermerge at FTS5's 4 (Hermes's own value, 6 here, goes back at the end).
         held = {"automerge": 0, "crisismerge": 512, "usermerge": 4}
         assert held_values(db) == {t: held for t in FTS_TABLES}
         hold.engage()  # once per block: a second call changes nothing

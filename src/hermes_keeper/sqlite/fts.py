@@ -199,6 +199,14 @@ def merge_step(c: sqlite3.Connection, table: str, pages: int) -> int:
     return c.total_changes - before
 
 
+def start_full_merge(w: Writer, table: str) -> AdaptiveBatch:
+    """Ready ``table`` for a full ``merge_round`` beside Hermes's writes (:data:`FULL_MERGE_VALUES`);
+    returns the batch to size its steps with. A page of the big segments costs more than a page of
+    tombstones: the steps are sized afresh, from :data:`FULL_MERGE_START_PAGES`."""
+    w.step(lambda c: _apply(c, table, FULL_MERGE_VALUES))
+    return w.batch(start=FULL_MERGE_START_PAGES, fill=0.8)
+
+
 class Round(NamedTuple):
     steps: int
     max_step_ms: float  # the longest a step held the lock: one term's doclist is never split
@@ -421,9 +429,7 @@ class MergeHold:
             lv = segments(self.w.conn, t)
             before = self.before[t] if t in self.before else _last_level(lv)
             if _new_pages(lv, before) >= FULL_MERGE_PAGES:
-                # A page of the big segments costs more than a page of tombstones: size afresh.
-                self.batches[t] = self.w.batch(start=FULL_MERGE_START_PAGES, fill=0.8)
-                self.w.step(lambda c, t=t: _apply(c, t, FULL_MERGE_VALUES))
+                self.batches[t] = start_full_merge(self.w, t)
                 self._merge(t, full=True)
                 full.append(t)
         self.w.step(lambda c: [_apply(c, t, self.saved[t]) for t in held])
