@@ -126,6 +126,7 @@ class LiveWriter:
     optimize_ms: list[float]
     checkpoint_ms: list[float]  # the same for Hermes's own PASSIVE checkpoint (every 50 writes)
     timeline: list[tuple[float, float]]  # (wall-clock start, latency ms) of every write
+    fts_starts: set[float]  # the starts of the writes that ran Hermes's own FTS5 work
     failures: int  # of every write, Hermes's own optimize and checkpoint writes too
 
 
@@ -186,6 +187,7 @@ def live_writer(
         w.timeline = list(zip(data["started"], data["latencies_ms"], strict=True))
         w.failures = len(failed)
         w.optimize_ms = [data["latencies_ms"][i] for i in sorted(optimized)]
+        w.fts_starts = {data["started"][i] for i in optimized}
         w.checkpoint_ms = [data["latencies_ms"][i] for i in sorted(checkpointed)]
         optimized |= checkpointed
         during = [i for i, t in enumerate(data["started"]) if t < ended and i not in optimized]

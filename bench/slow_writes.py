@@ -1,11 +1,13 @@
 """Which keeper events sit beside the gateway's slowest writes: one default run, journal beside latencies.
 
-    .venv/bin/python bench/slow_writes.py [--sessions 5000 --messages 300000] [--converted] [--top 12]
+    .venv/bin/python bench/slow_writes.py [--sessions 5000 --messages 300000 | --size 2GB] [--shape imported]
+        [--converted] [--top 12]
 
 The home is ``bench/live_impact.py --journal-mode delete``'s (today's Hermes, DELETE mode, its own
 writer at 20 writes/s); ``--converted`` takes it already in incremental auto-vacuum. Prints the
 writer's p99 and max, the keeper's longest transaction by kind, then for each of the slowest
-writes the journal lines written from 1 s before it started to 1 s after it ended (offsets in s).
+writes (``hermes FTS``: one that ran Hermes's own merge pass inside it) the journal events whose
+span (an FTS merge round's ``wall_ms`` before its line) reaches within 1 s of it (offsets in s).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.homes import bench_home, converted_home, copy_home, delete_mode_home, live_writer  # noqa: E402
-from bench.live_impact import POLICY  # noqa: E402
+from bench.homes import SHAPES, SIZES, converted_home, copy_home, delete_mode_home, live_writer  # noqa: E402
+from bench.live_impact import POLICY, base_home  # noqa: E402
 from tests.hermes_env import IOT  # noqa: E402
 
 KEYS = ("table", "steps", "lock_ms", "max_step_ms", "pages", "full")
@@ -31,10 +33,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=5000)
     ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--size", choices=SIZES, default=None, help="overrides the two above")
+    ap.add_argument("--shape", choices=SHAPES, default="hermes")
     ap.add_argument("--converted", action="store_true")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    base = delete_mode_home(bench_home(args.sessions, args.messages, shape="hermes"), IOT)
+    base = delete_mode_home(base_home(args), IOT)
     if args.converted:
         base = converted_home(base)
     work = Path(tempfile.mkdtemp(prefix="slow-writes-"))
@@ -60,9 +64,12 @@ def main() -> None:
         near = [
             (round(j["ts"] - start, 3), j["action"], {k: j[k] for k in KEYS if k in j})
             for j in journal
-            if start - 1.0 <= j["ts"] <= start + ms / 1000 + 1.0 and j["action"] not in ("file_removed",)
+            if start - 1.0 <= j["ts"]
+            and j["ts"] - j.get("wall_ms", 0) / 1000 <= start + ms / 1000 + 1.0
+            and j["action"] not in ("file_removed",)
         ]
-        print(f"{ms:8.1f} ms at +{start - t0:7.2f} s  {near[:4]}")
+        own = "  hermes FTS" if start in writer.fts_starts else ""
+        print(f"{ms:8.1f} ms at +{start - t0:7.2f} s{own}  {near[:4]}")
 
 
 if __name__ == "__main__":
