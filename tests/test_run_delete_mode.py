@@ -19,9 +19,10 @@ from hermes_keeper.archive.store import PRUNED, Archive
 from hermes_keeper.cli import main
 from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import read_journal
-from hermes_keeper.run import message_stats, survey
+from hermes_keeper.run import survey
 from hermes_keeper.run.plan import ARCHIVE, NONE, REFUSE, SNAPSHOT, safeguard
 from hermes_keeper.run.policy import Policy
+from hermes_keeper.sqlite import connect
 from hermes_keeper.sqlite.holders import Holder
 from tests.conftest import tree_digest
 
@@ -112,7 +113,7 @@ def test_the_stepped_survey_of_a_delete_mode_home_sees_what_one_snapshot_sees(tm
         assert conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0] == mode
         conn.close()
         homes[mode] = home
-    monkeypatch.setattr(message_stats, "FIRST_STEP_ROWS", 7)  # many steps, sessions split across them
-    monkeypatch.setattr(message_stats, "STEP_READ_MS", 0.0)
+    monkeypatch.setattr(connect, "FIRST_STEP_ROWS", 7)  # many steps, sessions split across them
+    monkeypatch.setattr(connect, "STEP_READ_MS", 0.0)
     seen = {m: survey.survey_profile(select_profiles(h)[0], now=NOW).sessions for m, h in homes.items()}
     assert seen["delete"] == seen["wal"] and sum(r.messages for r in seen["wal"].values()) > 100

@@ -93,3 +93,41 @@ def test_real_hermes_schema_is_understood(tmp_path, hermes):
     assert info.schema_version == schema.NEWEST_KNOWN_VERSION
     assert info.journal_mode == "wal"
     assert info.actionable
+
+
+def test_a_rollback_journal_databases_timestamps_are_read_in_short_steps_and_counted_as_in_one(
+    tmp_path, monkeypatch
+):
+    """A reader blocks Hermes's commits there: one scan of a big ``messages`` held them 0.5 s."""
+    from hermes_keeper.sqlite import connect
+
+    dbs = {}
+    for mode in ("wal", "delete"):
+        db = dbs[mode] = tmp_path / mode / "state.db"
+        db.parent.mkdir()
+        _hermes_like(db)
+        conn = sqlite3.connect(db)
+        assert conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0] == mode
+        stamps = [1.7e12 if i % 97 == 0 else "2026-01-01" if i % 89 == 0 else 1.7e9 for i in range(1000)]
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'x', ?)",
+            ((ts,) for ts in stamps),
+        )
+        conn.commit()
+        conn.close()
+    steps = []
+
+    def counted(*args):
+        for ids in connect.id_steps(*args):
+            steps.append(ids)
+            yield ids
+
+    monkeypatch.setattr(connect, "FIRST_STEP_ROWS", 7)
+    monkeypatch.setattr(connect, "STEP_READ_MS", 0.0)
+    monkeypatch.setattr(schema, "id_steps", counted)
+    whole = schema.inspect(dbs["wal"]).timestamp_problems
+    assert steps == []  # WAL: readers block no one, one statement
+    stepped = schema.inspect(dbs["delete"]).timestamp_problems
+    assert stepped == whole and any("11 values look like milliseconds" in p for p in whole)
+    assert any("11 values are text" in p for p in whole)
+    assert len(steps) > 5 and steps[0] == (1, 7) and steps[-1][1] == 1001

@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from array import array
 from typing import NamedTuple
 
 from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR, SQLITE_SIDES, HomeFS
 from hermes_keeper.run.policy import DAY
+from hermes_keeper.sqlite.connect import id_steps
 from hermes_keeper.sqlite.schema import SchemaInfo, timestamp_counts_sql
 
 #: Days back for which each session's recent messages are counted (the report's growth windows).
 RECENT_DAYS = (7, 30)
-
-#: Longest read of one step of message statistics where a reader blocks Hermes's commits, and the
-#: first step's message rows (the next steps are sized from the time it took).
-STEP_READ_MS, FIRST_STEP_ROWS = 20.0, 2000
 
 
 class Stats(NamedTuple):
@@ -141,23 +137,12 @@ def message_stats_in_steps(
     low: int | None = None,
     high: int | None = None,
 ) -> dict[str, Stats]:
-    """:func:`message_stats` of the ids ``low..high`` (default: all) as reads of id ranges, each
-    sized from the last one's time to about :data:`STEP_READ_MS`: no read holds Hermes's commits
-    longer (a rollback-journal database, where a reader blocks every commit)."""
-    first, last = conn.execute("SELECT min(id), max(id) FROM messages").fetchone()
-    low = first if low is None or first is None else max(low, first)
-    high = last if high is None or last is None else min(high, last)
+    """:func:`message_stats` of the ids ``low..high`` (default: all) as short reads of id ranges
+    (:func:`~hermes_keeper.sqlite.connect.id_steps`): no read holds Hermes's commits longer (a
+    rollback-journal database, where a reader blocks every commit)."""
     out: dict[str, Stats] = {}
-    rows = FIRST_STEP_ROWS
-    while low is not None and high is not None and low <= high:
-        t0 = time.perf_counter()
-        fold(
-            out,
-            message_stats(conn, schema, since, "WHERE id BETWEEN ? AND ?", (low, min(high, low + rows - 1))),
-        )
-        took_ms = (time.perf_counter() - t0) * 1000
-        low += rows
-        rows = max(100, min(rows * 4, int(rows * STEP_READ_MS / max(took_ms, 0.1))))
+    for first, last in id_steps(conn, "messages", low, high):
+        fold(out, message_stats(conn, schema, since, "WHERE id BETWEEN ? AND ?", (first, last)))
     return out
 
 

@@ -18,6 +18,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 BUSY_TIMEOUT_S = 2.0
+#: Longest one read of a scan in steps (:func:`id_steps`), and the first step's rows (the next are
+#: sized from the time it took).
+STEP_READ_MS, FIRST_STEP_ROWS = 20.0, 2000
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -73,6 +76,30 @@ def write_txn(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if conn.in_transaction:  # an interrupted or SQLITE_FULL statement already rolled it back
             conn.execute("ROLLBACK")
         raise
+
+
+def id_steps(
+    conn: sqlite3.Connection, table: str, low: int | None = None, high: int | None = None
+) -> Iterator[tuple[int, int]]:
+    """Ranges ``(first, last)`` of ``table``'s integer ``id`` covering ``low..high`` (default: all),
+    each sized from the time the caller's read of the one before took to about
+    :data:`STEP_READ_MS`. In a rollback-journal database a reader blocks every commit: one
+    statement over a table of millions of rows held Hermes's writes 0.5 s at 2 GB, 1.9 s cold.
+    """
+    # (min and max in one statement scan the table; apart, each is one b-tree descent)
+    first = conn.execute(f"SELECT min(id) FROM {table}").fetchone()[0]
+    last = conn.execute(f"SELECT max(id) FROM {table}").fetchone()[0]
+    if first is None:
+        return
+    low = first if low is None else max(low, first)
+    high = last if high is None else min(high, last)
+    rows = FIRST_STEP_ROWS
+    while low <= high:
+        t0 = time.perf_counter()
+        yield low, min(high, low + rows - 1)
+        took_ms = (time.perf_counter() - t0) * 1000
+        low += rows
+        rows = max(100, min(rows * 4, int(rows * STEP_READ_MS / max(took_ms, 0.1))))
 
 
 @contextmanager

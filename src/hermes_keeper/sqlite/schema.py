@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.sqlite.connect import connect_ro, interrupt_after, was_interrupted
+from hermes_keeper.sqlite.connect import connect_ro, id_steps, interrupt_after, was_interrupted
 
 #: Oldest and newest schema_version seen in a released hermes-agent (0.13.0, 0.19.0).
 OLDEST_KNOWN_VERSION = 11
@@ -160,11 +160,16 @@ def timestamp_counts_sql(column: str) -> str:
 
 
 def timestamp_problems(
-    conn: sqlite3.Connection, tables: dict[str, list[str]], messages: tuple[int, int, int] | None = None
+    conn: sqlite3.Connection,
+    tables: dict[str, list[str]],
+    messages: tuple[int, int, int] | None = None,
+    stepped: bool = False,
 ) -> list[str]:
     """Every timestamp column holding anything but unix seconds, in words. ``messages``: the
     counts of :func:`timestamp_counts_sql` for ``messages.timestamp``, when the caller has them
-    (the report's statistics cache: no scan of the biggest table)."""
+    (the report's statistics cache: no scan of the biggest table). ``stepped``: ``messages`` is
+    read in short steps (:func:`id_steps`; a rollback-journal database, where a reader blocks
+    Hermes's commits)."""
     problems = []
     checks = [("sessions", "started_at"), ("sessions", "ended_at"), ("messages", "timestamp")]
     if "last_activity_at" in tables.get("sessions", []):
@@ -172,6 +177,10 @@ def timestamp_problems(
     for table, column in checks:
         if table == "messages" and messages is not None:
             text, millis, tiny = messages
+        elif table == "messages" and stepped:
+            sql = f"SELECT {timestamp_counts_sql(column)} FROM messages WHERE id BETWEEN ? AND ?"
+            parts = [conn.execute(sql, ids).fetchone() for ids in id_steps(conn, "messages")]
+            text, millis, tiny = (sum(n) for n in zip(*parts, strict=True)) if parts else (0, 0, 0)
         else:
             sql = f"SELECT {timestamp_counts_sql(column)} FROM {table}"
             text, millis, tiny = conn.execute(sql).fetchone()
@@ -245,7 +254,8 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
             )
         info.foreign_references = _foreign_references(conn, info.tables)
         if check_timestamps:
-            info.timestamp_problems = timestamp_problems(conn, info.tables)
+            stepped = info.journal_mode != "wal"
+            info.timestamp_problems = timestamp_problems(conn, info.tables, stepped=stepped)
     except sqlite3.DatabaseError as exc:
         info.status, info.reason = MALFORMED, _malformed_reason(exc)
     finally:
