@@ -345,6 +345,12 @@ def main() -> None:
     ap.add_argument(
         "--idle-s", type=float, default=20.0, help="delete mode: each round, the writer alone this long"
     )
+    ap.add_argument(
+        "--keep-journal",
+        type=Path,
+        default=None,
+        help="write each keeper run's journal to this folder (run-N.jsonl): its merge rounds, one by one",
+    )
     ap.add_argument("--tail-s", type=float, default=TAIL_S, help="the writer goes on this long after each")
     ap.add_argument(
         "--converted",
@@ -403,7 +409,13 @@ def main() -> None:
 
     def keeper_run(home, merges=True):
         keeper_out.update(json.loads(keeper(home, "run", "--json", merges=merges).stdout)["profiles"][0])
-        keeper_out["merges"] = [e for e in read_journal(home / "keeper") if e["action"] == "fts_merge"]
+        records = read_journal(home / "keeper")
+        keeper_out["merges"] = [e for e in records if e["action"] == "fts_merge"]
+        if args.keep_journal:
+            args.keep_journal.mkdir(parents=True, exist_ok=True)
+            kept = args.keep_journal / f"run-{len(list(args.keep_journal.glob('run-*.jsonl'))) + 1}.jsonl"
+            kept.write_text("".join(json.dumps(e) + "\n" for e in records))
+            print(f"{home.name}: journal in {kept}")
         return keeper_out["pruned"]
 
     def keeper_unmerged(home):

@@ -65,7 +65,7 @@ def parse_structure(buf: bytes) -> list[tuple[int, list[int]]]:
             segid, i = _varint(buf, i)
             first, i = _varint(buf, i)
             last, i = _varint(buf, i)
-            assert segid > 0 and 0 < first <= last
+            assert segid > 0 and 0 <= first <= last  # 0, 0: a segment with no leaf pages
             for _ in range(5 if v2 else 0):
                 _, i = _varint(buf, i)
             segids.append(segid)
@@ -154,6 +154,33 @@ def test_segment_count_matches_the_structure_record_and_grows_one_per_transactio
         levels = structure(conn, t)
         assert segment_count(conn, t) == before[t] + n == sum(len(s) for _, s in levels)
         assert len(levels[0][1]) == level0[t] + n  # each transaction flushed one new level-0 segment
+    conn.close()
+
+
+def test_a_merge_left_in_progress_is_read_with_its_level_and_inputs(tmp_path):
+    """Hermes's bounded pass ('merge', 500 with usermerge 2) stops mid-merge: the structure record
+    keeps how many of the level's segments are inputs, and the next positive 'merge' goes on with it."""
+    home = _demo(tmp_path)
+    db, t = home / "state.db", "messages_fts"
+    set_fts(db, t, "automerge", 0)
+    set_fts(db, t, "crisismerge", 200)
+    conn = sqlite3.connect(db, isolation_level=None)
+    sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    for i in range(30):
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+            (sid, " ".join(f"w{i}x{j}" for j in range(400)), NOW),
+        )
+    assert fts.merges_in_progress(conn, t) == []
+    set_fts(db, t, "usermerge", 2)
+    fts.merge_step(conn, t, 1)  # one page of output: the merge is started, not done
+
+    theirs = [[n, m, len(segs)] for n, (m, segs) in enumerate(structure(conn, t)) if m]
+    assert theirs and theirs[0][1] >= 2
+    assert fts.merges_in_progress(conn, t) == theirs
+    while fts.merge_step(conn, t, 64) >= 2:
+        pass
+    assert fts.merges_in_progress(conn, t) == []
     conn.close()
 
 

@@ -103,8 +103,9 @@ class Segment(NamedTuple):
         return self.last - self.first + 1
 
 
-def segments(conn: sqlite3.Connection, table: str) -> list[list[Segment]] | None:
-    """The index's levels, each a list of its segments; None if unreadable.
+def structure(conn: sqlite3.Connection, table: str) -> list[tuple[int, list[Segment]]] | None:
+    """The index's levels, each as (segments of it in a merge in progress, its segments); None if
+    unreadable.
 
     From the structure record: a 4-byte cookie (and a 4-byte marker in the v2 records of
     SQLite >= 3.43, which add five varints per segment), varints nLevel, nSegment and the
@@ -122,7 +123,7 @@ def segments(conn: sqlite3.Connection, table: str) -> list[list[Segment]] | None
         _writes, i = _varint(buf, i)
         out = []
         for _ in range(n_levels):
-            _merging, i = _varint(buf, i)
+            merging, i = _varint(buf, i)
             n_segs, i = _varint(buf, i)
             level = []
             for _ in range(n_segs):
@@ -132,10 +133,25 @@ def segments(conn: sqlite3.Connection, table: str) -> list[list[Segment]] | None
                 for _ in range(5 if v2 else 0):
                     _, i = _varint(buf, i)
                 level.append(Segment(segid, first, last))
-            out.append(level)
+            out.append((merging, level))
     except IndexError:
         return None
     return out
+
+
+def segments(conn: sqlite3.Connection, table: str) -> list[list[Segment]] | None:
+    """The index's levels, each a list of its segments; None if unreadable."""
+    st = structure(conn, table)
+    return None if st is None else [level for _, level in st]
+
+
+def merges_in_progress(conn: sqlite3.Connection, table: str) -> list[list[int]]:
+    """[level, input segments, segments] of each level with a merge in progress. A positive
+    ``'merge'`` continues the lowest such merge before starting any other, unless a level below
+    holds more segments than its inputs."""
+    return [
+        [n, merging, len(level)] for n, (merging, level) in enumerate(structure(conn, table) or []) if merging
+    ]
 
 
 def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
@@ -360,6 +376,7 @@ class MergeHold:
         """One round of merges, journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
+        merging = merges_in_progress(self.w.conn, table)
         # A full merge rewrites every doclist: its longest step is at least the longest one's.
         doclist = longest_doclist_pages(self.w.conn, table) if full else None
         r = Round(0, 0.0)
@@ -394,6 +411,9 @@ class MergeHold:
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],
+                # a merge this round found in progress (Hermes's passes start them): it went on with it
+                merging=merging,
+                levels=[len(sizes) for sizes in before or []],
             )
 
     def __exit__(self, exc_type, exc, tb) -> None:
