@@ -102,6 +102,12 @@ class Segment(NamedTuple):
     def pages(self) -> int:
         return self.last - self.first + 1
 
+    @property
+    def key(self) -> tuple[int, int]:
+        """Id and last page: FTS5 reuses the ids of merged-away segments, and a merge in progress
+        trims its inputs from the front."""
+        return self.segid, self.last
+
 
 def structure(conn: sqlite3.Connection, table: str) -> list[tuple[int, list[Segment]]] | None:
     """The index's levels, each as (segments of it in a merge in progress, its segments); None if
@@ -160,19 +166,52 @@ def levels(conn: sqlite3.Connection, table: str) -> list[list[int]] | None:
     return None if lv is None else [[seg.pages for seg in level] for level in lv]
 
 
-def _new_pages(lv: list[list[Segment]] | None, before: set[Segment]) -> int:
-    """Pages of the big segments (:data:`BIG_SEGMENT_PAGES`) not in ``before``: about what
-    merging them would make.
-
-    (FTS5 reuses the ids of merged-away segments, so a segment is told by id and page range.)
-    """
+def _new_pages(lv: list[list[Segment]] | None, before: set[tuple[int, int]]) -> int:
+    """Pages of the big segments (:data:`BIG_SEGMENT_PAGES`) not in ``before`` (:attr:`Segment.key`):
+    about what merging them would make."""
     big = (seg for level in lv or [] for seg in level if seg.pages >= BIG_SEGMENT_PAGES)
-    return sum(seg.pages for seg in big if seg not in before)
+    return sum(seg.pages for seg in big if seg.key not in before)
 
 
-def _last_level(lv: list[list[Segment]] | None) -> set[Segment]:
-    """The segments on the index's last non-empty level."""
-    return set(next((level for level in reversed(lv or []) if level), []))
+def _last_level(lv: list[list[Segment]] | None) -> set[tuple[int, int]]:
+    """The segments (:attr:`Segment.key`) on the index's last non-empty level."""
+    return {seg.key for seg in next((level for level in reversed(lv or []) if level), [])}
+
+
+class Theirs:
+    """Merges in progress that a hold's rounds leave alone: over segments found when the hold
+    engaged, and not started by its own steps. Hermes's bounded passes start them, on a level's
+    every segment (an imported index's 24-62 big ones, most of it): going on with one rewrote the
+    index once in the rounds, and the full merge at the end rewrote it again."""
+
+    def __init__(self, found: set[tuple[int, int]]):
+        self.found = found  # :attr:`Segment.key` of each
+        self.mine: set[int] = set()  # levels where our own steps left a merge in progress
+
+    def ahead(self, st: list[tuple[int, list[Segment]]] | None) -> list[int] | None:
+        """[level, inputs] of their merge that the next positive ``'merge'`` would go on with; else None.
+
+        FTS5 (``fts5IndexMerge``) goes on with the lowest merge in progress unless a level below
+        holds at least as many segments as it has inputs: that level is merged first. A merge of
+        :data:`MERGE_GUARD_SEGMENTS` inputs or more is not left: the levels below could not
+        outnumber it before FTS5's crisismerge (:data:`HOLD_VALUES`) merged them inside someone's write.
+        """
+        below = 0
+        for n, (merging, level) in enumerate(st or []):
+            if merging:
+                found = any(seg.key in self.found for seg in level[:merging])
+                theirs = found and n not in self.mine and below < merging < MERGE_GUARD_SEGMENTS
+                return [n, merging] if theirs else None
+            below = max(below, len(level))
+        return None
+
+    def stepped(
+        self, before: list[tuple[int, list[Segment]]] | None, after: list[tuple[int, list[Segment]]] | None
+    ) -> None:
+        """After one of our steps: a merge in progress that was not before it is ours."""
+        was = {n for n, (merging, _) in enumerate(before or []) if merging}
+        now = {n for n, (merging, _) in enumerate(after or []) if merging}
+        self.mine = (self.mine | (now - was)) & now
 
 
 def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
@@ -229,10 +268,16 @@ class Round(NamedTuple):
     max_step_commit_ms: float = 0.0  # of that step, its COMMIT's (DELETE mode: journal and db fsynced)
     max_step_pages: int = 0  # the pages it was asked to write
     over_budget: int = 0  # steps that held the lock longer than the writer's budget
+    left: list[int] | None = None  # [level, inputs] of their merge it stopped before (``theirs``)
 
 
 def merge_round(
-    w: Writer, table: str, batch: AdaptiveBatch, full: bool = False, limit_ms: float | None = None
+    w: Writer,
+    table: str,
+    batch: AdaptiveBatch,
+    full: bool = False,
+    limit_ms: float | None = None,
+    theirs: Theirs | None = None,
 ) -> Round:
     """Budgeted ``merge`` steps until no level of ``table`` has merge work left.
 
@@ -241,15 +286,26 @@ def merge_round(
     step longer than the budget: the round says how long its longest step was, how much of
     that its COMMIT took, and how many pages it was asked for. ``limit_ms``: a step still
     running after that long is aborted and rolled back (``sqlite3.OperationalError: interrupted``).
+    ``theirs``: the round stops before a step would go on with one of those merges, as read in
+    that step's own transaction.
     """
     longest = Round(0, 0.0)
     over = 0
+    left: list[list[int]] = []
     for steps in range(1, MERGE_MAX_STEPS + 1):
         pages = (-1 if full and steps == 1 else 1) * batch.size
 
         def merge(c: sqlite3.Connection, pages: int = pages) -> int:
+            st = structure(c, table) if theirs else None
+            ahead = theirs.ahead(st) if theirs and pages > 0 else None
+            if ahead:
+                left.append(ahead)
+                return 0
             with time_limit(c, limit_ms):
-                return merge_step(c, table, pages)
+                changed = merge_step(c, table, pages)
+            if theirs:
+                theirs.stepped(st, structure(c, table))
+            return changed
 
         changed = w.step(merge, kind="merge")
         ms = w.stats.last_txn_ms
@@ -257,7 +313,7 @@ def merge_round(
         if ms > longest.max_step_ms:
             longest = Round(0, ms, w.stats.last_commit_ms, abs(pages))
         if changed < 2:
-            return longest._replace(steps=steps, over_budget=over)
+            return longest._replace(steps=steps, over_budget=over, left=left[-1] if left else None)
         batch.record(batch.size, ms)
     return longest._replace(steps=MERGE_MAX_STEPS, over_budget=over)
 
@@ -302,7 +358,8 @@ class MergeHold:
         self.saved: dict[str, dict[str, int | None]] = {}  # set while engaged
         self.batches = {t: w.batch(start=MERGE_START_PAGES, fill=0.8) for t in self.tables}
         self.base: dict[str, tuple[int, int] | None] = {}  # (big, all) segments after the last merge
-        self.before: dict[str, set[Segment]] = {}  # the segments when engaged (unknown for a found hold)
+        self.before: dict[str, set[tuple[int, int]]] = {}  # segments when engaged (unknown for a found hold)
+        self.theirs: dict[str, Theirs] = {}  # the merges its rounds leave alone (not for a found hold)
         self.merge_steps = 0
         self.merge_ms = 0.0  # lock time of those steps
         self.max_step_ms = 0.0  # the longest of them
@@ -324,7 +381,10 @@ class MergeHold:
             return
         self._save({t: _settings(self.w.conn, t) for t in self.tables})
         self.w.step(lambda c: [_apply(c, t, HOLD_VALUES) for t in self.tables])
-        self.before = {t: {s for level in segments(self.w.conn, t) or [] for s in level} for t in self.tables}
+        self.before = {
+            t: {s.key for level in segments(self.w.conn, t) or [] for s in level} for t in self.tables
+        }
+        self.theirs = {t: Theirs(self.before[t]) for t in self.tables}
         self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
         self.w.after_step.append(self.tick)
         if self.journal:
@@ -383,7 +443,9 @@ class MergeHold:
         try:
             if not full and table in self.before:  # (a found hold: a value may be the killed run's own)
                 self._rehold(table)
-            r = merge_round(self.w, table, self.batches[table], full)
+            r = merge_round(
+                self.w, table, self.batches[table], full, theirs=None if full else self.theirs.get(table)
+            )
         finally:
             self._merging = False
             lock_ms = self.w.stats.total_txn_ms - held
@@ -411,8 +473,10 @@ class MergeHold:
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],
-                # a merge this round found in progress (Hermes's passes start them): it went on with it
+                # merges in progress the round found (Hermes's passes start them), and the one it
+                # left for the full merge ([level, inputs])
                 merging=merging,
+                left=r.left,
                 levels=[len(sizes) for sizes in before or []],
             )
 
