@@ -611,3 +611,73 @@ def test_full_merge_finishes_while_a_gateway_writes_between_its_steps(tmp_path, 
         gateway.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")
     assert held_values(db) == {t: {} for t in FTS_TABLES}
     gateway.close()
+
+
+def _hermes_pass_left_a_merge(conn, t: str, lowest: int = 1) -> list[int]:
+    """Hermes's bounded pass (usermerge 2, a few pages a command) until it has started a merge of a
+    level from ``lowest`` up and left it half done: [level, inputs]."""
+    conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('usermerge', 2)")
+    for _ in range(1000):
+        left = [m for m in fts.merges_in_progress(conn, t) if m[0] >= lowest]
+        if left:
+            return left[0][:2]
+        fts.merge_step(conn, t, 2)
+    raise AssertionError(f"no merge left half done from level {lowest} up")
+
+
+def test_a_merge_hermes_left_half_done_is_left_to_the_full_merge(tmp_path, monkeypatch):
+    """Hermes's bounded passes start a merge of a level's every segment and leave it half done.
+    The hold's rounds do not go on with it (that rewrote the index once in the rounds and again in
+    the full merge); they merge the run's own segments, and the full merge at the end takes it in."""
+    monkeypatch.setattr(fts, "FULL_MERGE_PAGES", 2)
+    home = _demo(tmp_path)
+    db, keeper, t = home / "state.db", home / "keeper", "messages_fts_trigram"
+    gateway = sqlite3.connect(db, isolation_level=None)
+    sid = gateway.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    for i in range(8):  # an import: one big segment a transaction, under FTS5's own automerge
+        _insert_messages(gateway, sid, 1000 + i, 60, 40)
+    theirs = _hermes_pass_left_a_merge(gateway, t)
+    inputs = {s.key for s in fts.segments(gateway, t)[theirs[0]][: theirs[1]]}
+    # A budget no step fits in: one page a step. (A step that ends a merge of ours goes on with
+    # the next one for the rest of its pages: a big step could finish this small merge of theirs.)
+    with (
+        Writer(db, budget_ms=0.001, pause_ms=0) as w,
+        MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold,
+    ):
+        hold.engage()
+        for i in range(MERGE_EVERY_SEGMENTS + 2):  # until a round is due
+            w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 60))
+        rounds = [e for e in read_journal(keeper) if e["action"] == "fts_merge" and e["table"] == t]
+        assert rounds and all(e["left"] == theirs for e in rounds), rounds
+        level = fts.structure(w.conn, t)[theirs[0]]
+        assert level[0] == theirs[1] and {s.key for s in level[1][: theirs[1]]} == inputs  # as Hermes left it
+        assert len(fts.segments(w.conn, t)[0]) < MERGE_EVERY_SEGMENTS  # the run's own segments merged
+    restored = [e for e in read_journal(keeper) if e["action"] == "fts_restored"][-1]
+    assert t in restored["full_merge"]
+    assert fts.merges_in_progress(gateway, t) == [] and sum(map(len, fts.segments(gateway, t))) == 1
+    gateway.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")
+    hits = gateway.execute(f"SELECT count(*) FROM {t} WHERE {t} MATCH '\"w1003x5y7\"'").fetchone()[0]
+    assert hits == 1
+    gateway.close()
+
+
+def test_a_merge_hermes_left_half_done_on_level_0_is_gone_on_with(tmp_path):
+    """Every write's new segment goes to level 0: a merge left there would hold them all back until
+    FTS5's crisismerge merged them inside someone's write."""
+    home = _demo(tmp_path)
+    db, keeper, t = home / "state.db", home / "keeper", "messages_fts_trigram"
+    gateway = sqlite3.connect(db, isolation_level=None)
+    sid = gateway.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    set_fts(db, t, "automerge", 0)
+    for i in range(8):
+        _insert_messages(gateway, sid, 1000 + i, 20, 40)
+    assert _hermes_pass_left_a_merge(gateway, t, lowest=0)[0] == 0
+    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
+        hold.engage()
+        for i in range(MERGE_EVERY_SEGMENTS + 2):  # until a round is due
+            w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 60))
+        rounds = [e for e in read_journal(keeper) if e["action"] == "fts_merge" and e["table"] == t]
+        assert rounds and rounds[0]["merging"][0][0] == 0 and all(e["left"] is None for e in rounds)
+        assert len(fts.segments(w.conn, t)[0]) < MERGE_EVERY_SEGMENTS
+    gateway.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")
+    gateway.close()

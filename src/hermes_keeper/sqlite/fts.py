@@ -179,10 +179,11 @@ def _last_level(lv: list[list[Segment]] | None) -> set[tuple[int, int]]:
 
 
 class Theirs:
-    """Merges in progress that a hold's rounds leave alone: over segments found when the hold
-    engaged, and not started by its own steps. Hermes's bounded passes start them, on a level's
-    every segment (an imported index's 24-62 big ones, most of it): going on with one rewrote the
-    index once in the rounds, and the full merge at the end rewrote it again."""
+    """Merges in progress that a hold's rounds leave alone: of segments all found when the hold
+    engaged, above level 0, and not started by its own steps. Hermes's bounded passes start them,
+    on a level's every segment (an imported index's 24-62 big ones, most of it): going on with one
+    rewrote the index once in the rounds, and the full merge at the end rewrote it again. (Level 0
+    is where every write's new segment goes: a merge left there would hold them all back.)"""
 
     def __init__(self, found: set[tuple[int, int]]):
         self.found = found  # :attr:`Segment.key` of each
@@ -192,15 +193,16 @@ class Theirs:
         """[level, inputs] of their merge that the next positive ``'merge'`` would go on with; else None.
 
         FTS5 (``fts5IndexMerge``) goes on with the lowest merge in progress unless a level below
-        holds at least as many segments as it has inputs: that level is merged first. A merge of
-        :data:`MERGE_GUARD_SEGMENTS` inputs or more is not left: the levels below could not
-        outnumber it before FTS5's crisismerge (:data:`HOLD_VALUES`) merged them inside someone's write.
+        holds at least as many segments as it has inputs: that level is merged first. So the
+        levels below gather segments until they outnumber a merge left; one of
+        :data:`MERGE_GUARD_SEGMENTS` inputs or more is not left, as they could not before FTS5's
+        crisismerge (:data:`HOLD_VALUES`) merged level 0 inside someone's write.
         """
         below = 0
         for n, (merging, level) in enumerate(st or []):
             if merging:
-                found = any(seg.key in self.found for seg in level[:merging])
-                theirs = found and n not in self.mine and below < merging < MERGE_GUARD_SEGMENTS
+                found = all(seg.key in self.found for seg in level[:merging])
+                theirs = n > 0 and found and n not in self.mine and below < merging < MERGE_GUARD_SEGMENTS
                 return [n, merging] if theirs else None
             below = max(below, len(level))
         return None
