@@ -677,7 +677,34 @@ def test_a_merge_hermes_left_half_done_on_level_0_is_gone_on_with(tmp_path):
         for i in range(MERGE_EVERY_SEGMENTS + 2):  # until a round is due
             w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 60))
         rounds = [e for e in read_journal(keeper) if e["action"] == "fts_merge" and e["table"] == t]
-        assert rounds and rounds[0]["merging"][0][0] == 0 and all(e["left"] is None for e in rounds)
+        assert rounds and rounds[0]["merging"][0][0] == 0  # the round found Hermes's merge on level 0
+        assert all(level > 0 for level, _, _ in fts.merges_in_progress(w.conn, t))  # and finished it
         assert len(fts.segments(w.conn, t)[0]) < MERGE_EVERY_SEGMENTS
     gateway.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")
     gateway.close()
+
+
+def test_rounds_merge_level_0_only_and_the_full_merge_takes_the_rest(tmp_path, monkeypatch):
+    """Each round merges the new segments on level 0 and stops: its outputs gather above, where
+    FTS5 with usermerge 4 would have merged them again every fourth round, tombstones and all."""
+    monkeypatch.setattr(fts, "FULL_MERGE_PAGES", 2)
+    home = _demo(tmp_path)
+    db, keeper, t = home / "state.db", home / "keeper", "messages_fts_trigram"
+    conn = sqlite3.connect(db)
+    sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    conn.close()
+    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
+        hold.engage()
+        for i in range(5 * (MERGE_EVERY_SEGMENTS + 1)):
+            w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 8))
+        rounds = [e for e in read_journal(keeper) if e["action"] == "fts_merge" and e["table"] == t]
+        assert len(rounds) >= 5
+        assert max(e["left"][1] for e in rounds if e["left"]) >= fts.HOLD_VALUES["usermerge"]
+        assert all(e["left"] is None or e["left"][0] > 0 for e in rounds)
+        assert len(fts.segments(w.conn, t)[0]) < MERGE_EVERY_SEGMENTS
+    restored = [e for e in read_journal(keeper) if e["action"] == "fts_restored"][-1]
+    assert t in restored["full_merge"]
+    conn = sqlite3.connect(db)
+    assert sum(map(len, fts.segments(conn, t))) == 1
+    conn.execute(f"INSERT INTO {t}({t}) VALUES('integrity-check')")
+    conn.close()

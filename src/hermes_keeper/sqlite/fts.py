@@ -178,42 +178,41 @@ def _last_level(lv: list[list[Segment]] | None) -> set[tuple[int, int]]:
     return {seg.key for seg in next((level for level in reversed(lv or []) if level), [])}
 
 
-class Theirs:
-    """Merges in progress that a hold's rounds leave alone: of segments all found when the hold
-    engaged, above level 0, and not started by its own steps. Hermes's bounded passes start them,
-    on a level's every segment (an imported index's 24-62 big ones, most of it): going on with one
-    rewrote the index once in the rounds, and the full merge at the end rewrote it again. (Level 0
-    is where every write's new segment goes: a merge left there would hold them all back.)"""
+def next_merge(st: list[tuple[int, list[Segment]]] | None, usermerge: int) -> tuple[int, int] | None:
+    """(level, inputs of the merge in progress there or 0 for a new one) that the next positive
+    ``'merge'`` works on; None if it has nothing to do. As FTS5 (``fts5IndexMerge``) chooses: the
+    lowest merge in progress, unless a level below holds at least as many segments as it has
+    inputs; else the level with the most segments, if it holds ``usermerge`` or more."""
+    best, best_level = 0, 0
+    for n, (merging, level) in enumerate(st or []):
+        if merging:
+            if merging > best:
+                return n, merging
+            break
+        if len(level) > best:
+            best, best_level = len(level), n
+    return (best_level, 0) if best >= usermerge else None
 
-    def __init__(self, found: set[tuple[int, int]]):
-        self.found = found  # :attr:`Segment.key` of each
-        self.mine: set[int] = set()  # levels where our own steps left a merge in progress
 
-    def ahead(self, st: list[tuple[int, list[Segment]]] | None) -> list[int] | None:
-        """[level, inputs] of their merge that the next positive ``'merge'`` would go on with; else None.
+def above_level_0(st: list[tuple[int, list[Segment]]] | None, usermerge: int) -> list[int] | None:
+    """[level, segments] if the next positive ``'merge'`` would work above level 0: where a hold's
+    rounds stop.
 
-        FTS5 (``fts5IndexMerge``) goes on with the lowest merge in progress unless a level below
-        holds at least as many segments as it has inputs: that level is merged first. So the
-        levels below gather segments until they outnumber a merge left; one of
-        :data:`MERGE_GUARD_SEGMENTS` inputs or more is not left, as they could not before FTS5's
-        crisismerge (:data:`HOLD_VALUES`) merged level 0 inside someone's write.
-        """
-        below = 0
-        for n, (merging, level) in enumerate(st or []):
-            if merging:
-                found = all(seg.key in self.found for seg in level[:merging])
-                theirs = n > 0 and found and n not in self.mine and below < merging < MERGE_GUARD_SEGMENTS
-                return [n, merging] if theirs else None
-            below = max(below, len(level))
+    Every write's new segment goes to level 0, and FTS5's crisismerge acts there: the rounds keep
+    it small. Above it the rounds' outputs gather, with whatever was there, for the full merge at
+    the end, which rewrites it all once. Rounds that went further rewrote it more: the first one
+    carried on a merge Hermes's bounded pass had started on an imported index's 24 big segments
+    (most of the index), and the tombstones climbed a level each time one filled (2 GB DELETE bench:
+    29 of 49 s of the trigram rounds' lock). A level of :data:`MERGE_GUARD_SEGMENTS` segments is
+    merged all the same: level 0 could not outnumber it (FTS5 merges the level with the most
+    segments first) before crisismerge.
+    """
+    nxt = next_merge(st, usermerge)
+    if nxt is None or nxt[0] == 0:
         return None
-
-    def stepped(
-        self, before: list[tuple[int, list[Segment]]] | None, after: list[tuple[int, list[Segment]]] | None
-    ) -> None:
-        """After one of our steps: a merge in progress that was not before it is ours."""
-        was = {n for n, (merging, _) in enumerate(before or []) if merging}
-        now = {n for n, (merging, _) in enumerate(after or []) if merging}
-        self.mine = (self.mine | (now - was)) & now
+    level, merging = nxt
+    size = merging or len(st[level][1])
+    return [level, size] if size < MERGE_GUARD_SEGMENTS else None
 
 
 def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
@@ -270,7 +269,7 @@ class Round(NamedTuple):
     max_step_commit_ms: float = 0.0  # of that step, its COMMIT's (DELETE mode: journal and db fsynced)
     max_step_pages: int = 0  # the pages it was asked to write
     over_budget: int = 0  # steps that held the lock longer than the writer's budget
-    left: list[int] | None = None  # [level, inputs] of their merge it stopped before (``theirs``)
+    left: list[int] | None = None  # [level, segments] it stopped before (``level_0_only``)
 
 
 def merge_round(
@@ -279,7 +278,7 @@ def merge_round(
     batch: AdaptiveBatch,
     full: bool = False,
     limit_ms: float | None = None,
-    theirs: Theirs | None = None,
+    level_0_only: bool = False,
 ) -> Round:
     """Budgeted ``merge`` steps until no level of ``table`` has merge work left.
 
@@ -288,8 +287,8 @@ def merge_round(
     step longer than the budget: the round says how long its longest step was, how much of
     that its COMMIT took, and how many pages it was asked for. ``limit_ms``: a step still
     running after that long is aborted and rolled back (``sqlite3.OperationalError: interrupted``).
-    ``theirs``: the round stops before a step would go on with one of those merges, as read in
-    that step's own transaction.
+    ``level_0_only``: the round stops before a step would merge above level 0 (:func:`above_level_0`),
+    as read in that step's own transaction.
     """
     longest = Round(0, 0.0)
     over = 0
@@ -298,16 +297,15 @@ def merge_round(
         pages = (-1 if full and steps == 1 else 1) * batch.size
 
         def merge(c: sqlite3.Connection, pages: int = pages) -> int:
-            st = structure(c, table) if theirs else None
-            ahead = theirs.ahead(st) if theirs and pages > 0 else None
-            if ahead:
-                left.append(ahead)
-                return 0
+            if level_0_only:
+                above = above_level_0(
+                    structure(c, table), _settings(c, table)["usermerge"] or HELD["usermerge"]
+                )
+                if above:
+                    left.append(above)
+                    return 0
             with time_limit(c, limit_ms):
-                changed = merge_step(c, table, pages)
-            if theirs:
-                theirs.stepped(st, structure(c, table))
-            return changed
+                return merge_step(c, table, pages)
 
         changed = w.step(merge, kind="merge")
         ms = w.stats.last_txn_ms
@@ -361,7 +359,6 @@ class MergeHold:
         self.batches = {t: w.batch(start=MERGE_START_PAGES, fill=0.8) for t in self.tables}
         self.base: dict[str, tuple[int, int] | None] = {}  # (big, all) segments after the last merge
         self.before: dict[str, set[tuple[int, int]]] = {}  # segments when engaged (unknown for a found hold)
-        self.theirs: dict[str, Theirs] = {}  # the merges its rounds leave alone (not for a found hold)
         self.merge_steps = 0
         self.merge_ms = 0.0  # lock time of those steps
         self.max_step_ms = 0.0  # the longest of them
@@ -386,7 +383,6 @@ class MergeHold:
         self.before = {
             t: {s.key for level in segments(self.w.conn, t) or [] for s in level} for t in self.tables
         }
-        self.theirs = {t: Theirs(self.before[t]) for t in self.tables}
         self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
         self.w.after_step.append(self.tick)
         if self.journal:
@@ -445,9 +441,7 @@ class MergeHold:
         try:
             if not full and table in self.before:  # (a found hold: a value may be the killed run's own)
                 self._rehold(table)
-            r = merge_round(
-                self.w, table, self.batches[table], full, theirs=None if full else self.theirs.get(table)
-            )
+            r = merge_round(self.w, table, self.batches[table], full, level_0_only=not full)
         finally:
             self._merging = False
             lock_ms = self.w.stats.total_txn_ms - held
@@ -475,8 +469,8 @@ class MergeHold:
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],
-                # merges in progress the round found (Hermes's passes start them), and the one it
-                # left for the full merge ([level, inputs])
+                # merges in progress the round found (Hermes's passes start them), and where above
+                # level 0 it stopped ([level, segments]), leaving the rest to the full merge
                 merging=merging,
                 left=r.left,
                 levels=[len(sizes) for sizes in before or []],
