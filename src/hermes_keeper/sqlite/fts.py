@@ -152,9 +152,7 @@ def segments(conn: sqlite3.Connection, table: str) -> list[list[Segment]] | None
 
 
 def merges_in_progress(conn: sqlite3.Connection, table: str) -> list[list[int]]:
-    """[level, input segments, segments] of each level with a merge in progress. A positive
-    ``'merge'`` continues the lowest such merge before starting any other, unless a level below
-    holds more segments than its inputs."""
+    """[level, input segments, segments] of each level with a merge in progress (:func:`next_merge`)."""
     return [
         [n, merging, len(level)] for n, (merging, level) in enumerate(structure(conn, table) or []) if merging
     ]
@@ -343,8 +341,8 @@ def _apply(c: sqlite3.Connection, table: str, values: dict[str, int | None]) -> 
 class MergeHold:
     """FTS5 automerge off from :meth:`engage` to the end of the ``with`` block.
 
-    Once engaged, :meth:`tick` runs after every step of the writer and merges an index in
-    budgeted steps once it has gained enough segments. On exit (also after an error) the
+    Once engaged, :meth:`tick` runs after every step of the writer and merges an index's level 0
+    in budgeted steps once it has gained enough segments. On exit (also after an error) the
     rest is merged and Hermes's own settings go back, then the saved copy is removed.
     Entering finds the copy a killed keeper left behind: those are Hermes's settings, and
     the block ends by restoring them.
@@ -431,7 +429,7 @@ class MergeHold:
                 self._merge(t)
 
     def _merge(self, table: str, full: bool = False) -> None:
-        """One round of merges, journaled with its cost: where a run's time goes."""
+        """One round of merges (:func:`merge_round`), journaled with its cost: where a run's time goes."""
         self._merging = True  # its own steps run the writer's hooks too
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
         merging = merges_in_progress(self.w.conn, table)
@@ -495,9 +493,10 @@ class MergeHold:
             # Already failing (a full disk, say): keep that error; the saved copy stays for the next run.
 
     def _release(self) -> None:
-        """Merge until no level holds a merge's worth of segments; then, where the hold's segments
-        add up to :data:`FULL_MERGE_PAGES`, merge the whole index into one, so Hermes's automerge
-        finds only its own small segments afterwards. For a hold found after a kill, which
+        """Merge level 0; then, where the hold's segments add up to :data:`FULL_MERGE_PAGES`, merge
+        the whole index into one, so Hermes's automerge finds only its own small segments
+        afterwards (where they do not, what the rounds left above level 0 is that small too).
+        For a hold found after a kill, which
         segments it made is unknown: all count, except those on the last level, where 'optimize'
         (Hermes's, or a full merge the killed run got through) leaves its one segment.
         """
