@@ -254,7 +254,7 @@ def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
         assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
         # What every other connection (Hermes) now sees: automerge off, crisismerge out of reach,
         # usermerge at FTS5's 4 (Hermes's own value, 6 here, goes back at the end).
-        held = {"automerge": 0, "crisismerge": 512, "usermerge": 4}
+        held = {"automerge": 0, "crisismerge": 512, "usermerge": 16}
         assert held_values(db) == {t: held for t in FTS_TABLES}
         hold.engage()  # once per block: a second call changes nothing
         assert json.loads(hold_file.read_text()) == {t: saved for t in FTS_TABLES}
@@ -419,12 +419,12 @@ def test_killed_hold_is_repaired_with_the_original_settings(tmp_path, desc, repa
     set_fts(db, "messages_fts_trigram", "usermerge", 2)  # killed in a full merge (FULL_MERGE_VALUES)
     hold_file = keeper / HOLD_NAME
     assert hold_file.exists()
-    assert held_values(db)["messages_fts"] == {"automerge": 0, "crisismerge": 512, "usermerge": 4}
+    assert held_values(db)["messages_fts"] == {"automerge": 0, "crisismerge": 512, "usermerge": 16}
 
     repair(home)
 
     assert not hold_file.exists()
-    assert configs(db) == before  # the original 7 and the absent rows, not the held 0 / 512 / 4 / 2
+    assert configs(db) == before  # the original 7 and the absent rows, not the held 0 / 512 / 16 / 2
     assert held_values(db) == {"messages_fts": {"automerge": 7}, "messages_fts_trigram": {}}
     if desc.startswith("hermes-keeper"):
         actions = [r["action"] for r in read_journal(keeper)]
@@ -684,9 +684,11 @@ def test_a_merge_hermes_left_half_done_on_level_0_is_gone_on_with(tmp_path):
     gateway.close()
 
 
-def test_rounds_merge_level_0_only_and_the_full_merge_takes_the_rest(tmp_path, monkeypatch):
-    """Each round merges the new segments on level 0 and stops: its outputs gather above, where
-    FTS5 with usermerge 4 would have merged them again every fourth round, tombstones and all."""
+def test_rounds_gather_the_levels_above_0_sixteen_to_a_merge_and_the_full_merge_takes_the_rest(
+    tmp_path, monkeypatch
+):
+    """With FTS5's usermerge of 4 the rounds merged level 1 again at every fourth output, tombstones
+    and all; held at 16 they do it a fourth as often, and the full merge gets fewer inputs."""
     monkeypatch.setattr(fts, "FULL_MERGE_PAGES", 2)
     home = _demo(tmp_path)
     db, keeper, t = home / "state.db", home / "keeper", "messages_fts_trigram"
@@ -699,8 +701,7 @@ def test_rounds_merge_level_0_only_and_the_full_merge_takes_the_rest(tmp_path, m
             w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 8))
         rounds = [e for e in read_journal(keeper) if e["action"] == "fts_merge" and e["table"] == t]
         assert len(rounds) >= 5
-        assert max(e["left"][1] for e in rounds if e["left"]) >= fts.HOLD_VALUES["usermerge"]
-        assert all(e["left"] is None or e["left"][0] > 0 for e in rounds)
+        assert max(e["levels"][1] for e in rounds) >= 4  # a fourth output on level 1, not merged
         assert len(fts.segments(w.conn, t)[0]) < MERGE_EVERY_SEGMENTS
     restored = [e for e in read_journal(keeper) if e["action"] == "fts_restored"][-1]
     assert t in restored["full_merge"]

@@ -37,17 +37,23 @@ FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 #: The settings a hold changes, with FTS5's defaults (used when the config table has no row).
 HELD = {"automerge": 4, "crisismerge": 16, "usermerge": 4}
 #: While held: automerge off; a level needs this many segments before FTS5 merges it by itself;
-#: our rounds' ``'merge'`` acts on a level of 4 segments or more (FTS5's default). Today's Hermes
-#: sets usermerge to 2 for its own bounded passes (once per process, so also in the middle of a
-#: run); with 2, every round of ours carried the tombstones up into Hermes's biggest level and
-#: rewrote it: 190 s of the 2 GB DELETE-mode bench's 259 s of lock time.
-HOLD_VALUES = {"automerge": 0, "crisismerge": 512, "usermerge": 4}
+#: our rounds' ``'merge'`` starts on a level of 16 segments or more (FTS5's most; its default is
+#: 4). Level 0 has 64 when a round is due; above it the rounds' outputs gather 16 to a merge, so
+#: the tombstones climb a level a fourth as often, and the full merge at the end has a few dozen
+#: inputs, not one per round (each of its steps pays for every input: at 5 GB, 143 inputs made
+#: steps of up to 576 ms). Today's Hermes sets usermerge to 2 for its own bounded passes (once per
+#: process, so also in the middle of a run); with 2, every round of ours carried the tombstones up
+#: into Hermes's biggest level and rewrote it: 190 s of the 2 GB DELETE-mode bench's 259 s of lock.
+HOLD_VALUES = {"automerge": 0, "crisismerge": 512, "usermerge": 16}
 #: For a hold's full merge, ``'merge', N`` (only ours: Hermes never sends one) continues on any level of
 #: two segments or more. With FTS5's 4, a merge in progress is not continued while a lower level
 #: holds as many segments as it has inputs but fewer than 4: two gateway writes between two
 #: steps of a full merge of two segments ended it halfway, and the tombstones stayed. (For
 #: the whole hold, 2 made the tombstones climb Hermes's levels one merge at a time: 2x slower.)
 FULL_MERGE_VALUES = {"usermerge": 2}
+#: For the last round of a hold that ends without a full merge: FTS5's default, the level size
+#: Hermes's automerge starts on, so that no level is left for it to merge inside a gateway write.
+SETTLE_VALUES = {"usermerge": HELD["usermerge"]}
 #: A segment this many pages or more is one of our delete transactions' (a gateway write's own
 #: segment is one page, and merges away cheaply).
 BIG_SEGMENT_PAGES = 2
@@ -192,25 +198,30 @@ def next_merge(st: list[tuple[int, list[Segment]]] | None, usermerge: int) -> tu
     return (best_level, 0) if best >= usermerge else None
 
 
-def above_level_0(st: list[tuple[int, list[Segment]]] | None, usermerge: int) -> list[int] | None:
-    """[level, segments] if the next positive ``'merge'`` would work above level 0: where a hold's
-    rounds stop.
+def hermes_merge(
+    st: list[tuple[int, list[Segment]]] | None, found: set[tuple[int, int]], usermerge: int
+) -> list[int] | None:
+    """[level, inputs] if the next positive ``'merge'`` would go on with a merge in progress above
+    level 0 of segments all in ``found`` (:attr:`Segment.key`, the index's when a hold engaged):
+    where a hold's rounds stop.
 
-    Every write's new segment goes to level 0, and FTS5's crisismerge acts there: the rounds keep
-    it small. Above it the rounds' outputs gather, with whatever was there, for the full merge at
-    the end, which rewrites it all once. Rounds that went further rewrote it more: the first one
-    carried on a merge Hermes's bounded pass had started on an imported index's 24 big segments
-    (most of the index), and the tombstones climbed a level each time one filled (2 GB DELETE bench:
-    29 of 49 s of the trigram rounds' lock). A level of :data:`MERGE_GUARD_SEGMENTS` segments is
-    merged all the same: level 0 could not outnumber it (FTS5 merges the level with the most
-    segments first) before crisismerge.
+    Hermes's bounded pass starts such a merge on the level with the most segments (an imported
+    index's 24-62 big ones, most of the index) and goes on with it 2,000 pages a pass. A round
+    that went on with it rewrote most of the index, and the full merge at the end rewrote it again
+    (2 GB DELETE bench: round 1, 386 steps, 15 s of lock). Left, the full merge takes it in. A merge
+    on level 0 is gone on with: every write's new segment goes there. So is one of
+    :data:`MERGE_GUARD_SEGMENTS` inputs or more: the levels below could not outnumber it (FTS5 goes
+    on with a merge in progress unless a level below holds as many segments as its inputs) before
+    FTS5's crisismerge merged level 0 inside someone's write.
     """
     nxt = next_merge(st, usermerge)
-    if nxt is None or nxt[0] == 0:
+    if nxt is None or nxt[0] == 0 or not nxt[1]:
         return None
     level, merging = nxt
-    size = merging or len(st[level][1])
-    return [level, size] if size < MERGE_GUARD_SEGMENTS else None
+    inputs = st[level][1][:merging]
+    return (
+        [level, merging] if merging < MERGE_GUARD_SEGMENTS and all(s.key in found for s in inputs) else None
+    )
 
 
 def _counts(lv: list[list[int]] | None) -> tuple[int, int] | None:
@@ -267,7 +278,7 @@ class Round(NamedTuple):
     max_step_commit_ms: float = 0.0  # of that step, its COMMIT's (DELETE mode: journal and db fsynced)
     max_step_pages: int = 0  # the pages it was asked to write
     over_budget: int = 0  # steps that held the lock longer than the writer's budget
-    left: list[int] | None = None  # [level, segments] it stopped before (``level_0_only``)
+    left: list[int] | None = None  # [level, inputs] of Hermes's merge it stopped before (``found``)
 
 
 def merge_round(
@@ -276,7 +287,7 @@ def merge_round(
     batch: AdaptiveBatch,
     full: bool = False,
     limit_ms: float | None = None,
-    level_0_only: bool = False,
+    found: set[tuple[int, int]] | None = None,
 ) -> Round:
     """Budgeted ``merge`` steps until no level of ``table`` has merge work left.
 
@@ -285,8 +296,8 @@ def merge_round(
     step longer than the budget: the round says how long its longest step was, how much of
     that its COMMIT took, and how many pages it was asked for. ``limit_ms``: a step still
     running after that long is aborted and rolled back (``sqlite3.OperationalError: interrupted``).
-    ``level_0_only``: the round stops before a step would merge above level 0 (:func:`above_level_0`),
-    as read in that step's own transaction.
+    ``found``: the round stops before a step would go on with a merge Hermes started on those
+    segments (:func:`hermes_merge`), as read in that step's own transaction.
     """
     longest = Round(0, 0.0)
     over = 0
@@ -295,12 +306,12 @@ def merge_round(
         pages = (-1 if full and steps == 1 else 1) * batch.size
 
         def merge(c: sqlite3.Connection, pages: int = pages) -> int:
-            if level_0_only:
-                above = above_level_0(
-                    structure(c, table), _settings(c, table)["usermerge"] or HELD["usermerge"]
+            if found:
+                theirs = hermes_merge(
+                    structure(c, table), found, _settings(c, table)["usermerge"] or HELD["usermerge"]
                 )
-                if above:
-                    left.append(above)
+                if theirs:
+                    left.append(theirs)
                     return 0
             with time_limit(c, limit_ms):
                 return merge_step(c, table, pages)
@@ -341,8 +352,8 @@ def _apply(c: sqlite3.Connection, table: str, values: dict[str, int | None]) -> 
 class MergeHold:
     """FTS5 automerge off from :meth:`engage` to the end of the ``with`` block.
 
-    Once engaged, :meth:`tick` runs after every step of the writer and merges an index's level 0
-    in budgeted steps once it has gained enough segments. On exit (also after an error) the
+    Once engaged, :meth:`tick` runs after every step of the writer and merges an index in
+    budgeted steps once it has gained enough segments. On exit (also after an error) the
     rest is merged and Hermes's own settings go back, then the saved copy is removed.
     Entering finds the copy a killed keeper left behind: those are Hermes's settings, and
     the block ends by restoring them.
@@ -428,8 +439,9 @@ class MergeHold:
             if due:
                 self._merge(t)
 
-    def _merge(self, table: str, full: bool = False) -> None:
-        """One round of merges (:func:`merge_round`), journaled with its cost: where a run's time goes."""
+    def _merge(self, table: str, full: bool = False, settle: bool = False) -> None:
+        """One round of merges (:func:`merge_round`), journaled with its cost: where a run's time goes.
+        ``settle``: with :data:`SETTLE_VALUES`."""
         self._merging = True  # its own steps run the writer's hooks too
         held, t0, before = self.w.stats.total_txn_ms, time.perf_counter(), levels(self.w.conn, table)
         merging = merges_in_progress(self.w.conn, table)
@@ -437,9 +449,15 @@ class MergeHold:
         doclist = longest_doclist_pages(self.w.conn, table) if full else None
         r = Round(0, 0.0)
         try:
-            if not full and table in self.before:  # (a found hold: a value may be the killed run's own)
+            if (
+                not (full or settle) and table in self.before
+            ):  # (a found hold: a value may be the killed run's own)
                 self._rehold(table)
-            r = merge_round(self.w, table, self.batches[table], full, level_0_only=not full)
+            if settle:
+                self.w.step(lambda c: _apply(c, table, SETTLE_VALUES))
+            r = merge_round(
+                self.w, table, self.batches[table], full, found=None if full else self.before.get(table)
+            )
         finally:
             self._merging = False
             lock_ms = self.w.stats.total_txn_ms - held
@@ -467,8 +485,8 @@ class MergeHold:
                 wall_ms=round((time.perf_counter() - t0) * 1000.0, 1),
                 segments=[segs, segs_after],
                 pages=[pages, pages_after],
-                # merges in progress the round found (Hermes's passes start them), and where above
-                # level 0 it stopped ([level, segments]), leaving the rest to the full merge
+                # merges in progress the round found (Hermes's passes start them), and the one of
+                # Hermes's it left to the full merge ([level, inputs])
                 merging=merging,
                 left=r.left,
                 levels=[len(sizes) for sizes in before or []],
@@ -493,10 +511,10 @@ class MergeHold:
             # Already failing (a full disk, say): keep that error; the saved copy stays for the next run.
 
     def _release(self) -> None:
-        """Merge level 0; then, where the hold's segments add up to :data:`FULL_MERGE_PAGES`, merge
+        """A last round; then, where the hold's segments add up to :data:`FULL_MERGE_PAGES`, merge
         the whole index into one, so Hermes's automerge finds only its own small segments
-        afterwards (where they do not, what the rounds left above level 0 is that small too).
-        For a hold found after a kill, which
+        afterwards, and where they do not, merge until no level holds 4 segments
+        (:data:`SETTLE_VALUES`). For a hold found after a kill, which
         segments it made is unknown: all count, except those on the last level, where 'optimize'
         (Hermes's, or a full merge the killed run got through) leaves its one segment.
         """
@@ -511,6 +529,8 @@ class MergeHold:
                 self.batches[t] = start_full_merge(self.w, t)
                 self._merge(t, full=True)
                 full.append(t)
+            else:
+                self._merge(t, settle=True)
         self.w.step(lambda c: [_apply(c, t, self.saved[t]) for t in held])
         self.path.unlink()
         fsync_dir(self.path.parent)
