@@ -449,9 +449,8 @@ class MergeHold:
         doclist = longest_doclist_pages(self.w.conn, table) if full else None
         r = Round(0, 0.0)
         try:
-            if (
-                not (full or settle) and table in self.before
-            ):  # (a found hold: a value may be the killed run's own)
+            # (Not for a found hold: a value may be the killed run's own.)
+            if not (full or settle) and table in self.before:
                 self._rehold(table)
             if settle:
                 self.w.step(lambda c: _apply(c, table, SETTLE_VALUES))
