@@ -14,9 +14,10 @@ Hermes's own ``SessionDB.append_message`` at 20 writes/s, runs:
       once with ``compact = false`` and once with the compact step a run does by default;
       once more with its FTS5 merges skipped (not a mode the keeper has): what they cost
 
-and prints writer latency (p50/p99/max), failures, wall time, sessions pruned, and bytes
-freed: from the file (only a VACUUM shrinks it) and from the pages in use. The stand-in goes on
-writing ``--tail-s`` (15 s) after each operation: its worst write there shows what the
+and prints writer latency (p50/p99/max), failures, wall time, sessions pruned, the peak RSS of
+the process the operation ran (the keeper's own, Hermes's prune's), and bytes freed: from the
+file (only a VACUUM shrinks it) and from the pages in use. The stand-in goes on writing
+``--tail-s`` (15 s) after each operation: its worst write there shows what the
 operation left for Hermes to pay (FTS5 segments its automerge then merges inside a write). The machine is
 shared and noisy, so (b) and (c) run ``--rounds`` times, alternating, and the summary gives
 the median of the per-round ratios beside the worst writer figures of any keeper run.
@@ -51,6 +52,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -117,9 +119,26 @@ WITHOUT_MERGES = (
 )
 
 
+#: The peak resident memory (MB) of each process :func:`measured` ran since :func:`scenario` began
+#: one: the keeper's own, or Hermes's prune's, apart from the writer's and the bench's.
+PEAK_RSS_MB: list[float] = []
+
+
+def measured(cmd: list[str]) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd)`` that also records the process's own peak RSS (``wait4``): the bench
+    tree's largest (``/usr/bin/time -v``) is the writer's or Hermes's as often as the keeper's."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        PEAK_RSS_MB.append(usage.ru_maxrss / 1024)  # KiB on Linux
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(), err.read().decode())
+
+
 def keeper(home: Path, *args: str, merges: bool = True) -> subprocess.CompletedProcess:
     run = ["-m", "hermes_keeper"] if merges else ["-c", WITHOUT_MERGES]
-    out = subprocess.run([sys.executable, *run, *args, "--home", str(home)], capture_output=True, text=True)
+    out = measured([sys.executable, *run, *args, "--home", str(home)])
     if out.returncode:
         sys.exit(f"hermes-keeper {' '.join(args)} exited {out.returncode}:\n{out.stderr}")
     return out
@@ -185,6 +204,7 @@ def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
     home = copy_home(base, work / name)
     (home / "keeper.toml").write_text(policy + POLICY)
     before, used = db_bytes(home), used_bytes(home)
+    PEAK_RSS_MB.clear()
     with live_writer(home, version=WRITER, tail_s=TAIL_S) as w:
         t0 = time.perf_counter()
         pruned = fn(home)
@@ -197,6 +217,7 @@ def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
         "pruned": pruned,
         "freed": freed,
         "unused": unused,
+        "rss_mb": max(PEAK_RSS_MB, default=None),  # None: the floor, run inside the bench
         **w.stats,
         "after_max_ms": w.after["max_ms"],
         "after_failures": w.after["failures"],
@@ -208,13 +229,14 @@ def scenario(name: str, base: Path, work: Path, fn, policy: str = "") -> dict:
 def print_rows(rows: list[dict]) -> None:
     print(
         f"{'scenario':26} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>9} {'fail':>5} {'writes':>7} {'wall s':>7}"
-        f" {'pruned':>7} {'file -MB':>9} {'pages -MB':>9} {'after: max ms':>13} {'fail':>4}"
+        f" {'pruned':>7} {'file -MB':>9} {'pages -MB':>9} {'after: max ms':>13} {'fail':>4} {'RSS MB':>6}"
     )
     for r in rows:
         print(
             f"{r['name']:26} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:9.1f} {r['failures']:5d}"
             f" {r['writes']:7d} {r['wall_s']:7.2f} {r['pruned']:7d} {r['freed'] / 1e6:9.1f}"
             f" {r['unused'] / 1e6:9.1f} {r['after_max_ms']:13.1f} {r['after_failures']:4d}"
+            f" {'-' if r['rss_mb'] is None else format(r['rss_mb'], '.0f'):>6}"
             + (
                 f"  hermes FTS work: {', '.join(f'{x:.0f}' for x in r['optimize_ms'])} ms"
                 if r["optimize_ms"]
@@ -386,11 +408,7 @@ def main() -> None:
     )
 
     def hermes_prune(home):
-        out = subprocess.run(
-            [str(hermes.python), str(Path(__file__).parent / "hermes_prune.py"), str(home), "7"],
-            capture_output=True,
-            text=True,
-        )
+        out = measured([str(hermes.python), str(Path(__file__).parent / "hermes_prune.py"), str(home), "7"])
         if out.returncode:  # Hermes's own maintenance failed (database is locked, say): a figure too
             print(f"hermes prune+vacuum failed: {out.stderr.strip().splitlines()[-1]}")
             return -1
