@@ -50,7 +50,7 @@ def bench_home(
     if shape == "imported":
         return imported_home(sessions, messages)
     per = demo.messages_per_session_for(messages, sessions)
-    dest = CACHE / f"hermes-{version}-{sessions}x{per}"
+    dest = CACHE / f"hermes-{version}-{sessions}x{per}-text{demo.TEXT_VERSION}"
     if (dest / ".ready").exists():
         return dest
     shutil.rmtree(dest, ignore_errors=True)
@@ -81,7 +81,7 @@ def imported_home(sessions: int, messages: int) -> Path:
     one level, the shape an import or a one-time FTS rebuild leaves (147 on a level in the issue's
     2 GB home). Hermes's settings are put back afterwards, so its writes merge as usual."""
     per = demo.messages_per_session_for(messages, sessions)
-    dest = CACHE / f"imported-{sessions}x{per}"
+    dest = CACHE / f"imported-{sessions}x{per}-text{demo.TEXT_VERSION}"
     if (dest / ".ready").exists():
         return dest
     shutil.rmtree(dest, ignore_errors=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 import time
 
+import zstandard
 from click.testing import CliRunner
 
 from hermes_keeper import demo
@@ -57,6 +59,25 @@ def test_demo_spec_looks_like_the_bug_reports():
     assert sum(len(s["messages"]) >= 500 for s in sessions) == 2
     assert max(now - s["started_at"] for s in sessions) > 60 * 86400
     assert len({s["id"] for s in sessions}) == len(sessions)
+
+
+def test_demo_text_indexes_like_conversations(tmp_path):
+    """The benches' big homes are this text: its full-text indexes must have a real index's shape,
+    a few long doclists and a long tail. FTS5 writes a term's whole doclist in one merge step: with
+    47 equally common words (the earlier text) the 2 GB home's trigram index held 459 terms, 204
+    of them over ~1,000 pages, so most merge steps were that long, and the bench measured stalls
+    no real home has."""
+    conn = sqlite3.connect(demo.build_home(tmp_path / "h", demo.generate(1.8e9, sessions=100)))
+    for table, min_terms in (("messages_fts", 5_000), ("messages_fts_trigram", 5_000)):
+        conn.execute(f"CREATE VIRTUAL TABLE temp.vocab_{table} USING fts5vocab(main, {table}, 'row')")
+        terms, postings, top = conn.execute(
+            f"SELECT count(*), sum(cnt), max(cnt) FROM temp.vocab_{table}"
+        ).fetchone()
+        assert terms >= min_terms
+        assert top / postings < 0.06  # "the" is ~5% of English words; " th" ~1.5% of its trigrams
+    text = " ".join(m[1] for s in demo.generate(1.8e9, sessions=100).sessions for m in s.get("messages", []))
+    ratio = len(text) / len(zstandard.ZstdCompressor(level=3).compress(text.encode()))
+    assert 2.5 < ratio < 8  # people and tools repeat themselves, but not 47 words over and over
 
 
 def test_demo_home_opens_in_real_hermes(tmp_path, hermes):

@@ -10,6 +10,7 @@ Hermes 0.19.0 creates (``data/hermes_schema.sql``) without needing Hermes instal
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import sqlite3
@@ -18,6 +19,7 @@ from importlib.resources import files
 from pathlib import Path
 
 DAY = 86400.0
+#: The topics of the sample conversations: the most frequent words after English's own.
 WORDS = tuple(
     (
         "deploy docker kubernetes python refactor test database index query backup cron report "
@@ -25,6 +27,75 @@ WORDS = tuple(
         "latency cache memory gateway telegram discord budget travel recipe garden music review"
     ).split()
 )
+_ENGLISH = tuple(
+    (
+        "the of and to a in is it you that he was for on are with as i his they be at one have "
+        "this from or had by not word but what some we can out other were all there when up use "
+        "your how said an each she which do their time if will way about many then them write "
+        "would like so these her long make thing see him two has look more day could go come did "
+        "number sound no most people my over know water than call first who may down side been "
+        "now find any new work part take get place made live where after back little only round "
+        "man year came show every good me give our under name very through just form sentence "
+        "great think say help low line differ turn cause much mean before move right boy old too "
+        "same tell does set three want air well also play small end put home read hand port large"
+    ).split()
+)
+_ONSETS = ("", *"b c d f g h k l m n p r s t v w br ch cl cr dr fl gr pl pr sh sl st str th tr".split())
+_NUCLEI = tuple("a e i o u ai ea ee io ou y".split())
+_CODAS = ("", "", *"n r s t l m nd ng nt rk st ck x".split())
+
+
+def _vocabulary(size: int = 30_000) -> tuple[tuple[str, ...], list[float]]:
+    """Words and cumulative Zipf weights (rank r weighs 1 / (r + 2.7)): English's most frequent
+    words first, then the topics, then made-up words of 1-3 syllables. Real conversations have
+    that shape: a few words in most messages and a long tail, so a full-text index holds a few
+    very long doclists and many short ones. (Uniform draws from 47 words gave an index of 47
+    terms, each a doclist of thousands of pages: no real home merges like that.)"""
+    rng = random.Random(1)
+    words = list(dict.fromkeys((*_ENGLISH[:12], *WORDS, *_ENGLISH[12:])))
+    seen = set(words)
+    while len(words) < size:
+        syllables = rng.choice((1, 2, 2, 3))
+        word = "".join(
+            rng.choice(_ONSETS) + rng.choice(_NUCLEI) + rng.choice(_CODAS) for _ in range(syllables)
+        )
+        if len(word) > 1 and word not in seen:
+            seen.add(word)
+            words.append(word)
+    return tuple(words), list(itertools.accumulate(1.0 / (rank + 2.7) for rank in range(len(words))))
+
+
+_VOCABULARY, _CUM_WEIGHTS = _vocabulary()
+
+
+def _phrases(count: int = 20_000) -> tuple[tuple[str, ...], list[float]]:
+    """Phrases of 2-7 words of :func:`_vocabulary`, with Zipf weights of their own."""
+    rng = random.Random(2)
+    phrases = tuple(
+        " ".join(rng.choices(_VOCABULARY, cum_weights=_CUM_WEIGHTS, k=rng.randint(2, 7)))
+        for _ in range(count)
+    )
+    return phrases, list(itertools.accumulate(1.0 / (rank + 2.7) for rank in range(count)))
+
+
+_PHRASES, _PHRASE_WEIGHTS = _phrases()
+#: Changes whenever the same seed makes other text: homes built and cached from it (bench/homes.py)
+#: name it, so a stale one is never measured as the new one.
+TEXT_VERSION = 2
+#: Share of tokens that are numbers, ids, paths and identifiers (tool output, code): the rarest terms.
+TECHNICAL_SHARE = 0.06
+
+
+def _technical(rng: random.Random) -> str:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return f"{rng.getrandbits(32):08x}"
+    if kind == 1:
+        return str(rng.randrange(100_000))
+    if kind == 2:
+        return f"{rng.uniform(0, 1000):.2f}"
+    a, b = rng.choices(_VOCABULARY, cum_weights=_CUM_WEIGHTS, k=2)
+    return f"/{a}/{b}.py" if kind == 3 else f"{a}_{b}()"
 
 
 @dataclass
@@ -37,7 +108,18 @@ class DemoSpec:
 
 
 def _sentence(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n))
+    """About ``n`` words: phrases (people repeat themselves, tools repeat their output) and now
+    and then a number, id or path."""
+    parts, words = [], 0
+    while words < n:
+        if rng.random() < TECHNICAL_SHARE:
+            parts.append(_technical(rng))
+            words += 1
+        else:
+            phrase = rng.choices(_PHRASES, cum_weights=_PHRASE_WEIGHTS)[0]
+            parts.append(phrase)
+            words += phrase.count(" ") + 1
+    return " ".join(parts)
 
 
 def _local_id(rng: random.Random, ts: float) -> str:
