@@ -10,6 +10,7 @@ Hermes 0.19.0 creates (``data/hermes_schema.sql``) without needing Hermes instal
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import random
@@ -17,6 +18,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
+from typing import NamedTuple
 
 DAY = 86400.0
 #: The topics of the sample conversations: the most frequent words after English's own.
@@ -45,8 +47,27 @@ _NUCLEI = tuple("a e i o u ai ea ee io ou y".split())
 _CODAS = ("", "", *"n r s t l m nd ng nt rk st ck x".split())
 
 
+def _zipf(count: int) -> list[float]:
+    """Cumulative Zipf weights of ``count`` ranks: rank r weighs 1 / (r + 2.7)."""
+    return list(itertools.accumulate(1.0 / (rank + 2.7) for rank in range(count)))
+
+
+class _Text(NamedTuple):
+    words: tuple[str, ...]
+    word_weights: list[float]
+    phrases: tuple[str, ...]
+    phrase_weights: list[float]
+
+
+@functools.cache
+def _text() -> _Text:
+    """The text model, built on first use (not on import: ``report`` imports this module)."""
+    words, word_weights = _vocabulary()
+    return _Text(words, word_weights, *_phrases(words, word_weights))
+
+
 def _vocabulary(size: int = 30_000) -> tuple[tuple[str, ...], list[float]]:
-    """Words and cumulative Zipf weights (rank r weighs 1 / (r + 2.7)): English's most frequent
+    """Words and their cumulative Zipf weights (:func:`_zipf`): English's most frequent
     words first, then the topics, then made-up words of 1-3 syllables. Real conversations have
     that shape: a few words in most messages and a long tail, so a full-text index holds a few
     very long doclists and many short ones. (Uniform draws from 47 words gave a 2 GB home a
@@ -63,23 +84,20 @@ def _vocabulary(size: int = 30_000) -> tuple[tuple[str, ...], list[float]]:
         if len(word) > 1 and word not in seen:
             seen.add(word)
             words.append(word)
-    return tuple(words), list(itertools.accumulate(1.0 / (rank + 2.7) for rank in range(len(words))))
+    return tuple(words), _zipf(len(words))
 
 
-_VOCABULARY, _CUM_WEIGHTS = _vocabulary()
-
-
-def _phrases(count: int = 20_000) -> tuple[tuple[str, ...], list[float]]:
-    """Phrases of 2-7 words of :func:`_vocabulary`, with Zipf weights of their own."""
+def _phrases(
+    words: tuple[str, ...], weights: list[float], count: int = 20_000
+) -> tuple[tuple[str, ...], list[float]]:
+    """Phrases of 2-7 of ``words``, with Zipf weights of their own."""
     rng = random.Random(2)
     phrases = tuple(
-        " ".join(rng.choices(_VOCABULARY, cum_weights=_CUM_WEIGHTS, k=rng.randint(2, 7)))
-        for _ in range(count)
+        " ".join(rng.choices(words, cum_weights=weights, k=rng.randint(2, 7))) for _ in range(count)
     )
-    return phrases, list(itertools.accumulate(1.0 / (rank + 2.7) for rank in range(count)))
+    return phrases, _zipf(count)
 
 
-_PHRASES, _PHRASE_WEIGHTS = _phrases()
 #: Changes whenever the same seed makes other text: homes built and cached from it (bench/homes.py)
 #: name it, so a stale one is never measured as the new one.
 TEXT_VERSION = 2
@@ -95,7 +113,8 @@ def _technical(rng: random.Random) -> str:
         return str(rng.randrange(100_000))
     if kind == 2:
         return f"{rng.uniform(0, 1000):.2f}"
-    a, b = rng.choices(_VOCABULARY, cum_weights=_CUM_WEIGHTS, k=2)
+    text = _text()
+    a, b = rng.choices(text.words, cum_weights=text.word_weights, k=2)
     return f"/{a}/{b}.py" if kind == 3 else f"{a}_{b}()"
 
 
@@ -111,13 +130,13 @@ class DemoSpec:
 def _sentence(rng: random.Random, n: int) -> str:
     """About ``n`` words: phrases (people repeat themselves, tools repeat their output) and now
     and then a number, id or path."""
-    parts, words = [], 0
+    text, parts, words = _text(), [], 0
     while words < n:
         if rng.random() < TECHNICAL_SHARE:
             parts.append(_technical(rng))
             words += 1
         else:
-            phrase = rng.choices(_PHRASES, cum_weights=_PHRASE_WEIGHTS)[0]
+            phrase = rng.choices(text.phrases, cum_weights=text.phrase_weights)[0]
             parts.append(phrase)
             words += phrase.count(" ") + 1
     return " ".join(parts)
