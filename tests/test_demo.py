@@ -67,7 +67,8 @@ def test_demo_text_indexes_like_conversations(tmp_path):
     47 equally common words (the earlier text) the 2 GB home's trigram index held 459 terms, 204
     of them over ~1,000 pages, so most merge steps were that long, and the bench measured stalls
     no real home has."""
-    conn = sqlite3.connect(demo.build_home(tmp_path / "h", demo.generate(1.8e9, sessions=100)))
+    spec = demo.generate(1.8e9, sessions=100)
+    conn = sqlite3.connect(demo.build_home(tmp_path / "h", spec))
     for table, min_terms in (("messages_fts", 5_000), ("messages_fts_trigram", 5_000)):
         conn.execute(f"CREATE VIRTUAL TABLE temp.vocab_{table} USING fts5vocab(main, {table}, 'row')")
         terms, postings, top = conn.execute(
@@ -75,7 +76,7 @@ def test_demo_text_indexes_like_conversations(tmp_path):
         ).fetchone()
         assert terms >= min_terms
         assert top / postings < 0.06  # "the" is ~5% of English words; " th" ~1.5% of its trigrams
-    text = " ".join(m[1] for s in demo.generate(1.8e9, sessions=100).sessions for m in s.get("messages", []))
+    text = " ".join(m[1] for s in spec.sessions for m in s.get("messages", []))
     ratio = len(text) / len(zstandard.ZstdCompressor(level=3).compress(text.encode()))
     assert 2.5 < ratio < 8  # people and tools repeat themselves, but not 47 words over and over
 
