@@ -241,9 +241,8 @@ def run_figures(profile: Profile, result: RunResult) -> dict:
         "max_txn_ms": d["writer"].get("max_txn_ms", 0.0),
         "backup": d["backup"],
     }
-    wal = profile.fs.lstat("state.db-wal")
     out["components"] = components(
-        profile, _objects_after_run(profile), d["reclaimable_bytes"], wal.st_size if wal else 0
+        profile, _objects_after_run(profile), d["reclaimable_bytes"], profile.wal_bytes()
     )
     return out
 

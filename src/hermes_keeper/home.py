@@ -60,6 +60,11 @@ class Profile:
         """The door every keeper read, write and delete under this home goes through."""
         return HomeFS(self.home)
 
+    def wal_bytes(self) -> int:
+        """Bytes of state.db's WAL on disk (0 without one): part of what the database takes."""
+        st = self.fs.lstat("state.db-wal")
+        return st.st_size if st else 0
+
     @contextmanager
     def _changing(self) -> Iterator[Journal]:
         """One keeper per home (the lock), and every change journaled."""

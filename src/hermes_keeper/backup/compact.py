@@ -31,7 +31,7 @@ from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
 from hermes_keeper.run.context import RunContext
 from hermes_keeper.run.policy import Policy
-from hermes_keeper.sqlite.connect import connect_ro, connect_rw, is_busy
+from hermes_keeper.sqlite.connect import checkpoint_passive, connect_ro, connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import (
     Holder,
@@ -48,6 +48,8 @@ DEFAULT_LIVE_VACUUM_STALL_S = Policy().live_vacuum_stall_s
 #: Our connection cuts the WAL back to this whenever it restarts it: moved pages pass through the
 #: WAL, and a running Hermes never truncates it (only PASSIVE checkpoints until it closes).
 WAL_LIMIT_BYTES = 4 << 20
+#: :func:`cut_wal`: tries, the pause between two, and how long its write waits for the lock in all.
+WAL_CUT_TRIES, WAL_CUT_GAP_S, WAL_CUT_BUSY_S = 20, 0.05, 5.0
 #: Longest an FTS merge step may hold the write lock while Hermes runs (Hermes's busy handler
 #: then still gets the lock well inside its first second).
 FTS_STEP_LIMIT_MS = 120.0
@@ -109,11 +111,6 @@ class ReclaimResult:
         return asdict(self) | {"freed_bytes": self.freed_bytes}
 
 
-def _wal(path: Path) -> int:
-    wal = path.with_name(path.name + "-wal")
-    return wal.stat().st_size if wal.exists() else 0
-
-
 def _merge_fts(w: Writer, schema: SchemaInfo, live: bool) -> tuple[int, list[str]]:
     """FTS5 ``merge`` steps, N pages each (sized to the budget), until no work is left.
 
@@ -168,6 +165,48 @@ def _incremental(w: Writer) -> int:
         total += freed
         if freed < n:  # the freelist is empty (or nothing more can move)
             return total
+
+
+def _rewrite_application_id(conn: sqlite3.Connection) -> None:
+    """Write the header's ``application_id`` back as it is: one page changed, no row, no trigger.
+
+    Today's Hermes stamps the file's generation there and compares it on every write (a changed
+    one means the file was replaced): read under our write lock, the value cannot change.
+    """
+    app = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    conn.execute(f"PRAGMA application_id={app}")
+
+
+def cut_wal(
+    profile: Profile, budget_ms: float = DEFAULT_BUDGET_MS, pause_ms: float = DEFAULT_PAUSE_MS
+) -> bool:
+    """Cut a WAL over :data:`WAL_LIMIT_BYTES` back beside a running Hermes; True if it is (or was) small.
+
+    Hermes checkpoints only PASSIVE while it runs (upstream holds TRUNCATE beside its writers
+    unsafe, hermes-agent #45383 and #84881), and a PASSIVE checkpoint never shrinks the file: the
+    WAL keeps its high-water mark (GBs after Hermes 0.19's 'optimize' or a VACUUM beside Hermes)
+    until Hermes's last connection closes. SQLite itself cuts the WAL to ``journal_size_limit``
+    when the connection that starts it over commits: the first writer after a checkpoint copied
+    every frame back and while no reader needs them. So once our PASSIVE checkpoint has copied
+    every frame, we write one page (:func:`_rewrite_application_id`) in a short transaction of
+    our own. Whoever writes first starts the WAL over; a Hermes write that does leaves it big for
+    the next try (:data:`WAL_CUT_TRIES`).
+    """
+    if profile.wal_bytes() <= WAL_LIMIT_BYTES:
+        return True
+    with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, busy_wait_s=WAL_CUT_BUSY_S) as w:
+        w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+        for _ in range(WAL_CUT_TRIES):
+            _busy, frames, copied = checkpoint_passive(w.conn)
+            if frames == copied:
+                try:
+                    w.step(_rewrite_application_id)
+                except TryLater:  # Hermes's own long transaction: the WAL waits for the next run
+                    return False
+            if profile.wal_bytes() <= WAL_LIMIT_BYTES:
+                return True
+            time.sleep(WAL_CUT_GAP_S)
+    return profile.wal_bytes() <= WAL_LIMIT_BYTES
 
 
 def _wait_idle(db_path: Path, wait_s: float | None) -> list:
@@ -514,7 +553,7 @@ def _compact(
         auto_vacuum_after=schema.auto_vacuum,
         db_bytes_before=schema.db_bytes,
         db_bytes_after=0,
-        wal_bytes_before=_wal(db),
+        wal_bytes_before=profile.wal_bytes(),
         wal_bytes_after=0,
         free_bytes_after=0,
         live=live,
@@ -553,17 +592,19 @@ def _compact(
         )
     if holders is None and standalone:
         holders = find_holders(db)
-    conn = connect_rw(db)
-    try:
-        idle = holders is not None and not holders
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if idle else "PRAGMA wal_checkpoint(PASSIVE)")
-    finally:
-        conn.close()
+    if holders is not None and not holders:
+        conn = connect_rw(db)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+    else:
+        cut_wal(profile, w.budget_ms, w.pause_ms)
     after = schema.resized()
     res.auto_vacuum_after = after.auto_vacuum
     res.db_bytes_after = after.db_bytes
     res.free_bytes_after = after.free_bytes
-    res.wal_bytes_after = _wal(db)
+    res.wal_bytes_after = profile.wal_bytes()
     res.seconds = round(time.perf_counter() - t0, 3)
     if journal:
         journal.write("compact", **res.to_dict())

@@ -49,7 +49,7 @@ class RunResult:
     file_bytes: int = 0
     db_bytes_before: int = 0  # pages in use (the file's pages minus its freelist)
     db_bytes_after: int = 0
-    file_bytes_before: int = 0  # the database file's pages: what the disk holds
+    file_bytes_before: int = 0  # state.db's pages and its WAL: what the disk holds
     file_bytes_after: int = 0
     reclaimable_bytes: int = 0  # free pages left in the file after the run
     remaining_sessions: int = 0
@@ -63,8 +63,9 @@ class RunResult:
 
     @property
     def freed_bytes(self) -> int:
-        """Bytes given back to the disk: the file's shrink and the files removed. Pages freed
-        inside state.db are not: they stay in the file until a vacuum (``reclaimable_bytes``)."""
+        """Bytes given back to the disk: the shrink of state.db and its WAL, and the files removed.
+        Pages freed inside state.db are not: they stay in the file until a vacuum
+        (``reclaimable_bytes``); nor is a WAL Hermes left at its high-water mark."""
         return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
 
     def summary(self) -> str:
@@ -226,7 +227,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     res = RunResult(
         profile.name,
         db_bytes_before=ctx.schema.used_bytes,
-        file_bytes_before=ctx.schema.db_bytes,
+        file_bytes_before=ctx.schema.db_bytes + profile.wal_bytes(),
         safeguard=plan.safeguard.kind,
     )
     if plan.safeguard.kind == REFUSE:
@@ -281,7 +282,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     try:
         after = ctx.schema.resized(conn)
         res.db_bytes_after = after.used_bytes
-        res.file_bytes_after, res.reclaimable_bytes = after.db_bytes, after.free_bytes
+        res.file_bytes_after, res.reclaimable_bytes = after.db_bytes + profile.wal_bytes(), after.free_bytes
         res.remaining_sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         res.remaining_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:
