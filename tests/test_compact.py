@@ -222,6 +222,15 @@ def test_a_wal_hermes_left_big_is_cut_back_while_it_writes(home, hermes):
     hermes_view(hermes, home)  # Hermes reads it, both indexes whole
 
 
+def test_a_wal_left_big_is_said_so(home, hold_open, monkeypatch):
+    """A WAL the cut could not start over (Hermes wrote first every time, a full disk) is named
+    in the note, with its size."""
+    monkeypatch.setattr(compact_mod, "cut_wal", lambda *args: False)
+    hold_open(home / "state.db")
+    res = compact(select_profiles(home)[0], allow_full_vacuum=False)
+    assert f"the WAL ({units.size(res.wal_bytes_after)}) was not cut back beside Hermes" in res.note
+
+
 def test_rollback_journal_estimate_lets_hermes_commit_between_its_reads(home, monkeypatch, tmp_path):
     """In DELETE mode a reader holds every commit: the estimate's copy is made of short reads
     (each one statement under its own read lock), another process commits between any two of

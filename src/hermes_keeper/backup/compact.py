@@ -201,7 +201,7 @@ def cut_wal(
             if frames == copied:
                 try:
                     w.step(_rewrite_application_id)
-                except TryLater:  # Hermes's own long transaction: the WAL waits for the next run
+                except (TryLater, sqlite3.OperationalError):  # a long transaction of Hermes's, a full disk
                     return False
             if profile.wal_bytes() <= WAL_LIMIT_BYTES:
                 return True
@@ -598,8 +598,11 @@ def _compact(
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             conn.close()
-    else:
-        cut_wal(profile, w.budget_ms, w.pause_ms)
+    elif not cut_wal(profile, w.budget_ms, w.pause_ms):
+        left = f"the WAL ({units.size(profile.wal_bytes())}) was not cut back beside Hermes; it shrinks"
+        res.note = "; ".join(
+            filter(None, [res.note, f"{left} at the next run's compact or when Hermes closes"])
+        )
     after = schema.resized()
     res.auto_vacuum_after = after.auto_vacuum
     res.db_bytes_after = after.db_bytes
