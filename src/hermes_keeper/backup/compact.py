@@ -102,6 +102,10 @@ class ReclaimResult:
         before = self.db_bytes_before + self.wal_bytes_before
         return max(0, before - self.db_bytes_after - self.wal_bytes_after)
 
+    def add_note(self, text: str) -> None:
+        """One more thing the user should know, after those already said."""
+        self.note = "; ".join(filter(None, [self.note, text]))
+
     @property
     def unconverted(self) -> bool:
         """Still auto_vacuum=NONE: free pages cannot go back to the disk until the one-time VACUUM runs."""
@@ -430,7 +434,7 @@ def _convert(
         # A snapshot would hold Hermes's commits for the whole copy; the VACUUM changes no row
         # and SQLite rolls it back whole on any failure, so it goes without one.
         no_backup = "no backup before it: a snapshot beside Hermes in this journal mode holds its writes"
-        res.note = "; ".join(filter(None, [res.note, no_backup]))
+        res.add_note(no_backup)
     elif backup:
         res.backup = take_backup(profile, backup_dest, journal=journal, schema=info, holders=holders).name
         now = find_holders(db)  # the backup took a while: Hermes may have opened it since
@@ -578,36 +582,33 @@ def _compact(
             backup_dest,
         )
     if res.live:
-        res.note = "; ".join(
-            filter(
-                None,
-                [
-                    res.note,
-                    "Hermes was running, so compact gave the FTS indexes only the merges Hermes itself "
-                    "would do; the index space of deleted messages comes back with the full merge a "
-                    "run does after its deletes, Hermes's own FTS optimize (every 1000 writes), or a "
-                    "compact while Hermes is stopped",
-                ],
-            )
+        res.add_note(
+            "Hermes was running, so compact gave the FTS indexes only the merges Hermes itself "
+            "would do; the index space of deleted messages comes back with the full merge a "
+            "run does after its deletes, Hermes's own FTS optimize (every 1000 writes), or a "
+            "compact while Hermes is stopped"
         )
     if holders is None and standalone:
         holders = find_holders(db)
+    cut = True
     if holders is not None and not holders:
         conn = connect_rw(db)
         try:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             conn.close()
-    elif not cut_wal(profile, w.budget_ms, w.pause_ms):
-        left = f"the WAL ({units.size(profile.wal_bytes())}) was not cut back beside Hermes; it shrinks"
-        res.note = "; ".join(
-            filter(None, [res.note, f"{left} at the next run's compact or when Hermes closes"])
-        )
+    else:
+        cut = cut_wal(profile, w.budget_ms, w.pause_ms)
     after = schema.resized()
     res.auto_vacuum_after = after.auto_vacuum
     res.db_bytes_after = after.db_bytes
     res.free_bytes_after = after.free_bytes
     res.wal_bytes_after = profile.wal_bytes()
+    if not cut:
+        res.add_note(
+            f"the WAL ({units.size(res.wal_bytes_after)}) was not cut back beside Hermes; it shrinks at"
+            " the next run's compact or when Hermes closes"
+        )
     res.seconds = round(time.perf_counter() - t0, 3)
     if journal:
         journal.write("compact", **res.to_dict())
