@@ -152,6 +152,7 @@ def test_a_merge_step_that_runs_long_while_hermes_runs_is_rolled_back(home, herm
     hold_open(home / "state.db")
     res = compact(select_profiles(home)[0])
     assert res.live and "messages_fts_trigram" in res.fts_left
+    assert "only the merges Hermes itself would do" in res.note
     assert hermes_view(hermes, home) == expected  # nothing half-merged
 
 
@@ -174,6 +175,8 @@ def test_run_beside_hermes_says_reclaimable_not_freed_for_pages_left_in_the_file
     assert f"{units.size(res['reclaimable_bytes'])} reclaimable still in state.db" in res["summary"]
     assert f"freed {units.size(res['freed_bytes'])} on disk" in res["summary"]
     assert "compact --wait-idle" in res["summary"]
+    # the run's hold ended with the full merge: no word of merges left to Hermes
+    assert "Hermes itself would do" not in (res["compact"]["note"] or "")
 
 
 def test_small_database_is_converted_beside_a_quiet_hermes(home, hermes, hold_open):
