@@ -361,6 +361,9 @@ def main() -> None:
     )
     ap.add_argument("--budget-ms", type=float, default=None, help="keeper.toml budget_ms for (c)")
     ap.add_argument("--pause-ms", type=float, default=None, help="keeper.toml pause_ms for (c)")
+    ap.add_argument(
+        "--live-vacuum-stall", default=None, help="keeper.toml live_vacuum_stall for (c), e.g. 10s"
+    )
     ap.add_argument("--only-keeper", action="store_true", help="skip (a) and the per-session floor")
     ap.add_argument(
         "--no-probes", action="store_true", help="skip the per-session floor and the run without merges"
@@ -399,6 +402,8 @@ def main() -> None:
     for key, value in (("budget_ms", args.budget_ms), ("pause_ms", args.pause_ms)):
         if value is not None:
             POLICY = f"{key} = {value}\n" + POLICY
+    if args.live_vacuum_stall is not None:
+        POLICY = f'live_vacuum_stall = "{args.live_vacuum_stall}"\n' + POLICY
     base = base_home(args)
     if args.journal_mode == "delete":
         base, WRITER = delete_mode_home(base, IOT), IOT
