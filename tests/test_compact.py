@@ -175,7 +175,7 @@ def test_run_beside_hermes_says_reclaimable_not_freed_for_pages_left_in_the_file
     assert f"{units.size(res['reclaimable_bytes'])} reclaimable still in state.db" in res["summary"]
     assert f"freed {units.size(res['freed_bytes'])} on disk" in res["summary"]
     assert "compact --wait-idle" in res["summary"]
-    # the run's hold ended with the full merge: no word of merges left to Hermes
+    # the run's hold merged what its deletes left: no word of merges left to Hermes
     assert "Hermes itself would do" not in (res["compact"]["note"] or "")
 
 

@@ -581,7 +581,7 @@ def _compact(
             wait_idle_s,
             backup_dest,
         )
-    if res.live and standalone:  # a run's own hold ended with that merge
+    if res.live and standalone:  # a run's hold just merged what its deletes left (MergeHold._release)
         res.add_note(
             "Hermes was running, so compact gave the FTS indexes only the merges Hermes itself "
             "would do; the index space of deleted messages comes back with the full merge a "
