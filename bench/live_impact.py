@@ -399,11 +399,9 @@ def main() -> None:
     # An installed keeper has its bytecode compiled; time the run, not Python compiling it.
     compileall.compile_dir(Path(__file__).resolve().parent.parent / "src", quiet=1)
     TAIL_S = args.tail_s
-    for key, value in (("budget_ms", args.budget_ms), ("pause_ms", args.pause_ms)):
-        if value is not None:
-            POLICY = f"{key} = {value}\n" + POLICY
-    if args.live_vacuum_stall is not None:
-        POLICY = f'live_vacuum_stall = "{args.live_vacuum_stall}"\n' + POLICY
+    for key in ("budget_ms", "pause_ms", "live_vacuum_stall"):
+        if (value := getattr(args, key)) is not None:
+            POLICY = f"{key} = {json.dumps(value)}\n" + POLICY  # a TOML number or string
     base = base_home(args)
     if args.journal_mode == "delete":
         base, WRITER = delete_mode_home(base, IOT), IOT
