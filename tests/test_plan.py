@@ -176,20 +176,17 @@ def test_disk_budget_takes_oldest_unprotected_first():
 
 def test_files():
     f = [
-        SessionFile(Path("/h/sessions/a.jsonl"), "transcript", 10, NOW - DAY, "a", "a"),
-        SessionFile(Path("/h/sessions/ghost.json"), "transcript", 20, NOW - 30 * DAY, "ghost", None),
-        SessionFile(Path("/h/sessions/new_ghost.json"), "transcript", 20, NOW - DAY, "new_ghost", None),
+        SessionFile(Path("/h/sessions/a.jsonl"), "transcript", 10, NOW - DAY, "a"),
+        SessionFile(Path("/h/sessions/ghost.json"), "transcript", 20, NOW - 30 * DAY),
+        SessionFile(Path("/h/sessions/new_ghost.json"), "transcript", 20, NOW - DAY),
         SessionFile(
             Path("/h/sessions/request_dump_b_20260101_000000_1.json"),
             "request_dump",
             5,
             NOW - 8 * DAY,
             "b",
-            "b",
         ),
-        SessionFile(
-            Path("/h/sessions/link.json"), "transcript", 5, NOW - 99 * DAY, "link", None, symlink=True
-        ),
+        SessionFile(Path("/h/sessions/link.json"), "transcript", 5, NOW - 99 * DAY, symlink=True),
         SessionFile(Path("/h/sessions/saved/x.md"), "saved", 5, NOW - 99 * DAY),
     ]
     plan = make_plan(survey_of(row("a", "cron", 30), row("b", "cli", 1), files=f), Policy(), NOW)

@@ -157,7 +157,6 @@ class SessionFile:
     kind: str  # transcript | snapshot | request_dump | saved | routing | other
     size: int
     mtime: float
-    claimed_id: str | None = None  # the id (or sanitised id) its name carries
     session_id: str | None = None  # the existing session it matched
     symlink: bool = False
 
@@ -173,7 +172,6 @@ class Survey:
     taken_at: float
     sessions: dict[str, SessionRow] = field(default_factory=dict)
     files: list[SessionFile] = field(default_factory=list)
-    routed_ids: set[str] = field(default_factory=set)
     routing_problem: str | None = None  # sessions/sessions.json exists but cannot be read
     message_total: int = 0
     #: ``messages.timestamp`` values that are text, milliseconds, before 1973, over all sessions
@@ -396,24 +394,21 @@ def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
             out.append(SessionFile(entry, "other", size, st.st_mtime))
             continue
         name = entry.name
-        kind, claimed, sid = "other", None, None
+        kind, sid = "other", None
         if name == "sessions.json":
             kind = "routing"
         elif (m := _DUMP.match(name)) is not None:
-            kind, claimed = "request_dump", m.group("sid")
-            sid = by_safe.get(claimed) or (claimed if claimed in known_ids else None)
+            claimed = m.group("sid")  # the id, or the sanitised id, its name carries
+            kind, sid = "request_dump", by_safe.get(claimed) or (claimed if claimed in known_ids else None)
         elif name.startswith("session_") and name.endswith(".json") and name[8:-5] in by_safe:
-            kind, claimed = "snapshot", name[8:-5]
-            sid = by_safe[claimed]
+            kind, sid = "snapshot", by_safe[name[8:-5]]
         elif name.endswith((".json", ".jsonl")):
             stem = name.rsplit(".", 1)[0]
             if stem in known_ids:
-                kind, claimed, sid = "transcript", stem, stem
-            elif name.startswith("session_") and name.endswith(".json"):
-                kind, claimed = "snapshot", name[8:-5]
+                kind, sid = "transcript", stem
             else:
-                kind, claimed = "transcript", stem
-        out.append(SessionFile(entry, kind, st.st_size, st.st_mtime, claimed, sid, link))
+                kind = "snapshot" if name.startswith("session_") and name.endswith(".json") else "transcript"
+        out.append(SessionFile(entry, kind, st.st_size, st.st_mtime, sid, link))
     return out
 
 
@@ -497,7 +492,6 @@ def survey_profile(
         routed |= routed_from_sessions_json(profile.sessions_dir)
     except RoutingUnknown as exc:
         survey.routing_problem = str(exc)
-    survey.routed_ids = routed
     survey.auto_prune = read_auto_prune(profile.home, schema.schema_version, last_auto_prune)
     leased = runtime_leases(profile.home)
     if leased is None:
