@@ -192,6 +192,18 @@ def test_small_database_is_converted_beside_a_quiet_hermes(home, hermes, hold_op
     assert hermes_view(hermes, home) == expected
 
 
+def test_the_note_gives_the_estimate_the_json_gives(home, hold_open, monkeypatch):
+    """One rounding for both: an estimate of 0.2504 s is 0.25 in --json and "about 0.2 s" in the
+    note (which once said 0.3 beside it)."""
+    monkeypatch.setattr(compact_mod, "estimate_vacuum_s", lambda *a: 0.2504)
+    monkeypatch.setattr(compact_mod, "wait_quiet", lambda *a: False)  # a gateway that never pauses
+    delete_cron(home)
+    hold_open(home / "state.db")
+    res = run_compact(home)
+    assert res["vacuumed"] and res["vacuum_estimate_s"] == 0.25
+    assert "a stall of its writes of about 0.2 s" in res["note"]
+
+
 def test_converted_beside_a_gateway_that_never_pauses(home, monkeypatch):
     """An always-on gateway (Hermes's own append_message 20 times a second) never gives a quiet
     second: the VACUUM runs anyway once its estimate fits, says so, and no write is lost."""

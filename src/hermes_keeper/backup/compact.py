@@ -375,7 +375,8 @@ def _live_vacuum_fits(
     estimate = estimate_vacuum_s(profile.db_path, profile.keeper_dir, info.journal_mode)
     if estimate is None:
         return "its stall beside Hermes could not be measured (no copy to time it on: busy, disk, or damaged)"
-    res.vacuum_estimate_s = round(estimate, 2)
+    # Rounded once: the note says the figure the JSON gives (0.2504 s said "0.3" beside 0.25).
+    res.vacuum_estimate_s = estimate = round(estimate, 2)
     if estimate > limit:
         return f"a VACUUM would stall Hermes's writes about {estimate:.1f} s ({over})"
     if not wait_quiet(profile.db_path, QUIET_S, QUIET_WAIT_S if wait_idle_s is None else wait_idle_s):
