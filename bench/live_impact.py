@@ -24,7 +24,8 @@ operation left for Hermes to pay (FTS5 segments its automerge then merges inside
 shared and noisy, so (b) and (c) run ``--rounds`` times, alternating, and the summary gives
 the median of the per-round ratios beside the worst writer figures of any keeper run.
 
-    .venv/bin/python bench/live_impact.py [--size 240MB|2GB|5GB] [--shape hermes|imported] [--rounds 3]
+    .venv/bin/python bench/live_impact.py [--size 240MB|2GB|5GB] [--shape hermes|imported|optimized]
+        [--rounds 3]
 
 (``--sessions`` / ``--messages`` give any other home.) Hermes's own FTS5 work, which the
 stand-in's SessionDB runs inside every 1,000th write (0.19: 'optimize', 0.22: bounded
@@ -357,7 +358,10 @@ def main() -> None:
         "--size", choices=SIZES, default=None, help="a home of about this size (overrides the two above)"
     )
     ap.add_argument(
-        "--shape", choices=SHAPES, default="hermes", help="built by Hermes, or imported in big transactions"
+        "--shape",
+        choices=SHAPES,
+        default="hermes",
+        help="built by Hermes, imported in big transactions, or imported then optimized (bench/homes.py)",
     )
     ap.add_argument("--budget-ms", type=float, default=None, help="keeper.toml budget_ms for (c)")
     ap.add_argument("--pause-ms", type=float, default=None, help="keeper.toml pause_ms for (c)")
