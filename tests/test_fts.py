@@ -351,6 +351,53 @@ def test_a_setting_hermes_changes_during_a_hold_is_the_one_put_back(tmp_path):
     assert held_values(db) == {t: {"usermerge": 2} for t in FTS_TABLES}
 
 
+def test_a_setting_hermes_changes_in_the_middle_of_a_round_is_held_again_at_its_next_step(
+    tmp_path, monkeypatch
+):
+    """Hermes's first bounded pass (usermerge 2) may fall between two steps of a round. A round that
+    went on at 2 merged its outputs on up into the index's biggest segment (a 2 GB bench round:
+    58 s of lock); the next step takes the hold's 16 back, so level 1 keeps gathering them, and
+    Hermes's 2 is what goes back at the end."""
+    home = _demo(tmp_path)
+    db, keeper, t = home / "state.db", home / "keeper", "messages_fts_trigram"
+    conn = sqlite3.connect(db)
+    sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    conn.close()
+    merging, rounds, real_round = [], [], fts.merge_round
+
+    def round_of(w, table, *args, **kwargs):
+        merging.append(table)
+        try:
+            return real_round(w, table, *args, **kwargs)
+        finally:
+            merging.pop()
+            rounds.append(table)
+
+    monkeypatch.setattr(fts, "merge_round", round_of)
+    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper) as hold:
+        hold.engage()
+
+        passes = []
+
+        def hermes_pass():  # once, after a step of the trigram index's second round, on its own connection
+            if merging == [t] and rounds.count(t) == 1 and not passes:
+                set_fts(db, t, "usermerge", 2)
+                passes.append(i)
+
+        w.after_step.append(hermes_pass)
+        gathered, i = [], 0
+        while rounds.count(t) < 2:
+            w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 8))
+            if rounds.count(t) == 1 and not gathered:
+                gathered.append(len(fts.segments(w.conn, t)[1]))
+            i += 1
+        level_1 = len(fts.segments(w.conn, t)[1])
+        assert passes and 2 <= gathered[0] < level_1 < 16  # the second round's output, not merged on at 2
+        assert held_values(db)[t] == fts.HOLD_VALUES
+        assert json.loads((keeper / HOLD_NAME).read_text())[t]["usermerge"] == 2
+    assert held_values(db)[t] == {"usermerge": 2}
+
+
 def test_hold_that_was_never_engaged_writes_nothing(tmp_path):
     home = _demo(tmp_path)
     db = home / "state.db"

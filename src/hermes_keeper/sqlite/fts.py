@@ -22,6 +22,7 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -288,6 +289,8 @@ def merge_round(
     full: bool = False,
     limit_ms: float | None = None,
     found: set[tuple[int, int]] | None = None,
+    hold: dict[str, int] | None = None,
+    moved: Callable[[dict[str, int | None]], None] | None = None,
 ) -> Round:
     """Budgeted ``merge`` steps until no level of ``table`` has merge work left.
 
@@ -298,14 +301,23 @@ def merge_round(
     running after that long is aborted and rolled back (``sqlite3.OperationalError: interrupted``).
     ``found``: the round stops before a step would go on with a merge Hermes started on those
     segments (:func:`hermes_merge`), as read in that step's own transaction.
+    ``hold``: the settings the round runs under, which each step takes back in its own transaction
+    where another connection changed them, and hands to ``moved`` once committed. Hermes's first
+    bounded pass sets usermerge 2; a round that went on at 2 merged its outputs on up into the
+    index's biggest segment (2 GB DELETE bench: one round, 58 s of lock).
     """
     longest = Round(0, 0.0)
     over = 0
     left: list[list[int]] = []
     for steps in range(1, MERGE_MAX_STEPS + 1):
         pages = (-1 if full and steps == 1 else 1) * batch.size
+        off: dict[str, int | None] = {}
 
-        def merge(c: sqlite3.Connection, pages: int = pages) -> int:
+        def merge(c: sqlite3.Connection, pages: int = pages, off: dict = off) -> int:
+            if hold:
+                now = _settings(c, table)
+                off.update({k: now[k] for k, v in hold.items() if now[k] != v})
+                _apply(c, table, {k: hold[k] for k in off})
             if found:
                 theirs = hermes_merge(
                     structure(c, table), found, _settings(c, table)["usermerge"] or HELD["usermerge"]
@@ -317,6 +329,8 @@ def merge_round(
                 return merge_step(c, table, pages)
 
         changed = w.step(merge, kind="merge")
+        if off and moved:
+            moved(off)
         ms = w.stats.last_txn_ms
         over += ms > w.budget_ms
         if ms > longest.max_step_ms:
@@ -409,15 +423,10 @@ class MergeHold:
         durable_rename(tmp, self.path)
         self.saved = saved
 
-    def _rehold(self, table: str) -> None:
-        """Before a round: a held setting Hermes changed meanwhile is its new wish, put back at the
-        end instead of the one saved; the hold's value goes back on for the rest of the run."""
-        now = _settings(self.w.conn, table)
-        changed = {k: v for k, v in now.items() if k in HOLD_VALUES and v != HOLD_VALUES[k]}
-        if not changed:
-            return
+    def _hermes_wish(self, table: str, changed: dict[str, int | None]) -> None:
+        """A held setting Hermes changed during the hold is its new wish: put back at the end
+        instead of the one saved (the round that found it took the hold's value back)."""
         self._save({**self.saved, table: {**self.saved[table], **changed}})
-        self.w.step(lambda c: _apply(c, table, {k: HOLD_VALUES[k] for k in changed}))
         if self.journal:
             self.journal.write("fts_hold_changed", table=table, settings=changed)
 
@@ -448,14 +457,19 @@ class MergeHold:
         # A full merge rewrites every doclist: its longest step is at least the longest one's.
         doclist = longest_doclist_pages(self.w.conn, table) if full else None
         r = Round(0, 0.0)
+        values = {**HOLD_VALUES, **(FULL_MERGE_VALUES if full else SETTLE_VALUES if settle else {})}
         try:
-            # (Not for a found hold: a value may be the killed run's own.)
-            if not (full or settle) and table in self.before:
-                self._rehold(table)
             if settle:
                 self.w.step(lambda c: _apply(c, table, SETTLE_VALUES))
             r = merge_round(
-                self.w, table, self.batches[table], full, found=None if full else self.before.get(table)
+                self.w,
+                table,
+                self.batches[table],
+                full,
+                found=None if full else self.before.get(table),
+                hold=values,
+                # (Not for a found hold: a value may be the killed run's own.)
+                moved=(lambda changed: self._hermes_wish(table, changed)) if table in self.before else None,
             )
         finally:
             self._merging = False
