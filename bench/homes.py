@@ -232,9 +232,9 @@ def optimized_home(base: Path) -> Path:
     """``base`` with each FTS5 index merged into one segment (``'optimize'``): the index Hermes 0.19
     leaves, which optimizes both after every 1,000 writes of a process. Building that through Hermes
     message by message is quadratic (each optimize rewrites the whole index): a 2 GB home had 4,400
-    of its 8,000 sessions after 37 minutes, at a falling 54 sessions a minute. What this one lacks is
-    the level per optimize a long-running 0.19 gateway stacks up (867 at 2 GB), which only sizes the
-    merges of Hermes's own automerge after a run."""
+    of its 8,000 sessions after 37 minutes, at a falling 54 sessions a minute. What this one lacks
+    is the level per optimize a long-running 0.19 gateway stacks up (867 and 869 in that stopped
+    build), which only sizes the merges of Hermes's own automerge after a run."""
 
     def make(home: Path) -> None:
         conn = sqlite3.connect(home / "state.db", isolation_level=None)
