@@ -314,14 +314,13 @@ def merge_round(
         off: dict[str, int | None] = {}
 
         def merge(c: sqlite3.Connection, pages: int = pages, off: dict = off) -> int:
+            now = _settings(c, table) if hold or found else {}  # read once a step
             if hold:
-                now = _settings(c, table)
                 off.update({k: now[k] for k, v in hold.items() if now[k] != v})
                 _apply(c, table, {k: hold[k] for k in off})
+                now.update(hold)
             if found:
-                theirs = hermes_merge(
-                    structure(c, table), found, _settings(c, table)["usermerge"] or HELD["usermerge"]
-                )
+                theirs = hermes_merge(structure(c, table), found, now["usermerge"] or HELD["usermerge"])
                 if theirs:
                     left.append(theirs)
                     return 0
