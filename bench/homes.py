@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hermes_keeper import demo  # noqa: E402
+from hermes_keeper.sqlite.fts import FTS_TABLES  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench"
@@ -94,8 +95,7 @@ def imported_home(sessions: int, messages: int) -> Path:
     demo.build_home(dest, dataclasses.replace(spec, sessions=[{**s, "messages": []} for s in spec.sessions]))
     conn = sqlite3.connect(dest / "state.db", isolation_level=None)
     conn.execute("PRAGMA synchronous=OFF")
-    tables = ("messages_fts", "messages_fts_trigram")
-    for t in tables:
+    for t in FTS_TABLES:
         for key, value in IMPORT_FTS.items():
             conn.execute(f"INSERT INTO {t}({t}, rank) VALUES(?, ?)", (key, value))
     for i in range(0, len(rows), IMPORT_TXN_MESSAGES):
@@ -105,7 +105,7 @@ def imported_home(sessions: int, messages: int) -> Path:
             rows[i : i + IMPORT_TXN_MESSAGES],
         )
         conn.execute("COMMIT")
-    for t in tables:
+    for t in FTS_TABLES:
         conn.execute(f"DELETE FROM {t}_config WHERE k IN ('automerge', 'crisismerge')")
     conn.execute("UPDATE sessions SET message_count = (SELECT count(*) FROM messages WHERE session_id = id)")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -213,8 +213,10 @@ def _derived_home(base: Path, suffix: str, make: Callable[[Path], None]) -> Path
 
 
 def _sql(*statements: str) -> Callable[[Path], None]:
+    """The statements on ``home``'s state.db, each committed on its own."""
+
     def run(home: Path) -> None:
-        conn = sqlite3.connect(home / "state.db")
+        conn = sqlite3.connect(home / "state.db", isolation_level=None)
         for sql in statements:
             conn.execute(sql)
         conn.close()
@@ -235,15 +237,8 @@ def optimized_home(base: Path) -> Path:
     of its 8,000 sessions after 37 minutes, at a falling 54 sessions a minute. What this one lacks
     is the level per optimize a long-running 0.19 gateway stacks up (867 and 869 in that stopped
     build), which only sizes the merges of Hermes's own automerge after a run."""
-
-    def make(home: Path) -> None:
-        conn = sqlite3.connect(home / "state.db", isolation_level=None)
-        for t in ("messages_fts", "messages_fts_trigram"):
-            conn.execute(f"INSERT INTO {t}({t}) VALUES('optimize')")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
-
-    return _derived_home(base, "optimized", make)
+    optimize = [f"INSERT INTO {t}({t}) VALUES('optimize')" for t in FTS_TABLES]
+    return _derived_home(base, "optimized", _sql(*optimize, "PRAGMA wal_checkpoint(TRUNCATE)"))
 
 
 def delete_mode_home(base: Path, version: str) -> Path:
