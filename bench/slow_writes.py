@@ -5,18 +5,19 @@
 
 The home is ``bench/live_impact.py --journal-mode delete``'s (today's Hermes, DELETE mode, its own
 writer at 20 writes/s); ``--converted`` takes it already in incremental auto-vacuum. Prints the
-writer's p99 and max, the keeper's longest transaction by kind, then for each of the slowest
-writes (``hermes FTS``: one that ran Hermes's own merge pass inside it) the journal events whose
-span (an FTS merge round's ``wall_ms`` before its line) reaches within 1 s of it (offsets in s).
-Before that list, every write is attributed to what the keeper was doing when it started
-(:func:`phases`, from the journal), with each phase's p99 and its writes over 100 ms: where the
-run's p99 comes from.
+writer's p99 and max, the keeper's longest transaction by kind, each full merge's journal figures
+(its steps over the budget, its longest doclist), every write attributed to what the keeper was
+doing when it started (:func:`phases`), with each phase's p99 and writes over 100 ms (where the
+run's p99 comes from), then for each of the slowest writes (``hermes FTS``: one that ran Hermes's
+own merge pass inside it) the journal events whose span (an FTS merge round's ``wall_ms`` before
+its line) reaches within 1 s of it (offsets in s). The home's copy is removed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,10 @@ def main() -> None:
         f" {w.get('max_step_ms')}"
     )
     journal = [json.loads(line) for line in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
+    shutil.rmtree(work)  # a 5 GB home's copy
+    for j in journal:
+        if j["action"] == "fts_merge" and j["full"]:
+            print("full merge:", {k: j[k] for k in (*KEYS, "over_budget", "longest_doclist_pages")})
     by_phase(writer.timeline, phases(journal), writer.fts_starts)
     for start, ms in sorted(writer.timeline, key=lambda t: t[1], reverse=True)[: args.top]:
         near = [
