@@ -8,6 +8,7 @@ import click
 
 from hermes_keeper.check import STATUS, UNKNOWN, status_line
 from hermes_keeper.cli.options import (
+    config_option,
     emit_json,
     examples,
     json_option,
@@ -90,16 +91,11 @@ def overrides(pairs: tuple[str, ...]) -> dict:
     metavar="KEY=VALUE",
     help="Override a [check] key (db_warn=3GB, last_run_crit=2d) or a runaway.* key; repeatable.",
 )
-@click.option(
-    "--config",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Policy file (default: <home>/keeper.toml).",
-)
+@config_option
 @json_option
 @quiet_option
 @textfile_option
-def check(profiles, thresholds, config, as_json, quiet, textfile):
+def check(profiles, thresholds, config_path, as_json, quiet, textfile):
     """Monitoring check (Nagios plugin): state.db size, growth, WAL, free disk and days until full,
     zombies, runaways, last run, newest verified backup, reclaimable space, archive verify.
 
@@ -111,7 +107,7 @@ def check(profiles, thresholds, config, as_json, quiet, textfile):
     extra = overrides(thresholds)
     results, failures, rows = [], [], []
     with metrics_to(textfile) as metrics:
-        for o in each(profiles, lambda p: p.check(p.config(config, extra))):
+        for o in each(profiles, lambda p: p.check(p.config(config_path, extra))):
             rows.append(outcome_row(o))
             if o.error is not None:
                 failures.append(f"{o.profile.name}: {o.error}")

@@ -14,6 +14,7 @@ from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.cli.options import (
     HelpGroup,
+    config_option,
     dest_option,
     examples,
     for_each,
@@ -133,7 +134,17 @@ def _render_archive_retention(r: RetentionPlan, verbose: bool, out: Console) -> 
 
 
 def _run(
-    profiles, dry_run, verbose, as_json, quiet, no_archive, config, dest, keep_within, keep_size, metrics=None
+    profiles,
+    dry_run,
+    verbose,
+    as_json,
+    quiet,
+    no_archive,
+    config_path,
+    dest,
+    keep_within,
+    keep_size,
+    metrics=None,
 ):
     out = console(quiet=quiet and not as_json)
     overrides = ({"archive": False} if no_archive else {}) | ({"backups": {"dest": dest}} if dest else {})
@@ -141,7 +152,7 @@ def _run(
         overrides["disk"] = {"max_db_bytes": keep_size}
 
     def action(profile):
-        policy = profile.config(config, overrides)
+        policy = profile.config(config_path, overrides)
         for spec in keep_within:
             policy.keep_within(spec)
         if dry_run:
@@ -173,15 +184,10 @@ def _run(
 _run_options = [
     profile_options,
     click.option("--verbose", "-v", is_flag=True, help="Every session with its reason."),
-    click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+    json_option,
     quiet_option,
     click.option("--no-archive", is_flag=True, help="Delete without archiving first (explicit opt-out)."),
-    click.option(
-        "--config",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Policy file (default: <home>/keeper.toml).",
-    ),
+    config_option,
     dest_option,
     click.option(
         "--keep-within",
@@ -230,13 +236,7 @@ def config():
 
 @config.command("show", epilog=examples("config show", "config show --all-profiles --json"))
 @profile_options
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Policy file (default: <home>/keeper.toml).",
-)
+@config_option
 @json_option
 def config_show(profiles, config_path, as_json):
     """Print the effective policy per profile and where each value came from."""

@@ -43,6 +43,13 @@ def examples(*commands: str) -> str:
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/json.md).")
 dry_run_option = click.option("--dry-run", is_flag=True, help="Only say what would happen; change nothing.")
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do it without asking.")
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Policy file (default: <home>/keeper.toml).",
+)
 dest_option = click.option(
     "--dest",
     type=click.Path(file_okay=False),
