@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,10 +35,10 @@ SLOW_MS = 100.0
 
 
 def phases(journal: list[dict]) -> list[tuple[str, float, float]]:
-    """The keeper's phases as (name, start, end) from its journal, the narrowest first: an FTS
-    merge round (its ``wall_ms`` before its line), the final full merge (``final_merge_s`` before
-    ``fts_restored``), compact (``seconds`` before its line), and the run from its first to its
-    last line (deletes, archiving, the rest)."""
+    """The keeper's phases as (name, start, end) from its journal, the narrowest first: each FTS
+    merge round and each index's full merge (its ``wall_ms`` before its line), the final merge
+    around those full merges (``final_merge_s`` before ``fts_restored``), compact (``seconds``
+    before its line), and the run from its first to its last line (deletes, archiving, the rest)."""
     spans = [
         ("full merge" if j["full"] else "merge round", j["ts"] - j["wall_ms"] / 1000, j["ts"])
         for j in journal
@@ -91,17 +90,18 @@ def main() -> None:
     base = delete_mode_home(base_home(args), IOT)
     if args.converted:
         base = converted_home(base)
-    work = Path(tempfile.mkdtemp(prefix="slow-writes-"))
-    home = copy_home(base, work / "home")
-    (home / "keeper.toml").write_text(POLICY.replace("backup = false\n", ""))  # the default run
-    with live_writer(home, version=IOT, warmup_s=1.0, tail_s=10.0) as writer:
-        t0 = time.time()
-        run = subprocess.run(
-            [sys.executable, "-m", "hermes_keeper", "run", "--json", "--home", str(home)],
-            capture_output=True,
-            text=True,
-        )
-        wall = time.time() - t0
+    with tempfile.TemporaryDirectory(prefix="slow-writes-") as work:  # a 5 GB home's copy, removed
+        home = copy_home(base, Path(work) / "home")
+        (home / "keeper.toml").write_text(POLICY.replace("backup = false\n", ""))  # the default run
+        with live_writer(home, version=IOT, warmup_s=1.0, tail_s=10.0) as writer:
+            t0 = time.time()
+            run = subprocess.run(
+                [sys.executable, "-m", "hermes_keeper", "run", "--json", "--home", str(home)],
+                capture_output=True,
+                text=True,
+            )
+            wall = time.time() - t0
+        journal = [json.loads(line) for line in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
     lat = sorted(ms for _, ms in writer.timeline)
     w = json.loads(run.stdout)["profiles"][0]["writer"]
     print(
@@ -109,8 +109,6 @@ def main() -> None:
         f" max {lat[-1]:.1f} ms, failures {writer.failures}; keeper longest txn {w['max_txn_ms']:.0f} ms"
         f" {w.get('max_step_ms')}"
     )
-    journal = [json.loads(line) for line in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
-    shutil.rmtree(work)  # a 5 GB home's copy
     for j in journal:
         if j["action"] == "fts_merge" and j["full"]:
             print("full merge:", {k: j[k] for k in (*KEYS, "over_budget", "longest_doclist_pages")})
