@@ -93,6 +93,35 @@ def test_invalid_value_is_one_line_exit_2_and_nothing_changed(tmp_path):
     assert (demo_home / "state.db").read_bytes() == before and not (demo_home / "keeper").exists()
 
 
+def test_plan_run_and_check_read_the_policy_file_given_with_config(tmp_path):
+    """``--config FILE`` is the policy of plan, run and check, in place of <home>/keeper.toml."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    keep_all = tmp_path / "keep-all.toml"
+    keep_all.write_text(
+        "[retention]\n" + "".join(f'{k} = "3650d"\n' for k in ("cron", "subagent", "default", "messaging"))
+    )
+
+    def pruned(*extra):
+        res = CliRunner().invoke(main, [*extra, "--home", str(home), "--json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)["profiles"][0]["prune"]["sessions"]
+
+    assert pruned("plan") > 0
+    assert pruned("plan", "--config", str(keep_all)) == 0
+    assert pruned("run", "--dry-run", "--config", str(keep_all)) == 0
+    loud = tmp_path / "loud.toml"
+    loud.write_text('[check]\ndb_warn = "1B"\n')
+
+    def db_measure(*extra):
+        res = CliRunner().invoke(main, ["check", "--home", str(home), "--json", *extra])
+        (db,) = [m for m in json.loads(res.output)["profiles"][0]["measures"] if m["label"] == "db"]
+        return db["warn"], db["status"]
+
+    assert db_measure() == (2 * 10**9, "OK")
+    assert db_measure("--config", str(loud)) == (1, "WARNING")
+
+
 def test_units():
     assert (
         parse_duration("90s") == 90 and parse_duration("2w") == 14 * DAY and parse_duration(" 12h ") == 43200
