@@ -311,25 +311,28 @@ def merge_round(
     left: list[list[int]] = []
     for steps in range(1, MERGE_MAX_STEPS + 1):
         pages = (-1 if full and steps == 1 else 1) * batch.size
-        off: dict[str, int | None] = {}
+        seen: dict = {}  # what the step's committed attempt found: settings moved ("off"), Hermes's merge
 
-        def merge(c: sqlite3.Connection, pages: int = pages, off: dict = off) -> int:
+        def merge(c: sqlite3.Connection, pages: int = pages, seen: dict = seen) -> int:
+            seen.clear()  # a step rolled back and run again finds it all anew
             now = _settings(c, table) if hold or found else {}  # read once a step
             if hold:
-                off.update({k: now[k] for k, v in hold.items() if now[k] != v})
-                _apply(c, table, {k: hold[k] for k in off})
+                seen["off"] = {k: now[k] for k, v in hold.items() if now[k] != v}
+                _apply(c, table, {k: hold[k] for k in seen["off"]})
                 now.update(hold)
             if found:
                 theirs = hermes_merge(structure(c, table), found, now["usermerge"] or HELD["usermerge"])
                 if theirs:
-                    left.append(theirs)
+                    seen["theirs"] = theirs
                     return 0
             with time_limit(c, limit_ms):
                 return merge_step(c, table, pages)
 
         changed = w.step(merge, kind="merge")
-        if off and moved:
-            moved(off)
+        if seen.get("off") and moved:
+            moved(seen["off"])
+        if seen.get("theirs"):
+            left.append(seen["theirs"])
         ms = w.stats.last_txn_ms
         over += ms > w.budget_ms
         if ms > longest.max_step_ms:
