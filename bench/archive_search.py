@@ -34,8 +34,9 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_keeper import demo  # noqa: E402
+from hermes_keeper.archive.payload import read_payload  # noqa: E402
 from hermes_keeper.archive.query import ALL, list_entries, search, searchable_fields  # noqa: E402
-from hermes_keeper.archive.store import ZSTD_LEVEL, Archive, read_payload  # noqa: E402
+from hermes_keeper.archive.store import ZSTD_LEVEL, Archive  # noqa: E402
 from hermes_keeper.sqlite.connect import connect_ro, read_txn  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 

@@ -33,9 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.homes import bench_home, copy_home, live_writer  # noqa: E402
-from hermes_keeper.backup.compact import compact  # noqa: E402
 from hermes_keeper.backup.snapshot import take_backup  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
+from hermes_keeper.run.compact import compact  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
 HERMES_BACKUP = (

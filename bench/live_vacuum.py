@@ -37,8 +37,8 @@ from bench.homes import (  # noqa: E402
     live_writer,
 )
 from bench.live_impact import IOT  # noqa: E402
-from hermes_keeper.backup.compact import compact  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
+from hermes_keeper.run.compact import compact  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 
 POLICY = "keep_titled = false\nbackup = false\ncompact = false\n[retention]\n" + "".join(

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.home import Profile, select_profiles
+from hermes_keeper.model.conversations import conversations
+from hermes_keeper.model.policy import Policy
 from hermes_keeper.run.context import open_run
-from hermes_keeper.run.conversations import conversations
 from hermes_keeper.run.execute import prune_sessions
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import survey_profile
 
 DAY = 86400.0

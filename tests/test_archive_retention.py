@@ -200,7 +200,7 @@ def test_a_report_with_an_unreadable_archive_says_so_and_shows_the_rest(tmp_path
 
 def test_the_archive_key_and_the_archive_table_live_side_by_side(tmp_path):
     from hermes_keeper.errors import KeeperError
-    from hermes_keeper.run.policy import effective_policy
+    from hermes_keeper.model.policy import effective_policy
 
     (tmp_path / "keeper.toml").write_text(
         'archive = true\n[profiles.work.archive]\nkeep = "30d"\nmax_bytes = "1GB"\n'

@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_keeper import demo
-from hermes_keeper.backup.compact import compact
 from hermes_keeper.backup.restore import restore_backup
 from hermes_keeper.backup.snapshot import MANIFEST, list_backups, sha256_file, take_backup
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
+from hermes_keeper.run.compact import compact
 from tests.conftest import tree_digest
 from tests.hermes_env import Hermes
 from tests.kill_after import THEN_DIE

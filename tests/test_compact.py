@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from bench.homes import live_writer
 from hermes_keeper import units
-from hermes_keeper.backup import compact as compact_mod
-from hermes_keeper.backup.compact import WAL_LIMIT_BYTES, compact
 from hermes_keeper.cli import main
 from hermes_keeper.home import select_profiles
+from hermes_keeper.run import compact as compact_mod
+from hermes_keeper.run.compact import WAL_LIMIT_BYTES, compact
 from hermes_keeper.sqlite.fts import FTS_TABLES
 from tests.conftest import tree_digest
 

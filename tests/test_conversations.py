@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hermes_keeper import demo
 from hermes_keeper.archive.store import ARCHIVE_NAME, PRUNED
 from hermes_keeper.cli import main
-from hermes_keeper.run.conversations import (
+from hermes_keeper.model.conversations import (
     BRANCH,
     CHILD,
     COMPRESSION,

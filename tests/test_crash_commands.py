@@ -25,7 +25,8 @@ from tests.kill_after import THEN_DIE
 _KILL_AFTER = (
     THEN_DIE
     + """
-from hermes_keeper.backup import compact, snapshot
+from hermes_keeper.backup import snapshot
+from hermes_keeper.run import compact
 from hermes_keeper.cli import main
 from hermes_keeper.sqlite.writer import Writer
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from hermes_keeper.run.policy import Policy, effective_policy, settings_table
+from hermes_keeper.model.policy import Policy, effective_policy, settings_table
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -127,7 +127,7 @@ def test_a_run_inspects_the_schema_once_and_scans_holders_at_most_twice(tmp_path
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("VACUUM")
         conn.close()
-    import hermes_keeper.backup.compact  # noqa: F401  (every step's module loaded before counting)
+    import hermes_keeper.run.compact  # noqa: F401  (every step's module loaded before counting)
     import hermes_keeper.run.execute  # noqa: F401
 
     inspected = _count_calls(monkeypatch, schema_mod, "inspect")

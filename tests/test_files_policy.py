@@ -20,6 +20,7 @@ from hermes_keeper.errors import KeeperError
 from hermes_keeper.facts import CHECK_TRUSTED_S, Check
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.journal import read_journal
+from hermes_keeper.model.policy import DAY, Policy, effective_policy
 from hermes_keeper.run.files import (
     KINDS,
     MALFORMED_COPY,
@@ -29,7 +30,6 @@ from hermes_keeper.run.files import (
     remove,
     scan_folders,
 )
-from hermes_keeper.run.policy import DAY, Policy, effective_policy
 from hermes_keeper.sqlite.schema import quick_check
 from tests.hermes_env import IOT, Hermes
 from tests.test_report import SCHEMA

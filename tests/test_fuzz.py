@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hermes_keeper.backup.snapshot import MANIFEST, BackupRecord, list_backups
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.run.policy import Policy, effective_policy
+from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.run.survey import RoutingUnknown, routed_from_sessions_json
 from hermes_keeper.sqlite.holders import gateway_pid
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from hermes_keeper.home import Profile
-from hermes_keeper.run.conversations import conversations
+from hermes_keeper.model.conversations import conversations
+from hermes_keeper.model.policy import Policy
 from hermes_keeper.run.plan import make_plan
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import SessionFile, SessionRow, Survey
 from hermes_keeper.sqlite.schema import UNDERSTOOD, SchemaInfo
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hermes_keeper import demo, units
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.run.policy import DAY, effective_policy
+from hermes_keeper.model.policy import DAY, effective_policy
 from hermes_keeper.units import parse_duration, parse_size
 
 

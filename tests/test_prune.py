@@ -14,10 +14,10 @@ from hermes_keeper import demo
 from hermes_keeper.archive.store import PRUNED, RESTORED, Archive
 from hermes_keeper.cli import main
 from hermes_keeper.home import select_profiles
+from hermes_keeper.model.policy import Policy
 from hermes_keeper.run import prune
 from hermes_keeper.run.context import open_run
 from hermes_keeper.run.plan import make_plan
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import safe_filename_component, survey_profile
 from tests.test_plan import NOW as PLAN_NOW
 from tests.test_plan import row, survey_of

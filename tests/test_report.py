@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from hermes_keeper import demo
 from hermes_keeper.cli import main
+from hermes_keeper.model.policy import Policy
 from hermes_keeper.report import DAY, age_bucket, dir_usage, growth_section, runaway_reasons, table_group
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import SessionRow
 
 SCHEMA = json.loads(files("hermes_keeper").joinpath("schemas/report.json").read_text())

@@ -19,9 +19,9 @@ from hermes_keeper.archive.store import PRUNED, Archive
 from hermes_keeper.cli import main
 from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import read_journal
+from hermes_keeper.model.policy import Policy
 from hermes_keeper.run import survey
 from hermes_keeper.run.plan import ARCHIVE, NONE, REFUSE, SNAPSHOT, safeguard
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.sqlite import connect
 from hermes_keeper.sqlite.holders import Holder
 from tests.conftest import tree_digest

@@ -10,9 +10,9 @@ import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.home import select_profiles
+from hermes_keeper.model.policy import DAY
 from hermes_keeper.report import build_report
 from hermes_keeper.run import message_stats
-from hermes_keeper.run.policy import DAY
 from hermes_keeper.run.survey import survey_profile
 from hermes_keeper.sqlite.schema import inspect
 

@@ -13,9 +13,12 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from hermes_keeper import units
-from hermes_keeper.home import Profile
+from hermes_keeper.archive.store import archive_exists
+from hermes_keeper.backup.snapshot import backup_dir, list_backups, verify_backup
 from hermes_keeper.journal import read_journal
-from hermes_keeper.run.policy import Policy
+from hermes_keeper.model.policy import Policy, effective_policy
+from hermes_keeper.place import Place
+from hermes_keeper.report import build_report
 
 OK, WARNING, CRITICAL, UNKNOWN = range(4)
 STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -83,11 +86,9 @@ def _age(label, since: float | None, now: float, warn, crit, what, never: str, n
     return _over(label, age, "s", warn, crit, f"{what} {units.ago(since, now, 1)}")
 
 
-def newest_verified_backup(profile: Profile) -> float | None:
+def newest_verified_backup(profile: Place) -> float | None:
     """``created_at`` of the newest backup of this home whose file still checks out (sha256);
     older ones are only read when the newer fail."""
-    from hermes_keeper.backup.snapshot import backup_dir, list_backups, verify_backup
-
     mine = [r for r in list_backups(backup_dir(profile)) if r.home == str(profile.home)]
     for record in sorted(mine, key=lambda r: r.created_at, reverse=True):
         if verify_backup(record):
@@ -133,12 +134,12 @@ class CheckResult:
         }
 
 
-def check_profile(profile: Profile, policy: Policy | None = None, now: float | None = None) -> CheckResult:
+def check_profile(profile: Place, policy: Policy | None = None, now: float | None = None) -> CheckResult:
     """All checks on one profile against ``policy``'s ``[check]`` and ``[runaway]`` tables."""
-    policy = policy or profile.config()
+    policy = policy or effective_policy(profile.root, profile.name)
     now = time.time() if now is None else now
     t = policy.check
-    rep = profile.report(policy.zombie_after_s, top=0, now=now, policy=policy)
+    rep = build_report(profile, now=now, zombie_after_s=policy.zombie_after_s, top=0, policy=policy)
     growth = rep["growth"]["last_7d"]["bytes_per_day"]
     free = shutil.disk_usage(profile.home).free
     journal = read_journal(profile.keeper_dir)
@@ -239,7 +240,7 @@ def check_profile(profile: Profile, policy: Policy | None = None, now: float | N
                 f"archive {units.size(archive['bytes'])} over its budget of {units.size(archive['budget'])}",
             )
         )
-    if profile.archive.exists:
+    if archive_exists(profile.keeper_dir):
         result.measures.append(
             _age(
                 "archive_verify_age",

@@ -13,8 +13,10 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 import random
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -143,8 +145,6 @@ def _sentence(rng: random.Random, n: int) -> str:
 
 
 def _local_id(rng: random.Random, ts: float) -> str:
-    import time
-
     return time.strftime("%Y%m%d_%H%M%S", time.gmtime(ts)) + f"_{rng.getrandbits(24):06x}"
 
 
@@ -323,8 +323,6 @@ def _add_files(rng: random.Random, spec: DemoSpec) -> None:
 
 
 def _stamp(ts: float, fmt: str = "%Y%m%d-%H%M%S") -> str:
-    import time
-
     return time.strftime(fmt, time.gmtime(ts))
 
 
@@ -414,8 +412,6 @@ def build_home(home: Path, spec: DemoSpec) -> Path:
 
 def write_files(home: Path, spec: DemoSpec) -> None:
     """The non-database part of the home: transcripts, dumps, logs, ``sessions.json``."""
-    import os
-
     for rel, size, mtime in spec.files:
         path = home / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ import errno
 import os
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 from hermes_keeper.sqlite.connect import is_busy
@@ -90,6 +91,4 @@ def failure_line(exc: BaseException, where: Path | None = None) -> tuple[str, in
 
 def warn(line: str) -> None:
     """One warning line on stderr, for bookkeeping that must never fail the command."""
-    import sys
-
     print(f"hermes-keeper: warning: {line}", file=sys.stderr)

@@ -21,11 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR
+from hermes_keeper.report import OTHER_DIRS, dir_usage, object_sizes, table_group
+from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.holders import find_holders, long_reads_stall_hermes
 
 if TYPE_CHECKING:
-    from hermes_keeper.home import Profile
+    from hermes_keeper.place import Place
     from hermes_keeper.run.execute import RunResult
 
 HISTORY_NAME = "history.db"
@@ -101,7 +105,7 @@ def thin(conn: sqlite3.Connection, now: float) -> int:
 class History:
     """One profile's history database (created on the first record, 0600 in the 0700 keeper folder)."""
 
-    def __init__(self, profile: Profile):
+    def __init__(self, profile: Place):
         self.profile = profile
 
     def _connect(self, create: bool) -> sqlite3.Connection | None:
@@ -169,7 +173,7 @@ def _sum_bytes(usage: dict) -> int:
 
 
 def components(
-    profile: Profile, objects: dict[str, int], free: int, wal: int, files: dict | None = None
+    profile: Place, objects: dict[str, int], free: int, wal: int, files: dict | None = None
 ) -> dict:
     """Disk bytes by component: the table groups with each FTS index apart, free pages, WAL,
     Hermes's files (``sessions/`` and its other folders), the keeper's backups and archive.
@@ -177,9 +181,6 @@ def components(
     ``objects`` are bytes per table and index (``dbstat``; empty where SQLite lacks it),
     ``files`` :func:`report.files_usage`'s (measured here when None).
     """
-    from hermes_keeper.archive.store import ARCHIVE_NAME
-    from hermes_keeper.report import OTHER_DIRS, dir_usage, table_group
-
     home = profile.home
     out = {"messages": 0}
     for name, size in sorted(objects.items()):
@@ -208,7 +209,7 @@ def components(
     return out
 
 
-def report_figures(profile: Profile, rep: dict) -> dict:
+def report_figures(profile: Place, rep: dict) -> dict:
     """A report's row: disk by component, sessions by source, totals and growth."""
     return {
         "components": components(
@@ -227,7 +228,7 @@ def report_figures(profile: Profile, rep: dict) -> dict:
     }
 
 
-def run_figures(profile: Profile, result: RunResult) -> dict:
+def run_figures(profile: Place, result: RunResult) -> dict:
     """A run's row: what it did, what it freed, how long it took and held the write lock, and
     the disk by component afterwards (so a home only ever run from cron still has a curve)."""
     d = result.to_dict()
@@ -247,7 +248,7 @@ def run_figures(profile: Profile, result: RunResult) -> dict:
     return out
 
 
-def _objects_after_run(profile: Profile) -> dict[str, int]:
+def _objects_after_run(profile: Place) -> dict[str, int]:
     """Bytes per table and index after a run, for the history's curve.
 
     A fresh ``dbstat`` reads every page in one read transaction. In a rollback-journal
@@ -255,10 +256,6 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
     length, seconds on a big home; so beside a process that holds such a database, or past
     report's time for it, the last recorded breakdown stands in (scaled), else the row has none.
     """
-    from hermes_keeper.report import object_sizes
-    from hermes_keeper.sqlite.connect import connect_ro, read_txn
-    from hermes_keeper.sqlite.holders import find_holders, long_reads_stall_hermes
-
     conn = connect_ro(profile.db_path)
     try:
         with read_txn(conn):
@@ -274,12 +271,12 @@ def _objects_after_run(profile: Profile) -> dict[str, int]:
     return objects.sizes if objects else {}
 
 
-def _warn(profile: Profile, exc: Exception) -> None:
+def _warn(profile: Place, exc: Exception) -> None:
     where = profile.keeper_dir / HISTORY_NAME
     warn(f"{profile.name}: history not recorded ({where}: {exc})")
 
 
-def _record(profile: Profile, kind: str, figures: Callable[[], dict]) -> bool:
+def _record(profile: Place, kind: str, figures: Callable[[], dict]) -> bool:
     """Measure and record; any failure of either is one warning line, never the command's."""
     try:
         values = figures()
@@ -289,9 +286,9 @@ def _record(profile: Profile, kind: str, figures: Callable[[], dict]) -> bool:
     return History(profile).record(kind, values)
 
 
-def record_report(profile: Profile, rep: dict) -> bool:
+def record_report(profile: Place, rep: dict) -> bool:
     return _record(profile, "report", lambda: report_figures(profile, rep))
 
 
-def record_run(profile: Profile, result: RunResult) -> bool:
+def record_run(profile: Place, result: RunResult) -> bool:
     return _record(profile, "run", lambda: run_figures(profile, result))

@@ -4,7 +4,8 @@
 ``Profile`` reports, plans, runs, backs up, restores, compacts and reads its archive, taking
 the keeper lock and writing the journal where it changes something. The CLI, a scheduler or
 a monitoring check drive the same methods; :func:`each` runs one action on many profiles.
-The steps' modules are imported inside the methods: they import :class:`Profile` themselves.
+Every step below takes the profile's :class:`~hermes_keeper.place.Place` (its paths) and none
+imports this module: the arrows run one way, from the front door down.
 """
 
 from __future__ import annotations
@@ -15,69 +16,58 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from hermes_keeper.archive import query
+from hermes_keeper.archive.export import write_export, write_markdown
+from hermes_keeper.archive.query import ALL, Filters, resolve_id
+from hermes_keeper.archive.restore import open_archive, restore_sessions
+from hermes_keeper.archive.retention import (
+    ArchiveSurvey,
+    archive_usage,
+    place_archive_usage,
+    plan_archive_retention,
+)
+from hermes_keeper.archive.store import ArchiveDamaged, archive_exists
+from hermes_keeper.backup import snapshot
+from hermes_keeper.backup.restore import find_backup, restore_backup
+from hermes_keeper.check import check_profile
 from hermes_keeper.errors import KeeperError, os_error_line, warn
-from hermes_keeper.fs import HomeFS
-
-if TYPE_CHECKING:
-    from hermes_keeper.archive.query import Filters
-    from hermes_keeper.history import History
-    from hermes_keeper.journal import Journal
-    from hermes_keeper.run.plan import Plan
-    from hermes_keeper.run.policy import Policy
-    from hermes_keeper.sqlite.schema import SchemaInfo
+from hermes_keeper.facts import checked_unless_it_stalls
+from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
+from hermes_keeper.hermes_config import adopt_change, write_config
+from hermes_keeper.history import History, record_report, record_run
+from hermes_keeper.journal import Journal
+from hermes_keeper.kept import keep_sessions
+from hermes_keeper.lock import keeper_lock
+from hermes_keeper.model.policy import Policy, effective_policy
+from hermes_keeper.place import Place
+from hermes_keeper.report import build_report
+from hermes_keeper.run.compact import compact
+from hermes_keeper.run.context import open_run
+from hermes_keeper.run.execute import apply_plan, preflight
+from hermes_keeper.run.plan import Plan, compact_step, make_plan
+from hermes_keeper.run.survey import survey_profile
+from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_PROFILE = "default"
 
 
 @dataclass(frozen=True)
-class Profile:
-    """One Hermes home: the root itself (``default``) or ``<root>/profiles/<name>``."""
-
-    name: str
-    home: Path
-    root: Path
-
-    @property
-    def db_path(self) -> Path:
-        return self.home / "state.db"
-
-    @property
-    def sessions_dir(self) -> Path:
-        return self.home / "sessions"
-
-    @property
-    def keeper_dir(self) -> Path:
-        """Everything the keeper writes for this profile lives here."""
-        return self.home / "keeper"
-
-    @cached_property
-    def fs(self) -> HomeFS:
-        """The door every keeper read, write and delete under this home goes through."""
-        return HomeFS(self.home)
-
-    def wal_bytes(self) -> int:
-        """Bytes of state.db's WAL on disk (0 without one): part of what the database takes."""
-        st = self.fs.lstat("state.db-wal")
-        return st.st_size if st else 0
+class Profile(Place):
+    """One Hermes home (its :class:`Place`) and everything the keeper does to it."""
 
     @contextmanager
     def _changing(self) -> Iterator[Journal]:
         """One keeper per home (the lock), and every change journaled."""
-        from hermes_keeper.journal import Journal
-        from hermes_keeper.lock import keeper_lock
-
         with keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
 
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
         """The effective policy: defaults, ``keeper.toml`` (or ``config_path``), this profile's section."""
-        from hermes_keeper.run.policy import effective_policy
-
         return effective_policy(self.root, self.name, config_path, overrides)
 
     def report(
@@ -86,42 +76,36 @@ class Profile:
         top: int = 10,
         now: float | None = None,
         policy: Policy | None = None,
+        record: bool = True,
     ) -> dict:
         """Where every byte goes, what the policy (default: :meth:`config`) would remove of the
-        files, runaways by its ``[runaway]`` limits (read-only; ``schemas/report.json``). Zombies
-        by the policy's ``zombie_after`` unless ``zombie_after_s`` is given: the report and the
-        run agree."""
-        from hermes_keeper.report import build_report
-
+        files, runaways by its ``[runaway]`` limits (``schemas/report.json``). Zombies by the
+        policy's ``zombie_after`` unless ``zombie_after_s`` is given: the report and the run agree.
+        Reads state.db only; its figures go to :attr:`history` unless ``record`` is false."""
         policy = policy or self.config()
         if zombie_after_s is None:
             zombie_after_s = policy.zombie_after_s
-        return build_report(self, now=now, zombie_after_s=zombie_after_s, top=top, policy=policy)
+        rep = build_report(self, now=now, zombie_after_s=zombie_after_s, top=top, policy=policy)
+        if record:
+            record_report(self, rep)
+        return rep
 
     def check(self, policy: Policy | None = None, now: float | None = None):
         """Health against the ``[check]`` thresholds (read-only): a ``check.CheckResult``."""
-        from hermes_keeper.check import check_profile
-
         return check_profile(self, policy, now)
 
     def _plan(
         self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None, db_check=None
     ) -> Plan:
-        from hermes_keeper.archive.retention import plan_archive_retention
-        from hermes_keeper.run.plan import make_plan
-        from hermes_keeper.run.survey import survey_profile
-
         now = time.time() if now is None else now
         plan = make_plan(survey_profile(self, schema, now, holders, db_check), policy, now)
-        plan_archive_retention(self, plan, policy)
+        plan.archive_retention = plan_archive_retention(self, policy, now)
+        if plan.archive_retention and (loud := plan.archive_retention.warning()) is not None:
+            plan.warnings.append(loud)
         return plan
 
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
-        from hermes_keeper.facts import checked_unless_it_stalls
-        from hermes_keeper.sqlite.holders import find_holders
-        from hermes_keeper.sqlite.schema import inspect
-
         policy = policy or self.config()
         schema = inspect(self.db_path)
         schema.require_readable()
@@ -140,16 +124,14 @@ class Profile:
         policy: Policy | None = None,
         dry_run: bool = False,
         progress: Callable[[str, int], None] | None = None,
+        record: bool = True,
     ):
-        """Backup, close zombies, archive + prune, remove stale files, compact: a ``RunResult``.
+        """Backup, close zombies, archive + prune, remove stale files, compact: a ``RunResult``,
+        recorded in :attr:`history` unless ``record`` is false.
 
         ``dry_run`` returns the :meth:`plan` instead. ``progress(kind, n)`` gets ``("plan", total)``
         once the plan is made, then ``("prune", sessions)`` as they go.
         """
-        from hermes_keeper.run.context import open_run
-        from hermes_keeper.run.execute import apply_plan, preflight
-        from hermes_keeper.sqlite.schema import inspect
-
         if dry_run:
             return self.plan(policy)
         t0 = time.perf_counter()
@@ -163,50 +145,47 @@ class Profile:
                 progress("plan", len(plan.prune))
             result = apply_plan(ctx, plan, progress)
         result.seconds = round(time.perf_counter() - t0, 2)
+        if record:
+            record_run(self, result)
         return result
 
     @property
     def history(self) -> History:
         """What past reports and runs measured and did (``keeper/history.db``)."""
-        from hermes_keeper.history import History
-
         return History(self)
 
     def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
         """A verified snapshot of state.db into ``dest`` (default: the policy's ``backups.dest``),
         then rotation: the policy's rules, overridden by ``rotate``'s (``keep_last``, ``daily``,
         ``weekly``, ``monthly``), or none (False)."""
-        from hermes_keeper.backup.snapshot import apply_rotation, take_backup
-
         policy = self.config()
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
         with self._changing() as journal:
             t0 = time.perf_counter()
-            record = take_backup(self, dest, journal=journal)
+            record = snapshot.take_backup(self, dest, journal=journal)
             seconds = round(time.perf_counter() - t0, 2)
             removed = (
-                [] if rotate is False else apply_rotation(record.folder, self.home, journal=journal, **rotate)
+                []
+                if rotate is False
+                else snapshot.apply_rotation(record.folder, self.home, journal=journal, **rotate)
             )
         return BackupDone(record, seconds, removed)
 
     def backup_preview(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> dict:
         """What :meth:`backup` would do (``backup --dry-run``): where, how big, what rotation would
         then remove, or why it would be refused. Changes nothing."""
-        from hermes_keeper.backup.snapshot import backup_dir, preflight_backup, rotation
-        from hermes_keeper.sqlite.schema import inspect
-
         policy = self.config()
-        folder = backup_dir(self, dest or policy.backup_dest)
+        folder = snapshot.backup_dir(self, dest or policy.backup_dest)
         schema = inspect(self.db_path)
         schema.require_readable()
         try:
-            preflight_backup(self, schema, folder, None)
+            snapshot.preflight_backup(self, schema, folder, None)
             refused = None
         except KeeperError as exc:
             refused = str(exc)
         rules = policy.rotation | (rotate if isinstance(rotate, dict) else {})
-        rows = [] if rotate is False else rotation(folder, self.home, now=time.time(), **rules)
+        rows = [] if rotate is False else snapshot.rotation(folder, self.home, now=time.time(), **rules)
         return {
             "profile": self.name,
             "folder": str(folder),
@@ -229,27 +208,19 @@ class Profile:
         rule by rule. Changes nothing unless ``prune`` (rotate out what the rules drop) or
         ``remove_leftovers``.
         """
-        from hermes_keeper.backup.snapshot import (
-            apply_rotation,
-            backup_dir,
-            find_malformed_copies,
-            killed_backup_leftovers,
-            remove_malformed_copies,
-            rotation,
-        )
 
         policy = self.config()
         rules = policy.rotation | (rules or {})
-        folder = backup_dir(self, dest or policy.backup_dest)
+        folder = snapshot.backup_dir(self, dest or policy.backup_dest)
         removed: list[str] = []
-        leftovers = find_malformed_copies(self)
+        leftovers = snapshot.find_malformed_copies(self)
         if prune or remove_leftovers:
             with self._changing() as journal:
                 if prune:
-                    removed = apply_rotation(folder, self.home, journal=journal, **rules)
+                    removed = snapshot.apply_rotation(folder, self.home, journal=journal, **rules)
                 if remove_leftovers:
-                    leftovers = remove_malformed_copies(self, journal=journal)
-        rows = rotation(folder, self.home, now=time.time(), **rules)
+                    leftovers = snapshot.remove_malformed_copies(self, journal=journal)
+        rows = snapshot.rotation(folder, self.home, now=time.time(), **rules)
         return {
             "profile": self.name,
             "folder": str(folder),
@@ -261,7 +232,7 @@ class Profile:
                 {"name": lo.path.name, "bytes": lo.bytes, "removed": remove_leftovers} for lo in leftovers
             ],
             "killed_backup_files": [
-                {"name": lo.path.name, "bytes": lo.bytes} for lo in killed_backup_leftovers(folder)
+                {"name": lo.path.name, "bytes": lo.bytes} for lo in snapshot.killed_backup_leftovers(folder)
             ],
         }
 
@@ -272,8 +243,6 @@ class Profile:
         force: bool = False,
     ):
         """Replace state.db with a verified backup (``name``: file name or path; None: the newest)."""
-        from hermes_keeper.backup.restore import find_backup, restore_backup
-
         dest = dest or self.config().backup_dest
         with self._changing() as journal:
             return restore_backup(self, find_backup(self, name, dest), force=force, journal=journal)
@@ -283,15 +252,11 @@ class Profile:
     ) -> dict:
         """What :meth:`restore` would put in place (``restore --dry-run``), its sha256 checked.
         Changes nothing."""
-        from hermes_keeper.backup.restore import find_backup
-        from hermes_keeper.backup.snapshot import verify_backup
-        from hermes_keeper.sqlite.holders import find_holders
-
         self.fs.require_home()
         record = find_backup(self, name, dest or self.config().backup_dest)
         return record.to_dict() | {
             "profile": self.name,
-            "verified": verify_backup(record),
+            "verified": snapshot.verify_backup(record),
             "replaces": str(self.db_path),
             "holders": [h.describe() for h in find_holders(self.db_path)],
         }
@@ -299,10 +264,6 @@ class Profile:
     def compact_preview(self) -> dict:
         """What :meth:`compact` would do (``compact --dry-run``): the reclaimable bytes and how they
         would go back to the disk. Changes nothing."""
-        from hermes_keeper.run.plan import compact_step
-        from hermes_keeper.sqlite.holders import find_holders
-        from hermes_keeper.sqlite.schema import inspect
-
         schema = inspect(self.db_path)
         schema.require_readable()
         return {
@@ -319,8 +280,6 @@ class Profile:
     ):
         """Free pages back to the disk in budgeted steps (the policy's budget, rest and busy wait);
         the one-time full VACUUM when idle, or beside Hermes when its stall fits."""
-        from hermes_keeper.backup.compact import compact
-
         policy = policy or self.config()
         with self._changing() as journal:
             return compact(
@@ -334,6 +293,21 @@ class Profile:
                 backup_dest=policy.backup_dest,
                 live_vacuum_stall_s=policy.live_vacuum_stall_s,
             )
+
+    def adopt_change(self) -> tuple[str, str]:
+        """config.yaml's text now and with Hermes's auto-prune off (equal: nothing to change)."""
+        return adopt_change(self.home)
+
+    def adopt(self) -> bool:
+        """Turn Hermes's own auto-prune off in config.yaml (comments kept), journaled, so the keeper
+        alone owns retention; False when it already was off."""
+        before, after = adopt_change(self.home)
+        if before == after:
+            return False
+        write_config(self.home, after)
+        with Journal(self.keeper_dir) as journal:
+            journal.write("adopt", path=HERMES_CONFIG, auto_prune=False)
+        return True
 
     @property
     def archive(self) -> ProfileArchive:
@@ -360,29 +334,23 @@ class ProfileArchive:
 
     @property
     def exists(self) -> bool:
-        from hermes_keeper.archive.store import archive_exists
 
         return archive_exists(self.profile.keeper_dir)
 
     @contextmanager
     def _store(self):
-        from hermes_keeper.archive.restore import open_archive
 
         with open_archive(self.profile) as store:
             yield store
 
     def list(self, filters: Filters | None = None) -> list:
-        from hermes_keeper.archive.query import ALL, list_entries
 
         with self._store() as store:
-            return list_entries(store, filters or ALL)
+            return query.list_entries(store, filters or ALL)
 
     def show(self, session_id: str) -> dict:
         """One archived session's payload: ``session_id`` or a unique prefix of it (its newest
         entry), or ``#N`` (archive entry N)."""
-        from hermes_keeper.archive.query import resolve_id
-        from hermes_keeper.archive.store import ArchiveDamaged
-
         with self._store() as store:
             entry = resolve_id(store, session_id)
             try:
@@ -391,17 +359,12 @@ class ProfileArchive:
                 raise KeeperError(f"archive row damaged: {exc}") from None
 
     def search(self, text: str, filters: Filters | None = None, limit: int | None = 50):
-        from hermes_keeper.archive.query import ALL, search
-
         with self._store() as store:
-            return search(store, text, filters or ALL, limit=limit)
+            return query.search(store, text, filters or ALL, limit=limit)
 
     def restore(self, session_ids: Sequence[str], dry_run: bool = False, policy: Policy | None = None):
         """Put archived sessions back (whole conversations) in the policy's budgeted writes, and
         keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would."""
-        from hermes_keeper.archive.restore import restore_sessions
-        from hermes_keeper.kept import keep_sessions
-
         policy = policy or self.profile.config()
         with self.profile._changing() as journal:
             res = restore_sessions(
@@ -426,43 +389,31 @@ class ProfileArchive:
         self, output: str | os.PathLike | None = None, filters: Filters | None = None, split: bool = False
     ):
         """Hermes's ``export_session`` JSONL to ``output`` (None: stdout); (result, files written)."""
-        from hermes_keeper.archive.export import write_export
-        from hermes_keeper.archive.query import ALL
-
         with self._store() as store:
             return write_export(store, Path(output) if output else None, filters or ALL, split=split)
 
     def export_markdown(self, folder: str | os.PathLike, filters: Filters | None = None):
         """One readable ``<id>.md`` per chosen session into ``folder`` (0700); (result, files written)."""
-        from hermes_keeper.archive.export import write_markdown
-        from hermes_keeper.archive.query import ALL
-
         with self._store() as store:
             return write_markdown(store, Path(folder), filters or ALL)
 
     def usage(self, policy: Policy | None = None, now: float | None = None):
         """The archive's bytes, files, entries, oldest conversation and budget (``archive.max_bytes``),
         and whether it is over it: an ``ArchiveUsage`` (for ``report``, and a monitoring check)."""
-        from hermes_keeper.archive.retention import ArchiveSurvey, archive_usage, survey_archive
-
         now = time.time() if now is None else now
         try:
             policy = policy or self.profile.config()
-            survey = survey_archive(self.profile)
-        except KeeperError as exc:  # a report still shows everything else, and says why not this
+        except KeeperError as exc:  # a keeper.toml that does not parse: the usage says why
             return archive_usage(ArchiveSurvey((), frozenset()), None, None, now, problem=str(exc))
-        return archive_usage(survey, policy.archive_keep_s, policy.archive_max_bytes, now)
+        return place_archive_usage(self.profile, policy, now)
 
     def verify(self):
         """Decompress every payload and recompute its sha256; plus a quick_check of every archive file.
 
         Journaled (``archive_verified``): ``check`` alerts when the last one is old or failed.
         """
-        from hermes_keeper.archive.query import verify
-        from hermes_keeper.journal import Journal
-
         with self._store() as store:
-            result = verify(store)
+            result = query.verify(store)
         try:  # a read-only home still verifies; only `check` misses the record
             with Journal(self.profile.keeper_dir) as journal:
                 journal.write(

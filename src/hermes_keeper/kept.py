@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 
 from hermes_keeper.fs import durable_rename, open_private, private_dir
-from hermes_keeper.home import Profile
+from hermes_keeper.place import Place
 
 KEPT_NAME = "kept.json"
 
@@ -22,7 +22,7 @@ class KeptUnreadable(Exception):
     """kept.json exists but is not what the keeper writes: the survey keeps everything."""
 
 
-def read_kept(profile: Profile) -> dict[str, float]:
+def read_kept(profile: Place) -> dict[str, float]:
     """Session id -> until. Empty when there is none; :class:`KeptUnreadable` when damaged."""
     data = profile.fs.read_bytes("keeper", KEPT_NAME)
     if data is None:
@@ -38,7 +38,7 @@ def read_kept(profile: Profile) -> dict[str, float]:
     return {k: float(v) for k, v in kept.items()}
 
 
-def keep_sessions(profile: Profile, ids: Iterable[str], until: float, now: float) -> None:
+def keep_sessions(profile: Place, ids: Iterable[str], until: float, now: float) -> None:
     """Keep ``ids`` until ``until`` (a later date already set wins); written durably."""
     try:
         kept = {k: v for k, v in read_kept(profile).items() if v > now}

@@ -14,14 +14,15 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from hermes_keeper.archive.retention import place_archive_usage
 from hermes_keeper.facts import Breakdown, bounded_check, last_check, record_objects, recorded_objects
 from hermes_keeper.fs import HomeFS
-from hermes_keeper.home import Profile
+from hermes_keeper.model.policy import Policy
+from hermes_keeper.place import Place
 from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
 from hermes_keeper.run.files import KINDS as FILE_KINDS
 from hermes_keeper.run.message_stats import RECENT_DAYS
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.survey import (
     SessionRow,
     Survey,
@@ -123,7 +124,7 @@ def _object_sizes(conn: sqlite3.Connection, budget_s: float) -> dict[str, int] |
 
 
 def object_sizes(
-    profile: Profile,
+    profile: Place,
     conn: sqlite3.Connection,
     used_bytes: int,
     now: float,
@@ -378,7 +379,7 @@ def auto_prune_section(survey: Survey, now: float) -> dict:
 
 
 def build_report(
-    profile: Profile,
+    profile: Place,
     now: float | None = None,
     zombie_after_s: float = DAY,
     top: int = 10,
@@ -439,5 +440,5 @@ def build_report(
             "processes": [h.to_dict() for h in survey.holders],
             "gateway_pid": gateway_pid(profile.home),
         },
-        "archive": profile.archive.usage(now=now).to_dict(),
+        "archive": place_archive_usage(profile, policy, now).to_dict(),
     }

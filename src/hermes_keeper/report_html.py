@@ -15,16 +15,13 @@ import time
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hermes_keeper import units
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import check_export_target, open_private
 from hermes_keeper.history import Entry
+from hermes_keeper.model.policy import Policy
 from hermes_keeper.report import AGE_BUCKETS
-
-if TYPE_CHECKING:
-    from hermes_keeper.home import Profile
 
 DAY = 86400.0
 PROJECTION_DAYS = 365
@@ -77,15 +74,14 @@ class ProfilePage:
     history: list[Entry]
 
     @classmethod
-    def of(cls, profile: Profile, report: dict) -> ProfilePage:
-        """The page of ``profile`` beside its fresh ``report``: its plan, policy and history."""
-        policy = profile.config()
+    def of(cls, report: dict, policy: Policy, plan: dict, history: list[Entry]) -> ProfilePage:
+        """The page of a fresh ``report`` beside the profile's policy, plan and history."""
         return cls(
             report,
-            profile.plan(policy).to_dict(),
+            plan,
             max(policy.retention_s.values()) / DAY,
             policy.max_db_bytes and int(policy.max_db_bytes * policy.low_water),
-            profile.history.entries(),
+            history,
         )
 
 

@@ -28,6 +28,7 @@ from typing import TextIO
 from ruamel.yaml import YAML
 
 from hermes_keeper.archive.hermes_import import import_batches, too_big
+from hermes_keeper.archive.payload import decode_value
 from hermes_keeper.archive.query import (
     ALL,
     CONTENT_JSON_PREFIX,
@@ -37,10 +38,10 @@ from hermes_keeper.archive.query import (
     list_entries,
     when,
 )
-from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, decode_value
+from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import check_export_target, durable_rename, fsync_dir, open_private, plain_name
-from hermes_keeper.run.conversations import Facts, conversations
+from hermes_keeper.model.conversations import Facts, conversations
 
 
 def _plain(v):

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
-from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry, RawText, decode_value
+from hermes_keeper.archive.payload import RawText, decode_value
+from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.units import parse_duration
 

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_keeper.archive import store as arch
+from hermes_keeper.archive.payload import FORMAT, PROMPT_REFS, decode_value, sql_placeholder
 from hermes_keeper.archive.query import ENTRY_ADDRESS
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
-from hermes_keeper.run.conversations import Facts, conversations
+from hermes_keeper.model.conversations import Facts, conversations
+from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import refuse_during_maintenance
@@ -70,7 +71,7 @@ def unresolved_prompts(payload: dict, in_db: Callable[[str], bool]) -> list[str]
     s = payload["session"]
     return [
         c
-        for c in arch.PROMPT_REFS
+        for c in PROMPT_REFS
         if isinstance(s.get(c), str)
         and _PROMPT_HASH.fullmatch(s[c])
         and s[c] not in archived
@@ -253,7 +254,7 @@ class _Planner:
         out: list[Member] = []
         for sid, why in members.items():
             p = self.payloads[sid]
-            if p.get("format", arch.FORMAT) > arch.FORMAT:
+            if p.get("format", FORMAT) > FORMAT:
                 plan.refused[requested] = f"{sid}: archived by a newer hermes-keeper (format {p['format']})"
                 return None
             existing = None
@@ -393,8 +394,8 @@ class RestoreResult:
 
 def _insert(c: sqlite3.Connection, table: str, row: dict, verb: str = "INSERT") -> None:
     cols = list(row)
-    values = [arch.decode_value(row[k]) for k in cols]
-    marks = ",".join(arch.sql_placeholder(v) for v in values)
+    values = [decode_value(row[k]) for k in cols]
+    marks = ",".join(sql_placeholder(v) for v in values)
     c.execute(f"{verb} INTO {table} ({','.join(cols)}) VALUES ({marks})", values)
 
 
@@ -501,7 +502,7 @@ def apply_restore(
     return result
 
 
-def open_archive(profile: Profile) -> arch.Archive:
+def open_archive(profile: Place) -> arch.Archive:
     """The profile's existing archive, or a one-line refusal."""
     path = profile.keeper_dir / arch.ARCHIVE_NAME
     if not arch.archive_exists(profile.keeper_dir):
@@ -513,7 +514,7 @@ def open_archive(profile: Profile) -> arch.Archive:
 
 
 def restore_sessions(
-    profile: Profile,
+    profile: Place,
     ids: list[str],
     *,
     journal: Journal | None = None,

@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from hermes_keeper.archive.store import ARCHIVED, Archive, Entry, archive_exists
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.sqlite.connect import connect_ro, read_txn, write_txn
 
 if TYPE_CHECKING:
-    from hermes_keeper.home import Profile
     from hermes_keeper.journal import Journal
-    from hermes_keeper.run.plan import Plan
-    from hermes_keeper.run.policy import Policy
+    from hermes_keeper.model.policy import Policy
+    from hermes_keeper.place import Place
 
 #: A file other than the newest is vacuumed after any delete (nothing else will reuse its pages);
 #: the newest when at least this share of it went (new entries reuse the rest), or under a budget.
@@ -66,7 +66,7 @@ def _disk_bytes(path) -> int:
     return total
 
 
-def survey_archive(profile: Profile) -> ArchiveSurvey:
+def survey_archive(profile: Place) -> ArchiveSurvey:
     """What retention needs to know, read-only (an empty survey when there is no archive)."""
     if not archive_exists(profile.keeper_dir):
         return ArchiveSurvey((), frozenset())
@@ -226,7 +226,7 @@ def plan_retention(
     return plan
 
 
-def apply_retention(profile: Profile, plan: RetentionPlan, journal: Journal | None = None) -> dict:
+def apply_retention(profile: Place, plan: RetentionPlan, journal: Journal | None = None) -> dict:
     """Drop what the plan says, file by file, one journal line each; what was done.
 
     Rechecked here: an entry that became ``archived`` meanwhile stays, and a file is deleted
@@ -318,12 +318,19 @@ def archive_usage(
     )
 
 
-def plan_archive_retention(profile: Profile, plan: Plan, policy: Policy) -> None:
-    """Add the archive's retention to a run's plan (when the policy sets one), loudly when it
-    deletes conversations that exist nowhere else."""
+def plan_archive_retention(profile: Place, policy: Policy, now: float) -> RetentionPlan | None:
+    """The archive's retention for a run (None when the policy sets none); its
+    :meth:`RetentionPlan.warning` is loud when it deletes conversations that exist nowhere else."""
     if policy.archive_keep_s is None and policy.archive_max_bytes is None:
-        return
-    survey = survey_archive(profile)
-    plan.archive_retention = plan_retention(survey, policy.archive_keep_s, policy.archive_max_bytes, plan.now)
-    if (loud := plan.archive_retention.warning()) is not None:
-        plan.warnings.append(loud)
+        return None
+    return plan_retention(survey_archive(profile), policy.archive_keep_s, policy.archive_max_bytes, now)
+
+
+def place_archive_usage(profile: Place, policy: Policy, now: float) -> ArchiveUsage:
+    """The archive's bytes, files, entries, oldest conversation and budget, against ``policy``'s
+    ``[archive]``; a usage that says why (``problem``) where the archive cannot be read."""
+    try:
+        survey = survey_archive(profile)
+    except KeeperError as exc:  # a report still shows everything else, and says why not this
+        return archive_usage(ArchiveSurvey((), frozenset()), None, None, now, problem=str(exc))
+    return archive_usage(survey, policy.archive_keep_s, policy.archive_max_bytes, now)

@@ -34,8 +34,8 @@ from hermes_keeper.backup.snapshot import (
 )
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import DB_FILES, FILE_MODE, fsync_dir, fsync_file, private_file
-from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.holders import find_holders
 from hermes_keeper.sqlite.schema import inspect
@@ -58,9 +58,7 @@ class RestoreResult:
         return asdict(self)
 
 
-def find_backup(
-    profile: Profile, name: str | Path | None, dest_dir: Path | str | None = None
-) -> BackupRecord:
+def find_backup(profile: Place, name: str | Path | None, dest_dir: Path | str | None = None) -> BackupRecord:
     """A backup by file name (in the folder) or path, or the newest of this home when ``name`` is None."""
     folder = backup_dir(profile, dest_dir)
     if name is not None and Path(name).parent != Path("."):
@@ -79,7 +77,7 @@ def find_backup(
     )
 
 
-def _refuse_if_held(profile: Profile) -> None:
+def _refuse_if_held(profile: Place) -> None:
     holders = find_holders(profile.db_path)
     if holders:
         who = "; ".join(h.describe() for h in holders)
@@ -89,7 +87,7 @@ def _refuse_if_held(profile: Profile) -> None:
 
 
 def restore_backup(
-    profile: Profile,
+    profile: Place,
     record_or_path: BackupRecord | Path | str,
     force: bool = False,
     journal: Journal | None = None,
@@ -184,7 +182,7 @@ def _checkpoint(db: Path) -> None:
         raise KeeperError(f"{db}: its -wal could not be checkpointed (in use?); nothing was changed")
 
 
-def _swap(profile: Profile, restored: Path) -> str | None:
+def _swap(profile: Place, restored: Path) -> str | None:
     """Put ``restored`` in place of state.db, keeping the current one as a safety copy (0600).
 
     Each step leaves a consistent home if the process dies right after it:

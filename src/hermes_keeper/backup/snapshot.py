@@ -34,8 +34,8 @@ from hermes_keeper import units
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
-from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import AUTO_VACUUM, SchemaInfo, inspect, quick_check
@@ -83,7 +83,7 @@ class BackupRecord:
 _STORED = [f.name for f in fields(BackupRecord) if f.name != "folder"]
 
 
-def backup_dir(profile: Profile, dest: Path | str | None = None) -> Path:
+def backup_dir(profile: Place, dest: Path | str | None = None) -> Path:
     return Path(dest) if dest else profile.keeper_dir / "backups"
 
 
@@ -207,9 +207,7 @@ def match_modes(path: Path, journal_mode: str | None, auto_vacuum: str | None) -
         conn.close()
 
 
-def preflight_backup(
-    profile: Profile, schema: SchemaInfo, folder: Path, holders: list[Holder] | None
-) -> None:
+def preflight_backup(profile: Place, schema: SchemaInfo, folder: Path, holders: list[Holder] | None) -> None:
     """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
     holders = find_holders(profile.db_path) if holders is None else holders
     if schema.journal_mode != "wal" and holders:
@@ -233,7 +231,7 @@ def preflight_backup(
 
 
 def take_backup(
-    profile: Profile,
+    profile: Place,
     dest_dir: Path | str | None = None,
     now: float | None = None,
     journal: Journal | None = None,
@@ -417,7 +415,7 @@ class Leftover:
     bytes: int
 
 
-def find_malformed_copies(profile: Profile) -> list[Leftover]:
+def find_malformed_copies(profile: Place) -> list[Leftover]:
     """Hermes's ``state.db.malformed-backup-*`` copies: made on repair, never deleted upstream."""
     return [
         Leftover(p, p.lstat().st_size)
@@ -426,7 +424,7 @@ def find_malformed_copies(profile: Profile) -> list[Leftover]:
     ]
 
 
-def remove_malformed_copies(profile: Profile, journal: Journal | None = None) -> list[Leftover]:
+def remove_malformed_copies(profile: Place, journal: Journal | None = None) -> list[Leftover]:
     """Delete those copies (each one journaled with its size); returns what was removed."""
     removed = []
     for lo in find_malformed_copies(profile):

@@ -8,8 +8,7 @@ import sys
 import click
 
 from hermes_keeper.cli.options import examples, profile_options
-from hermes_keeper.hermes_config import CONFIG_NAME, adopt_change, write_config
-from hermes_keeper.journal import Journal
+from hermes_keeper.hermes_config import CONFIG_NAME
 
 
 @click.command(epilog=examples("adopt --dry-run", "adopt --yes --all-profiles"))
@@ -25,7 +24,7 @@ def adopt(profiles, yes, dry_run):
     confirm. Nothing else in config.yaml changes.
     """
     for profile in profiles:
-        before, after = adopt_change(profile.home)
+        before, after = profile.adopt_change()
         path = profile.home / CONFIG_NAME
         if before == after:
             click.echo(f"{profile.name}: {path} already has sessions.auto_prune: false; nothing to change")
@@ -47,7 +46,5 @@ def adopt(profiles, yes, dry_run):
             if not click.confirm(f"Change {path}?", default=False):
                 click.echo(f"{profile.name}: nothing changed")
                 continue
-        write_config(profile.home, after)
-        with Journal(profile.keeper_dir) as journal:
-            journal.write("adopt", path=CONFIG_NAME, auto_prune=False)
+        profile.adopt()
         click.echo(f"{profile.name}: Hermes's auto-prune is off; keeper.toml's policy owns retention")

@@ -24,7 +24,7 @@ from hermes_keeper.cli.options import (
 from hermes_keeper.cli.render import busy, console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError, TryLater
-from hermes_keeper.run.policy import setting
+from hermes_keeper.model.policy import setting
 from hermes_keeper.units import parse_duration
 
 

@@ -27,7 +27,6 @@ from hermes_keeper.cli.options import (
 )
 from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
-from hermes_keeper.history import record_run
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
@@ -165,7 +164,6 @@ def _run(
                 bar.update(task, total=n) if kind == "plan" else bar.advance(task, n)
 
             result = profile.run(policy, progress=progress)
-        record_run(profile, result)
         if metrics:
             metrics.run(result)
         return result

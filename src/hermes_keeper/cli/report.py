@@ -22,7 +22,6 @@ from hermes_keeper.cli.options import (
 )
 from hermes_keeper.cli.render import render_report
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.history import record_report
 from hermes_keeper.home import select_profiles
 from hermes_keeper.report import build_report
 from hermes_keeper.report_html import ProfilePage, html_target, render_html, write_html
@@ -71,11 +70,13 @@ def report(profiles, as_json, zombie_after, top, html_path, quiet, textfile):
 
         def action(profile):
             rep = profile.report(zombie_after_s, top)
-            record_report(profile, rep)
             if metrics:
                 metrics.report(rep)
             if html_path:
-                pages.append(ProfilePage.of(profile, rep))
+                policy = profile.config()
+                pages.append(
+                    ProfilePage.of(rep, policy, profile.plan(policy).to_dict(), profile.history.entries())
+                )
             return rep
 
         try:

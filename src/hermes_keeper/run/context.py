@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
-from hermes_keeper.run.policy import Policy
+from hermes_keeper.model.policy import Policy
+from hermes_keeper.place import Place
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -23,7 +23,7 @@ from hermes_keeper.sqlite.writer import Writer
 
 @dataclass
 class RunContext:
-    profile: Profile
+    profile: Place
     policy: Policy
     schema: SchemaInfo
     journal: Journal | None
@@ -51,7 +51,7 @@ class RunContext:
 
 @contextmanager
 def open_run(
-    profile: Profile,
+    profile: Place,
     policy: Policy | None = None,
     schema: SchemaInfo | None = None,
     journal: Journal | None = None,

@@ -15,15 +15,15 @@ from pathlib import Path
 from hermes_keeper import units
 from hermes_keeper.archive.retention import apply_retention
 from hermes_keeper.archive.store import Archive, archive_exists
-from hermes_keeper.backup.compact import compact_run
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
-from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.model.policy import Policy
+from hermes_keeper.place import Place
+from hermes_keeper.run.compact import compact_run
 from hermes_keeper.run.context import RunContext
 from hermes_keeper.run.files import KINDS, remove
 from hermes_keeper.run.plan import REFUSE, SNAPSHOT, ZOMBIE_END_REASON, FileAction, Plan
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.fts import MergeHold
@@ -174,12 +174,12 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: S
     return closed
 
 
-def _home_path(profile: Profile, f: FileAction) -> str:
+def _home_path(profile: Place, f: FileAction) -> str:
     """The journal's name of a file :func:`remove` reached (so one inside the home)."""
     return "/".join(Path(f.path).relative_to(profile.home).parts)
 
 
-def remove_files(profile: Profile, files: list[FileAction], journal: Journal | None) -> tuple[int, int]:
+def remove_files(profile: Place, files: list[FileAction], journal: Journal | None) -> tuple[int, int]:
     """Delete these planned files, each only inside its kind's folder, through the door (never via
     a symlink); each one journaled with its name, bytes, kind and reason."""
     removed = size = 0
@@ -203,7 +203,7 @@ def remove_files(profile: Profile, files: list[FileAction], journal: Journal | N
     return removed, size
 
 
-def preflight(profile: Profile, schema: SchemaInfo, policy: Policy) -> None:
+def preflight(profile: Place, schema: SchemaInfo, policy: Policy) -> None:
     """What must hold before a run changes anything (no zombie closed, no file removed, no
     backup taken): state.db is one the keeper may change, and the archive it will write to
     opens and is of a layout it knows (a :class:`KeeperError` otherwise)."""

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hermes_keeper.backup.compact import ESTIMATE_PREFIX
 from hermes_keeper.backup.restore import RESTORE_TMP, SAFETY_PREFIX
 from hermes_keeper.backup.snapshot import TEMP_PREFIX, killed_backup_leftovers
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.facts import CHECK_TRUSTED_S, Check, copy_checks
 from hermes_keeper.fs import DB_NAME, KEEPER_DIR, SQLITE_SIDES, HomeFS
-from hermes_keeper.run.policy import Policy
+from hermes_keeper.model.policy import Policy
+from hermes_keeper.run.compact import ESTIMATE_PREFIX
 from hermes_keeper.sqlite.fts import HOLD_NAME
 
 CRON_OUTPUT = "cron_output"

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR, SQLITE_SIDES, HomeFS
-from hermes_keeper.run.policy import DAY
+from hermes_keeper.model.policy import DAY
 from hermes_keeper.sqlite.connect import id_steps
 from hermes_keeper.sqlite.schema import SchemaInfo, timestamp_counts_sql
 

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
-from hermes_keeper.run.conversations import continues, conversations, lineage_root
+from hermes_keeper.model.conversations import continues, conversations, lineage_root
+from hermes_keeper.model.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
-from hermes_keeper.run.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
 

@@ -35,10 +35,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from hermes_keeper.archive import store as arch
-from hermes_keeper.home import Profile
+from hermes_keeper.archive.payload import canonical_bytes, decode_value, read_payload, sql_placeholder
 from hermes_keeper.journal import Journal
+from hermes_keeper.model.conversations import Facts, conversations
+from hermes_keeper.place import Place
 from hermes_keeper.run.context import RunContext
-from hermes_keeper.run.conversations import Facts, conversations
 from hermes_keeper.run.message_stats import message_size_sql
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
@@ -303,7 +304,7 @@ def unmark(w: Writer, schema: SchemaInfo, sid: str, was_archived: int) -> None:
 def _reinsert_messages(w: Writer, schema: SchemaInfo, payload: dict) -> None:
     """Put back the archived messages of a session that turned out to be alive."""
     cols = [c for c in payload["messages"][0] if schema.has("messages", c)]
-    rows = [[arch.decode_value(m.get(c)) for c in cols] for m in payload["messages"]]
+    rows = [[decode_value(m.get(c)) for c in cols] for m in payload["messages"]]
     batch = w.batch(start=200)
     done = 0
     while done < len(rows):
@@ -311,7 +312,7 @@ def _reinsert_messages(w: Writer, schema: SchemaInfo, payload: dict) -> None:
 
         def ins(c, chunk=chunk):
             for r in chunk:
-                ph = ",".join(arch.sql_placeholder(v) for v in r)
+                ph = ",".join(sql_placeholder(v) for v in r)
                 c.execute(f"INSERT OR IGNORE INTO messages ({','.join(cols)}) VALUES ({ph})", r)
 
         w.step(ins, batch, units=len(chunk))
@@ -345,7 +346,7 @@ class _Archiver(threading.Thread):
 
     def __init__(
         self,
-        profile: Profile,
+        profile: Place,
         schema: SchemaInfo,
         batches: list[list[str]],
         units: dict[str, str],
@@ -372,7 +373,7 @@ class _Archiver(threading.Thread):
                     if self.stop.is_set():
                         return
                     with self.writer.reading(), read_txn(conn):
-                        payloads = [p for p in (arch.read_payload(conn, self.schema, s) for s in ids) if p]
+                        payloads = [p for p in (read_payload(conn, self.schema, s) for s in ids) if p]
                         costs = message_costs(conn, self.schema, ids)
                     entries = [None] * len(payloads)
                     if store is not None:
@@ -429,7 +430,7 @@ class _Archiver(threading.Thread):
         self.join()
 
 
-def _state_store(profile: Profile) -> arch.Archive:
+def _state_store(profile: Place) -> arch.Archive:
     """The deleter's connection to the archive, which only moves rows between states.
 
     Not fsynced per commit: a state lost to a power cut is found again by the next run
@@ -526,7 +527,7 @@ def resume_pending(ctx: RunContext) -> int:
         try:
             with read_txn(conn):
                 ids = [e.session_id for e in pending]
-                current = {sid: arch.read_payload(conn, schema, sid) for sid in dict.fromkeys(ids)}
+                current = {sid: read_payload(conn, schema, sid) for sid in dict.fromkeys(ids)}
                 costs = message_costs(conn, schema, ids)
         finally:
             conn.close()
@@ -546,7 +547,7 @@ def resume_pending(ctx: RunContext) -> int:
             # Only rows whose content the entry holds go: a reused id with other content stays,
             # and so puts the conversation back whole (the deleter sees it as woken up).
             held = arch.message_keys(archived)
-            same = [m for m in now["messages"] if arch.canonical_bytes(m) in held]
+            same = [m for m in now["messages"] if canonical_bytes(m) in held]
             payload = {**archived, "messages": same}
             items.append((payload, e.entry))
         result = PruneResult()

@@ -17,14 +17,15 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 from hermes_keeper.facts import Check, checked_unless_it_stalls
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
-from hermes_keeper.home import Profile
 from hermes_keeper.kept import KeptUnreadable, read_kept
+from hermes_keeper.model.conversations import lineage_root, model_config_links, seconds
+from hermes_keeper.model.policy import MESSAGING_SOURCES
+from hermes_keeper.place import Place
 from hermes_keeper.run.files import Folders, scan_folders
 from hermes_keeper.run.message_stats import (
     Stats,
@@ -34,7 +35,6 @@ from hermes_keeper.run.message_stats import (
     message_stats_in_steps,
     recent_since,
 )
-from hermes_keeper.run.policy import MESSAGING_SOURCES
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import (
     Holder,
@@ -167,7 +167,7 @@ class SessionFile:
 
 @dataclass
 class Survey:
-    profile: Profile
+    profile: Place
     schema: SchemaInfo
     taken_at: float
     sessions: dict[str, SessionRow] = field(default_factory=dict)
@@ -201,25 +201,6 @@ def safe_filename_component(session_id: str) -> str:
 _DUMP = re.compile(r"^request_dump_(?P<sid>.+)_(?P<ts>\d{8}_\d{6}(?:_\d+)?)\.json$")
 
 
-def seconds(value) -> float | None:
-    """A stored timestamp as unix seconds; text (ISO dates, numbers as text) parsed best-effort.
-
-    Such profiles are flagged by ``schema.inspect`` and maintenance refuses them; this only
-    keeps the survey (and so the report) readable instead of failing on mixed types.
-    """
-    if value is None or isinstance(value, (int, float)):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        pass
-    try:
-        dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
-
-
 def lossless_text(data: bytes) -> str:
     """Decode TEXT that may not be UTF-8 (another writer, a damaged row) without losing a byte.
 
@@ -234,19 +215,6 @@ def shown(text: str | None) -> str | None:
     if text is None or text.isascii():
         return text
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def model_config_links(raw: str | None) -> tuple[str | None, str | None]:
-    if not raw:
-        return None, None
-    try:
-        cfg = json.loads(raw)
-    except (ValueError, TypeError):
-        return None, None
-    if not isinstance(cfg, dict):
-        return None, None
-    delegate, branch = cfg.get("_delegate_from"), cfg.get("_branched_from")
-    return (delegate if isinstance(delegate, str) else None, branch if isinstance(branch, str) else None)
 
 
 def _routed_from_db(conn: sqlite3.Connection, schema: SchemaInfo) -> set[str]:
@@ -413,7 +381,7 @@ def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
 
 
 def survey_profile(
-    profile: Profile,
+    profile: Place,
     schema: SchemaInfo | None = None,
     now: float | None = None,
     holders: list[Holder] | None = None,
@@ -547,8 +515,6 @@ def survey_profile(
             maybe_routed=survey.routing_problem is not None
             and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
         )
-    from hermes_keeper.run.conversations import lineage_root  # it reads the rows made here
-
     for sid, row in survey.sessions.items():
         turn_holder, turn_expires = turns.get(lineage_root(sid, survey.sessions), (None, None))
         if turn_expires is not None:

@@ -14,15 +14,48 @@ give, so a conversation is the same set whichever side of the archive it is on.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
-
-from hermes_keeper.run.survey import model_config_links, seconds
 
 COMPRESSION, DELEGATE, CHILD, BRANCH = "compression", "delegate", "child", "branch"
 #: Link kinds that keep a child in its parent's conversation.
 JOINING = frozenset({COMPRESSION, DELEGATE, CHILD})
+
+
+def seconds(value) -> float | None:
+    """A stored timestamp as unix seconds; text (ISO dates, numbers as text) parsed best-effort.
+
+    Such profiles are flagged by ``schema.inspect`` and maintenance refuses them; this only
+    keeps the survey (and so the report) readable instead of failing on mixed types.
+    """
+    if value is None or isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        pass
+    try:
+        dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+def model_config_links(raw: str | None) -> tuple[str | None, str | None]:
+    """``model_config``'s ``_delegate_from`` and ``_branched_from`` (None: absent, or not JSON)."""
+    if not raw:
+        return None, None
+    try:
+        cfg = json.loads(raw)
+    except (ValueError, TypeError):
+        return None, None
+    if not isinstance(cfg, dict):
+        return None, None
+    delegate, branch = cfg.get("_delegate_from"), cfg.get("_branched_from")
+    return (delegate if isinstance(delegate, str) else None, branch if isinstance(branch, str) else None)
 
 
 class Session(Protocol):

@@ -27,10 +27,10 @@ from hermes_keeper.backup.snapshot import RESERVE_BYTES, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.facts import checked_unless_it_stalls
 from hermes_keeper.fs import private_dir
-from hermes_keeper.home import Profile
 from hermes_keeper.journal import Journal
+from hermes_keeper.model.policy import Policy
+from hermes_keeper.place import Place
 from hermes_keeper.run.context import RunContext
-from hermes_keeper.run.policy import Policy
 from hermes_keeper.sqlite.connect import checkpoint_passive, connect_ro, connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import (
@@ -181,9 +181,7 @@ def _rewrite_application_id(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA application_id={app}")
 
 
-def cut_wal(
-    profile: Profile, budget_ms: float = DEFAULT_BUDGET_MS, pause_ms: float = DEFAULT_PAUSE_MS
-) -> bool:
+def cut_wal(profile: Place, budget_ms: float = DEFAULT_BUDGET_MS, pause_ms: float = DEFAULT_PAUSE_MS) -> bool:
     """Cut a WAL over :data:`WAL_LIMIT_BYTES` back beside a running Hermes; True if it is (or was) small.
 
     Hermes checkpoints only PASSIVE while it runs (upstream holds TRUNCATE beside its writers
@@ -360,7 +358,7 @@ def wait_quiet(db: Path, quiet_s: float, wait_s: float) -> bool:
 
 
 def _live_vacuum_fits(
-    profile: Profile, res: ReclaimResult, info: SchemaInfo, limit: float, wait_idle_s: float | None
+    profile: Place, res: ReclaimResult, info: SchemaInfo, limit: float, wait_idle_s: float | None
 ) -> str:
     """Why the one-time VACUUM may not run beside Hermes now ("" if it may): its estimated stall
     over ``limit`` (the policy's ``live_vacuum_stall``).
@@ -390,7 +388,7 @@ def _live_vacuum_fits(
 
 
 def _convert(
-    profile: Profile,
+    profile: Place,
     schema: SchemaInfo,
     res: ReclaimResult,
     allow_full_vacuum: bool,
@@ -461,7 +459,7 @@ def _convert(
 
 
 def compact(
-    profile: Profile,
+    profile: Place,
     *,
     budget_ms: float = DEFAULT_BUDGET_MS,
     pause_ms: float = DEFAULT_PAUSE_MS,
@@ -532,7 +530,7 @@ def compact_run(ctx: RunContext) -> ReclaimResult:
 
 
 def _compact(
-    profile: Profile,
+    profile: Place,
     w: Writer,
     schema: SchemaInfo,
     live: bool,
