@@ -181,3 +181,16 @@ def test_a_run_beside_a_holder_of_a_delete_mode_db_reads_no_whole_file_for_the_c
     assert keeper(home, "run", "--quiet").returncode == 0
     last = History(Home(home).profile()).entries(kinds=["run"])[-1]
     assert last.figures["components"]["messages"] > 0
+
+
+def test_the_library_records_as_the_cli_does(home):
+    """A Python caller of Profile.report/run leaves the same history rows as the commands."""
+    profile = Home(home).profile()
+    profile.report()
+    done = profile.run().to_dict()
+    assert done["pruned"] > 0
+    rows = profile.history.entries()
+    assert [r.kind for r in rows] == ["report", "run"]
+    assert rows[1].figures["pruned"] == done["pruned"]
+    profile.report(record=False)
+    assert len(profile.history.entries()) == 2

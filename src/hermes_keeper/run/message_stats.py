@@ -226,7 +226,7 @@ class StatsCache:
                 else message_stats(conn, schema, since, "WHERE id <= ?", (high,))
             )
             stats = {sid: stats.get(sid, Stats()) for sid in counts}
-            self._store(stats, counts, {}, shape, since, high, full_at=now, changed=None)
+            self._store(stats, counts, {}, _Mark(shape, since, high, now), changed=None)
             return stats
         low, full_at, stats, seen = held
         new = (
@@ -253,7 +253,8 @@ class StatsCache:
                 conn, schema, since, f"WHERE session_id IN ({marks}) AND id <= ?", (*batch, high)
             )
             stats.update({sid: part.get(sid, Stats()) for sid in batch})
-        self._store(stats, counts, seen, shape, since, high, full_at, changed={*new, *reread} & set(counts))
+        changed = {*new, *reread} & set(counts)
+        self._store(stats, counts, seen, _Mark(shape, since, high, full_at), changed)
         return stats
 
     def _connect(self, create: bool) -> sqlite3.Connection:
@@ -293,7 +294,7 @@ class StatsCache:
         finally:
             conn.close()
 
-    def _store(self, stats, counts, seen, shape, since, high, full_at, changed) -> None:
+    def _store(self, stats, counts, seen, mark: _Mark, changed) -> None:
         """Write what was read (``changed``: only those sessions; None: all), in one transaction."""
         if not self.fs.plain_dir(KEEPER_DIR):
             return
@@ -319,15 +320,24 @@ class StatsCache:
                         if sid not in changed and count != seen.get(sid)
                     ),
                 )
-                meta = {"shape": shape, "db_id": _db_id(self.db_path), "max_id": high, "since": since}
-                conn.executemany(
-                    "INSERT OR REPLACE INTO meta VALUES (?, ?)", (meta | {"full_at": full_at}).items()
-                )
+                meta = {"shape": mark.shape, "db_id": _db_id(self.db_path), "max_id": mark.high}
+                meta |= {"since": mark.since, "full_at": mark.full_at}
+                conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
                 conn.execute("COMMIT")
             finally:
                 conn.close()
         except (sqlite3.Error, OSError, KeeperError):  # a cache, as facts.json: the next report reads in full
             pass
+
+
+class _Mark(NamedTuple):
+    """What a cache was read against: its shape, the recent window, the highest message id, and
+    when it was last read in full."""
+
+    shape: str
+    since: float
+    high: int
+    full_at: float
 
 
 def _db_id(path) -> str:

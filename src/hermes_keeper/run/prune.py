@@ -114,18 +114,16 @@ class _Deleter:
 
     def __init__(
         self,
-        w: Writer,
-        schema: SchemaInfo,
+        ctx: RunContext,
         store: arch.Archive | None,
         result: PruneResult,
-        journal: Journal | None,
         hold: MergeHold,
         progress: Progress | None,
         on_pruned: Callable[[list[str]], None] | None = None,
     ):
-        self.w, self.schema, self.store, self.result = w, schema, store, result
-        self.journal, self.hold, self.progress, self.on_pruned = journal, hold, progress, on_pruned
-        self.units = w.batch(start=DELETE_START_UNITS, fill=0.9)
+        self.w, self.schema, self.store, self.result = ctx.writer, ctx.schema, store, result
+        self.journal, self.hold, self.progress, self.on_pruned = ctx.journal, hold, progress, on_pruned
+        self.units = ctx.writer.batch(start=DELETE_START_UNITS, fill=0.9)
         self.units.maximum = 1 << 30
         self.queue: deque[_Pending] = deque()
         self.queued = 0  # cost units of the messages in the queue not yet deleted
@@ -346,18 +344,15 @@ class _Archiver(threading.Thread):
 
     def __init__(
         self,
-        profile: Place,
-        schema: SchemaInfo,
+        ctx: RunContext,
         batches: list[list[str]],
         units: dict[str, str],
         archive: bool,
-        journal: Journal | None,
         result: PruneResult,
-        writer: Writer,
     ):
         super().__init__(name="keeper-archiver", daemon=True)
-        self.profile, self.schema, self.batches, self.units = profile, schema, batches, units
-        self.archive, self.journal, self.result, self.writer = archive, journal, result, writer
+        self.profile, self.schema, self.batches, self.units = ctx.profile, ctx.schema, batches, units
+        self.archive, self.journal, self.result, self.writer = archive, ctx.journal, result, ctx.writer
         self.out: queue.Queue = queue.Queue(maxsize=ARCHIVE_AHEAD)
         self.stop = threading.Event()
         self._done = False
@@ -470,7 +465,7 @@ def _delete_all(
     held = nullcontext(ctx.hold) if ctx.hold is not None else ctx.holding()
     try:
         with held as h:
-            deleter = _Deleter(ctx.writer, ctx.schema, store, result, ctx.journal, h, progress, on_pruned)
+            deleter = _Deleter(ctx, store, result, h, progress, on_pruned)
             deleter.run(iter(feed))
     finally:
         if ctx.journal:
@@ -503,7 +498,7 @@ def prune_sessions(
     batches = _batches(
         convs, message_counts or {}, ARCHIVE_BATCH_MESSAGES if wal else ROLLBACK_BATCH_MESSAGES
     )
-    archiver = _Archiver(profile, ctx.schema, batches, units, archive, ctx.journal, result, ctx.writer)
+    archiver = _Archiver(ctx, batches, units, archive, result)
     archiver.start()
     try:
         _delete_all(ctx, store, archiver, result, progress, on_pruned)
