@@ -19,20 +19,23 @@ from hermes_keeper.model.conversations import (
     CHILD,
     COMPRESSION,
     DELEGATE,
+    RESET,
     Facts,
     conversations,
     link_kind,
 )
 
 DAY = 86400.0
+TG = "agent:main:telegram:dm:42"
 NOW = time.time()
 OLD = NOW - 200 * DAY  # past every default retention
 
 
-def s(sid, hour, end="user_exit", parent=None, source="cli", pinned=False, **config):
-    """A session ``hour`` hours after :data:`OLD`, with two messages and Hermes's model_config markers."""
+def s(sid, hour, end="user_exit", parent=None, source="cli", pinned=False, key=None, **config):
+    """A session ``hour`` hours after :data:`OLD`, with two messages and Hermes's model_config markers
+    (``key``: its gateway ``session_key``)."""
     start = OLD + hour * 3600
-    kwargs = {"parent_session_id": parent, "model_config": config or None}
+    kwargs = {"parent_session_id": parent, "model_config": config or None, "session_key": key}
     msgs = [("user", f"question {sid}", start + 10), ("assistant", f"answer {sid}", start + 20)]
     return {
         "id": sid,
@@ -88,6 +91,36 @@ SHAPES = [
             s("x", 1.5, parent="b", _branched_from="b"),
         ],
         [["a", "b", "c"], ["x"]],
+        set(),
+    ),
+    (
+        "gateway resets (today's marker)",
+        [
+            s("r1", 0, "session_reset", source="telegram", key=TG),
+            s("r2", 5, "idle", parent="r1", source="telegram", key=TG, _reset_from="r1"),
+            s("r3", 9, "daily", parent="r2", source="telegram", key=TG, _reset_from="r2"),
+        ],
+        [["r1"], ["r2"], ["r3"]],
+        set(),
+    ),
+    (
+        "gateway resets (rows from before the marker: same session_key after a reset end)",
+        [
+            s("r1", 0, "idle", source="telegram", key=TG),
+            s("r2", 5, "daily", parent="r1", source="telegram", key=TG),
+            s("u", 6, parent="r2", source="subagent"),  # no key: a plain child, it joins r2
+        ],
+        [["r1"], ["r2", "u"]],
+        set(),
+    ),
+    (
+        "a reset chat compressed: the continuation inherits _reset_from and still joins",
+        [
+            s("r1", 0, "session_reset", source="telegram", key=TG),
+            s("r2", 5, "compression", parent="r1", source="telegram", key=TG, _reset_from="r1"),
+            s("r3", 6, parent="r2", source="telegram", key=TG, _reset_from="r1"),
+        ],
+        [["r1"], ["r2", "r3"]],
         set(),
     ),
 ]
@@ -179,8 +212,10 @@ def test_a_branch_restored_with_its_parent_keeps_its_link(tmp_path):
 # --- the model itself ---------------------------------------------------------------------------
 
 
-def f(sid, parent=None, end=None, start=0.0, ended=None, delegate=None, branch=None, source=None) -> Facts:
-    return Facts(sid, parent, end, start, ended, delegate, branch, source)
+def f(
+    sid, parent=None, end=None, start=0.0, ended=None, delegate=None, branch=None, source=None, **rest
+) -> Facts:
+    return Facts(sid, parent, end, start, ended, delegate, branch, source, **rest)
 
 
 @pytest.mark.parametrize(
@@ -196,6 +231,17 @@ def f(sid, parent=None, end=None, start=0.0, ended=None, delegate=None, branch=N
         (f("p", end="branched", ended=5.0), f("c", "p", start=4.0), CHILD),  # started before the end
         (f("p", end="branched", ended=5.0), f("c", "p", start=None), CHILD),
         (f("p", end="user_exit"), f("c", "p"), CHILD),
+        # markers bind to the parent: a continuation inherits its parent's model_config verbatim
+        (f("p", end="compression"), f("c", "p", branch="a"), COMPRESSION),
+        (f("p", end="compression"), f("c", "p", reset_from="a"), COMPRESSION),
+        (f("p", end="compression"), f("c", "p", reset_from="p"), RESET),
+        (f("p", end="user_exit"), f("c", "p", reset_from="p"), RESET),
+        (f("p", end="session_reset"), f("c", "p", reset_from="p", delegate="p"), DELEGATE),
+        # the legacy reset rule: a reset end and the exact, non-empty session_key
+        (f("p", end="idle", session_key="k"), f("c", "p", session_key="k"), RESET),
+        (f("p", end="idle", session_key="k"), f("c", "p", session_key="other"), CHILD),
+        (f("p", end="idle", session_key=""), f("c", "p", session_key=""), CHILD),
+        (f("p", end="user_exit", session_key="k"), f("c", "p", session_key="k"), CHILD),
     ],
 )
 def test_link_kind(parent, child, kind):
@@ -250,6 +296,11 @@ def test_cycles_keep_every_session():
     assert convs.parents_first() == ["b", "a", "s"]
 
 
+def test_facts_of_an_archived_reset_row():
+    got = Facts.of_row({"id": "s", "model_config": '{"_reset_from": "p"}', "session_key": "k"})
+    assert (got.reset_from, got.session_key, got.delegate_from) == ("p", "k", None)
+
+
 @pytest.mark.parametrize(
     "row, delegate, branch, started",
     [
@@ -264,3 +315,23 @@ def test_facts_of_an_archived_row(row, delegate, branch, started):
     got = Facts.of_row({"parent_session_id": "p", "end_reason": "x", **row})
     assert (got.delegate_from, got.branched_from, got.started_at) == (delegate, branch, started)
     assert (got.parent_id, got.end_reason) == ("p", "x")
+
+
+def test_a_gateway_chat_prunes_its_old_sessions_and_keeps_the_routed_one(tmp_path):
+    """Today's gateway starts a session on every reset, linked to the one before: each is a
+    conversation of its own, so the chat's old sessions age out while the routed one stays."""
+    recent = (NOW - 3600 - OLD) / 3600  # an hour ago, in s()'s hours
+    chat = [
+        s("r1", 0, "session_reset", source="telegram", key=TG),
+        s("r2", 5, "idle", parent="r1", source="telegram", key=TG, _reset_from="r1"),
+        s("r3", recent, "daily", parent="r2", source="telegram", key=TG, _reset_from="r2"),
+    ]
+    home = tmp_path / "home"
+    demo.build_home(home, demo.DemoSpec(now=NOW, sessions=chat, routed={TG: "r3"}))
+    plan = json.loads(_cli("plan", "--home", str(home), "--json", "-v"))["profiles"][0]
+    action = {d["session_id"]: d["action"] for d in plan["decisions"]}
+    assert action == {"r1": "prune", "r2": "prune", "r3": "keep"}
+    _cli("run", "--home", str(home))
+    assert _ids(home / "state.db", "SELECT id FROM sessions") == {"r3"}
+    archived = _ids(home / "keeper" / ARCHIVE_NAME, "SELECT session_id FROM archived_sessions")
+    assert archived == {"r1", "r2"}

@@ -4,9 +4,15 @@ Hermes links sessions by ``parent_session_id`` (plus ``model_config._delegate_fr
 subagents). A compression continuation, a delegate subagent and an untagged child (a
 subagent from before Hermes marked them) belong to their parent: Hermes hides them and
 deletes them with it, so the keeper decides, archives, deletes, restores and exports them
-as one set. A branch (``_branched_from``, or the legacy ``end_reason='branched'`` rule) is a
-conversation of its own that only points at where it started, even off a compression
-parent (as Hermes's ``get_compression_tip`` and session list see it).
+as one set. A branch (``_branched_from``, or the legacy ``end_reason='branched'`` rule) and a
+gateway reset (``_reset_from``, or the legacy rule: the parent ended at a reset boundary and
+the child rides its exact ``session_key``) are conversations of their own that only point at
+where they started, even off a compression parent (as Hermes's ``get_compression_tip``,
+session list and ``_RESET_CHILD_SQL`` see them). So a gateway chat's old sessions age on their
+own while its newest, routed one is kept.
+
+A marker counts as a fork only when it names the parent: a continuation inherits its
+parent's ``model_config`` verbatim, markers included (``_non_continuation_child_sql``).
 
 Pure: it reads only the facts below, which a survey row and an archived session row both
 give, so a conversation is the same set whichever side of the archive it is on.
@@ -20,9 +26,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
-COMPRESSION, DELEGATE, CHILD, BRANCH = "compression", "delegate", "child", "branch"
+COMPRESSION, DELEGATE, CHILD, BRANCH, RESET = "compression", "delegate", "child", "branch", "reset"
 #: Link kinds that keep a child in its parent's conversation.
 JOINING = frozenset({COMPRESSION, DELEGATE, CHILD})
+#: End reasons of a gateway reset boundary (Hermes's ``_RESET_END_REASONS``): a child that rides
+#: its parent's exact ``session_key`` after one is a new conversation (rows from before the marker).
+RESET_END_REASONS = frozenset(
+    {"session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired"}
+)
 
 
 def seconds(value) -> float | None:
@@ -44,18 +55,19 @@ def seconds(value) -> float | None:
     return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
 
 
-def model_config_links(raw: str | None) -> tuple[str | None, str | None]:
-    """``model_config``'s ``_delegate_from`` and ``_branched_from`` (None: absent, or not JSON)."""
+def model_config_links(raw: str | None) -> tuple[str | None, str | None, str | None]:
+    """``model_config``'s ``_delegate_from``, ``_branched_from``, ``_reset_from`` (None: absent)."""
     if not raw:
-        return None, None
+        return None, None, None
     try:
         cfg = json.loads(raw)
     except (ValueError, TypeError):
-        return None, None
+        return None, None, None
     if not isinstance(cfg, dict):
-        return None, None
-    delegate, branch = cfg.get("_delegate_from"), cfg.get("_branched_from")
-    return (delegate if isinstance(delegate, str) else None, branch if isinstance(branch, str) else None)
+        return None, None, None
+    marks = (cfg.get(k) for k in ("_delegate_from", "_branched_from", "_reset_from"))
+    delegate, branch, reset = (m if isinstance(m, str) else None for m in marks)
+    return delegate, branch, reset
 
 
 class Session(Protocol):
@@ -69,6 +81,8 @@ class Session(Protocol):
     ended_at: float | None
     delegate_from: str | None
     branched_from: str | None
+    reset_from: str | None
+    session_key: str | None
 
 
 @dataclass(frozen=True)
@@ -81,13 +95,15 @@ class Facts:
     delegate_from: str | None = None
     branched_from: str | None = None
     source: str | None = None
+    reset_from: str | None = None
+    session_key: str | None = None
 
     @classmethod
     def of_row(cls, row: dict) -> Facts:
         """From a ``sessions`` row as an archive payload holds it (``payload["session"]``)."""
         config = row.get("model_config")
-        delegate, branch = model_config_links(config if isinstance(config, str) else None)
-        parent = row.get("parent_session_id")
+        delegate, branch, reset = model_config_links(config if isinstance(config, str) else None)
+        parent, key = row.get("parent_session_id"), row.get("session_key")
         return cls(
             id=row["id"],
             source=row.get("source") if isinstance(row.get("source"), str) else None,
@@ -97,13 +113,15 @@ class Facts:
             ended_at=seconds(row.get("ended_at")),
             delegate_from=delegate,
             branched_from=branch,
+            reset_from=reset,
+            session_key=key if isinstance(key, str) else None,
         )
 
 
 class Link(NamedTuple):
     child: str
     parent: str
-    kind: str  # COMPRESSION | DELEGATE | CHILD | BRANCH
+    kind: str  # COMPRESSION | DELEGATE | CHILD | BRANCH | RESET
 
 
 def is_branch(child: Session, parent: Session) -> bool:
@@ -117,18 +135,37 @@ def is_branch(child: Session, parent: Session) -> bool:
     )
 
 
+def is_reset(child: Session, parent: Session) -> bool:
+    """Hermes's ``_RESET_CHILD_SQL``: the ``_reset_from`` marker, or, for rows from before it, the
+    child rides its parent's exact non-empty ``session_key`` and the parent ended at a reset."""
+    return child.reset_from is not None or (
+        parent.end_reason in RESET_END_REASONS
+        and bool(child.session_key)
+        and child.session_key == parent.session_key
+    )
+
+
+def forks_off(child: Session, parent: Session) -> bool:
+    """A branch, delegate or reset marker that names ``parent``: forked off it, not continuing it.
+    A marker naming another row was inherited with the parent's ``model_config``."""
+    return parent.id in (child.branched_from, child.delegate_from, child.reset_from)
+
+
 def link_kind(child: Session, parent: Session) -> str:
     """How ``child`` hangs off ``parent`` (its ``parent_session_id``).
 
-    A compression edge is upstream's ``_non_continuation_child_sql`` negated: the parent ended
-    by compression and the child is no branch, delegate run or tool session forked off it.
+    A compression edge is upstream's ``_CONTINUATION_EDGE_SQL``: the parent ended by compression
+    and the child is no branch, delegate run or reset forked off it (markers bound to the parent)
+    nor a tool session.
     """
+    if parent.end_reason == "compression" and not forks_off(child, parent) and child.source != "tool":
+        return COMPRESSION
     if child.delegate_from is not None and child.branched_from is None:
         return DELEGATE  # Hermes deletes it with its parent, whatever the parent's end_reason
     if is_branch(child, parent):
         return BRANCH
-    if parent.end_reason == "compression" and child.source != "tool":
-        return COMPRESSION
+    if is_reset(child, parent):
+        return RESET
     return CHILD
 
 
@@ -169,10 +206,11 @@ class Conversations:
         return next((k.kind for k in self.links if k.child == sid and k.kind in JOINING), None)
 
     def parents_first(self) -> list[str]:
-        """Every session, conversation by conversation, each after the one it branched from."""
+        """Every session, conversation by conversation, each after the one it branched or was
+        reset from."""
         up: dict[str, set[str]] = {r: set() for r in self.members}
         for k in self.links:
-            if k.kind == BRANCH:
+            if k.kind not in JOINING:
                 up[self.root[k.child]].add(self.root[k.parent])
         roots = _parents_first(_oldest_first(self.members, self.sessions), up)
         return [sid for r in roots for sid in self.members[r]]

@@ -92,6 +92,7 @@ class SessionRow:
     session_key: str | None = None
     delegate_from: str | None = None
     branched_from: str | None = None
+    reset_from: str | None = None
     messages: int = 0
     inactive_messages: int = 0
     content_bytes: int = 0
@@ -471,7 +472,7 @@ def survey_profile(
         survey.unreadable.append(str(exc))
     for r in rows:
         lock_holder, lock_expires = locks.get(r["id"], (None, None))
-        delegate, branch = model_config_links(r.get("model_config"))
+        delegate, branch, reset = model_config_links(r.get("model_config"))
         sid = r["id"]
         msgs = stats.get(sid, Stats())
         recent_messages, recent_bytes = msgs.windows(taken_at)
@@ -492,6 +493,7 @@ def survey_profile(
             session_key=r["session_key"],
             delegate_from=delegate,
             branched_from=branch,
+            reset_from=reset,
             messages=msgs.messages,
             inactive_messages=msgs.inactive,
             content_bytes=msgs.bytes,
