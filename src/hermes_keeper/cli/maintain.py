@@ -97,7 +97,7 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
             )
         for sid in sorted(plan.decisions):
             x = plan.decisions[sid]
-            t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
+            t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason.text))
         out.print(t)
         for f in plan.files:
             out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))

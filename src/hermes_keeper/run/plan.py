@@ -12,60 +12,21 @@ first, or, where a snapshot would stall Hermes, the verified archive and the jou
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.model.conversations import continues, conversations, lineage_root
 from hermes_keeper.model.policy import MESSAGING_SOURCES, Policy
+from hermes_keeper.run import reasons as why
 from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
+from hermes_keeper.run.reasons import Reason, days
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
 
 ZOMBIE_END_REASON = "keeper_zombie"
 #: Activity later than this past the plan's clock is a wrong date (clock skew, a bad import).
 FUTURE_SLACK_S = 3600.0
-ROUTING_UNKNOWN = "routing unknown (sessions/sessions.json unreadable)"
-FUTURE = "dated in the future"
-CHAT_SURFACE = "open chat surface (runtime/active_sessions.json)"
-UNREADABLE = "protection unreadable"
-MEMBER = "conversation member"
-RESTORED = "restored from the archive"
-
-#: The stable code beside each human reason (``--json``, docs/json.md): the words may change, the
-#: code does not. Reasons with details (``within retention (90d for cli)``) are matched by prefix.
-REASON_CODES = {
-    "open and active": "open_active",
-    "open": "open",
-    "id is not valid UTF-8": "odd_id",
-    "id holds a NUL byte": "odd_id",
-    "routed by the gateway": "routed",
-    ROUTING_UNKNOWN: "routing_unknown",
-    "gateway-recoverable": "gateway_recoverable",
-    "live compression lease": "lease",
-    "live turn lease": "lease",
-    CHAT_SURFACE: "chat_surface",
-    "handoff in flight": "handoff",
-    "telegram topic binding": "topic_binding",
-    "pending delegation": "pending_delegation",
-    FUTURE: "future",
-    "pinned": "pinned",
-    "titled": "titled",
-    RESTORED: "restored",
-    UNREADABLE: "protection_unreadable",
-    MEMBER: "conversation_member",
-    "kept with its conversation": "parent_kept",
-    "within retention": "within_retention",
-    "idle": "retention",
-    "disk budget": "disk_budget",
-}
-
-
-def reason_code(reason: str) -> str:
-    """The code of a plan reason (:data:`REASON_CODES`): exact, else the longest matching prefix."""
-    if reason in REASON_CODES:
-        return REASON_CODES[reason]
-    return REASON_CODES[max((k for k in REASON_CODES if reason.startswith(k)), key=len)]
 
 
 def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
@@ -79,39 +40,39 @@ def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
 SNAPSHOT, ARCHIVE, NONE, REFUSE = "snapshot", "archive", "none", "refuse"
 
 
-def in_use(s: SessionRow, now: float) -> list[str]:
+def in_use(s: SessionRow, now: float) -> list[Reason]:
     """Signs that Hermes (gateway, compressor, turn, handoff, delegation) still relies on ``s``, or
     that the row is not one the keeper can address exactly."""
     checks = (
-        (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
-        (s.nul_id, "id holds a NUL byte"),  # likewise
-        (s.routed, "routed by the gateway"),
-        (s.maybe_routed, ROUTING_UNKNOWN),
-        (s.gateway_recoverable, "gateway-recoverable"),
-        (_live(s.lease_expires_at, s.lease_holder_dead, now), "live compression lease"),
-        (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), "live turn lease"),
-        (s.runtime_lease, CHAT_SURFACE),
-        (s.handoff_state in LIVE_HANDOFF_STATES, "handoff in flight"),
-        (s.topic_bound, "telegram topic binding"),
-        (s.pending_delegation, "pending delegation"),
+        (s.odd_id, why.ODD_ID),  # not Hermes's own: leave it as it is
+        (s.nul_id, why.NUL_ID),  # likewise
+        (s.routed, why.ROUTED),
+        (s.maybe_routed, why.ROUTING_UNKNOWN),
+        (s.gateway_recoverable, why.GATEWAY_RECOVERABLE),
+        (_live(s.lease_expires_at, s.lease_holder_dead, now), why.COMPRESSION_LEASE),
+        (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), why.TURN_LEASE),
+        (s.runtime_lease, why.CHAT_SURFACE),
+        (s.handoff_state in LIVE_HANDOFF_STATES, why.HANDOFF),
+        (s.topic_bound, why.TOPIC_BINDING),
+        (s.pending_delegation, why.PENDING_DELEGATION),
     )
     return [reason for hit, reason in checks if hit]
 
 
-def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
+def protections(s: SessionRow, policy: Policy, now: float) -> list[Reason]:
     """Why ``s`` must not be pruned regardless of its age (empty: age decides)."""
     reasons = []
     if s.is_open:
-        reasons.append("open" if now - s.last_activity >= policy.zombie_after_s else "open and active")
+        reasons.append(why.OPEN if now - s.last_activity >= policy.zombie_after_s else why.OPEN_ACTIVE)
     reasons += in_use(s, now)
     if s.last_activity > now + FUTURE_SLACK_S:
-        reasons.append(FUTURE)  # its age is unknown: kept, and said so (not "within retention")
+        reasons.append(why.FUTURE)
     if s.pinned:
-        reasons.append("pinned")
+        reasons.append(why.PINNED)
     if s.restored_until is not None and s.restored_until > now:
-        reasons.append(f"{RESTORED} ({_days(s.restored_until - now)} more)")
+        reasons.append(why.restored(s.restored_until - now))
     if s.title and policy.keep_titled:
-        reasons.append("titled")
+        reasons.append(why.TITLED)
     return reasons
 
 
@@ -143,16 +104,18 @@ def heartbeat_owned(s: SessionRow, survey: Survey, now: float, staleness_s: floa
     )
 
 
-def zombie_blockers(s: SessionRow, survey: Survey, policy: Policy, now: float, tails: set[str]) -> list[str]:
+def zombie_blockers(
+    s: SessionRow, survey: Survey, policy: Policy, now: float, tails: set[str]
+) -> list[Reason]:
     """Why an idle open session must not be closed (Hermes may still write to it, or keeps it)."""
     reasons = in_use(s, now) + unreadable(survey)
     if s.source in MESSAGING_SOURCES and s.session_key:
-        reasons.append("messaging session with a gateway key")
+        reasons.append(why.GATEWAY_KEY)
     if s.pinned or s.id in tails:
-        reasons.append("pinned" if s.pinned else "continuation of a pinned conversation")
+        reasons.append(why.PINNED if s.pinned else why.PINNED_CHAIN)
     # Upstream's default staleness: twice the idle time after which it would reap the row.
     if heartbeat_owned(s, survey, now, 2 * policy.zombie_after_s):
-        reasons.append("its gateway backend heartbeats")
+        reasons.append(why.HEARTBEAT)
     return reasons
 
 
@@ -172,9 +135,9 @@ def hermes_auto_prunes(s: SessionRow, survey: Survey, now: float, tails: set[str
     )
 
 
-def unreadable(survey: Survey) -> list[str]:
+def unreadable(survey: Survey) -> list[Reason]:
     """A protection that exists but could not be read keeps everything (when unsure, keep)."""
-    return [f"{UNREADABLE}: {what}" for what in survey.unreadable]
+    return [why.protection_unreadable(what) for what in survey.unreadable]
 
 
 @dataclass(frozen=True)
@@ -182,14 +145,15 @@ class Decision:
     session_id: str
     source: str
     action: str  # prune | keep
-    reason: str
+    reason: Reason  # made where the plan decided (run/reasons.py)
     unit: str
     messages: int
     est_bytes: int
 
-    @property
-    def code(self) -> str:
-        return reason_code(self.reason)
+    def to_dict(self) -> dict:
+        """The ``--json -v`` row: the reason's words as ``reason``, its code beside them."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return out | {"reason": self.reason.text, "code": self.reason.code}
 
 
 @dataclass(frozen=True)
@@ -325,7 +289,8 @@ class Plan:
 
     def keep_reasons(self) -> list[dict]:
         """Why sessions are kept, most common first: the code, the words, how many sessions."""
-        counts = Counter((d.code, d.reason) for d in self.decisions.values() if d.action == "keep")
+        kept = [d.reason for d in self.decisions.values() if d.action == "keep"]
+        counts = Counter((r.code, r.text) for r in kept)
         return [{"code": c, "reason": r, "sessions": n} for (c, r), n in counts.most_common()]
 
     def to_dict(self, verbose: bool = False) -> dict:
@@ -358,9 +323,7 @@ class Plan:
             "steps": self.steps(),
         }
         if verbose:
-            out["decisions"] = [
-                asdict(self.decisions[k]) | {"code": self.decisions[k].code} for k in sorted(self.decisions)
-            ]
+            out["decisions"] = [self.decisions[k].to_dict() for k in sorted(self.decisions)]
             out["file_actions"] = [asdict(f) for f in self.files]
             out["hermes_deletes_kept"] = self.hermes_deletes_kept
             out["kept_files"] = [asdict(f) for f in self.kept_files]
@@ -415,9 +378,9 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         age = now - last
         protected = [(r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)]
         if protected:
-            sid, why = protected[0]
-            reason = why if len(members) == 1 else f"{MEMBER} {sid} is {why}"
-            keep_reason = {m: (why if m == sid else reason) for m in members}
+            sid, own = protected[0]
+            reason = own if len(members) == 1 else why.conversation_member(sid, own)
+            keep_reason = {m: (own if m == sid else reason) for m in members}
             for r in rows:
                 plan.decisions[r.id] = _decision(r, "keep", keep_reason[r.id], root, ratio)
             continue
@@ -426,9 +389,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             for r in rows:
                 own = policy.retention_for(r.source)
                 reason = (
-                    f"within retention ({_days(own)} for {r.source})"
-                    if age <= own
-                    else f"kept with its conversation: within retention ({_days(needed)} for {longest})"
+                    why.within_retention(own, r.source) if age <= own else why.parent_kept(needed, longest)
                 )
                 plan.decisions[r.id] = _decision(r, "keep", reason, root, ratio)
             continue
@@ -436,7 +397,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
             plan.decisions[r.id] = _decision(
                 r,
                 "prune",
-                f"idle {_days(age)} > {_days(policy.retention_for(r.source))} ({r.source})",
+                why.retention(age, policy.retention_for(r.source), r.source),
                 root,
                 ratio,
             )
@@ -459,9 +420,7 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
                 break
             for m in members:
                 r = sessions[m]
-                plan.decisions[m] = _decision(
-                    r, "prune", f"disk budget: oldest eligible (idle {_days(now - last)})", root, ratio
-                )
+                plan.decisions[m] = _decision(r, "prune", why.disk_budget(now - last), root, ratio)
                 freed += plan.decisions[m].est_bytes
             chosen.append((last, root, members))
     for _, root in sorted((_first_row(convs.members[root], survey), root) for _, root, _ in chosen):
@@ -490,9 +449,9 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
         if f.session_id in pruned:
             action = "session pruned"
         elif f.orphan and now - f.mtime > policy.files_max_age_s:
-            action = f"orphan older than {_days(policy.files_max_age_s)}"
+            action = f"orphan older than {days(policy.files_max_age_s)}"
         elif f.kind == "request_dump" and now - f.mtime > policy.files_max_age_s:
-            action = f"request dump older than {_days(policy.files_max_age_s)}"
+            action = f"request dump older than {days(policy.files_max_age_s)}"
         if action:
             plan.files.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
     removes, kept = plan_folders(survey.folders, policy, survey.profile.home, now)
@@ -511,11 +470,5 @@ def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None =
     return plan
 
 
-def _decision(r: SessionRow, action: str, reason: str, unit: str, ratio: float) -> Decision:
+def _decision(r: SessionRow, action: str, reason: Reason, unit: str, ratio: float) -> Decision:
     return Decision(r.id, r.source, action, reason, unit, r.messages, int(r.content_bytes * ratio))
-
-
-def _days(seconds: float) -> str:
-    if seconds >= 86400:
-        return f"{seconds / 86400:.0f}d"
-    return f"{seconds / 3600:.0f}h"
