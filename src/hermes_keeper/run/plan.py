@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import NamedTuple
 
 from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
-from hermes_keeper.model.conversations import continues, conversations, lineage_root
+from hermes_keeper.model.conversations import Conversations, continues, conversations, lineage_root
 from hermes_keeper.model.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run import reasons as why
 from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
@@ -354,120 +355,205 @@ def compact_step(auto_vacuum: str | None, live_bytes: int, stall_limit_s: float)
     )
 
 
+class _Unit(NamedTuple):
+    """A conversation the plan prunes whole: its newest activity, its root, its members."""
+
+    last: float
+    root: str
+    members: list[str]
+
+
 def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None = None) -> Plan:
+    """What a run would do with ``survey``'s home under ``policy`` at ``now`` (``db_bytes``: the
+    database's size, when not the survey's), and why. Each step is its own function; they run in
+    the order a later one needs an earlier one's answer."""
     db_bytes = survey.schema.db_bytes if db_bytes is None else db_bytes
     plan = Plan(profile=survey.profile.name, now=now, db_bytes=db_bytes, archive=policy.archive)
     ratio = _bytes_per_content_byte(survey, db_bytes)
-    sessions = survey.sessions
-
     tails = pinned_tails(survey)
+    plan.zombies = _zombie_closes(survey, policy, now, tails)
+    convs = conversations(survey.sessions.values())
+    chosen = _decide_by_age(plan, convs, survey, policy, ratio)
+    chosen += _decide_by_budget(plan, convs, survey, policy, ratio, _freed(plan, chosen))
+    plan.prune = _prune_order(chosen, convs, survey)
+    plan.est_freed_bytes = _freed(plan, chosen)
+    if policy.compact and plan.prune:
+        live = db_bytes - plan.est_freed_bytes
+        plan.compact = compact_step(survey.schema.auto_vacuum, live, policy.live_vacuum_stall_s)
+    pruned = set(plan.prune)
+    if survey.auto_prune is not None:
+        plan.hermes_auto_prune = {**survey.auto_prune.to_dict(), "next_run": survey.auto_prune.next_run(now)}
+        plan.hermes_deletes_kept = _hermes_deletes_kept(plan, survey, tails)
+    plan.files, plan.kept_files = _file_actions(survey, policy, pruned, now)
+    plan.warnings = _warnings(survey, now)
+    plan.safeguard = safeguard(policy, survey.schema.journal_mode, survey.holders, bool(plan.prune))
+    plan.remaining_sessions = len(survey.sessions) - len(pruned)
+    plan.remaining_messages = survey.message_total - sum(survey.sessions[s].messages for s in pruned)
+    return plan
+
+
+def _zombie_closes(survey: Survey, policy: Policy, now: float, tails: set[str]) -> list[ZombieClose]:
+    """Open sessions idle for ``zombie_after`` that nothing blocks (:func:`zombie_blockers`), by id:
+    each is ended at its last activity, so closing it does not make it younger."""
+    sessions = survey.sessions
+    out = []
     for s in sessions.values():
         idle = now - s.last_activity
         if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, survey, policy, now, tails):
             ended = max(t for t in (s.started_at, s.last_message_at, s.last_activity_at) if t is not None)
-            plan.zombies.append(
-                ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions), s.end_reason)
-            )
-    plan.zombies.sort(key=lambda z: z.session_id)
+            out.append(ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions), s.end_reason))
+    return sorted(out, key=lambda z: z.session_id)
 
-    convs = conversations(sessions.values())
-    candidates: list[tuple[float, str, list[str]]] = []  # (unit last activity, root, members)
+
+def _decide_by_age(
+    plan: Plan, convs: Conversations, survey: Survey, policy: Policy, ratio: float
+) -> list[_Unit]:
+    """A decision for every session, conversation by conversation (a unit is kept or pruned whole):
+    kept while a member is protected or the unit is within its members' longest retention, else
+    pruned by retention. Returns the units pruned."""
+    chosen = []
     for root, members in convs.members.items():
-        rows = [sessions[m] for m in members]
+        rows = [survey.sessions[m] for m in members]
         last = max(r.last_activity for r in rows)
-        age = now - last
-        protected = [(r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)]
-        if protected:
-            sid, own = protected[0]
-            reason = own if len(members) == 1 else why.conversation_member(sid, own)
-            keep_reason = {m: (own if m == sid else reason) for m in members}
-            for r in rows:
-                plan.decisions[r.id] = _decision(r, "keep", keep_reason[r.id], root, ratio)
-            continue
-        needed, longest = max((policy.retention_for(r.source), r.source) for r in rows)
-        if age <= needed:
-            for r in rows:
-                own = policy.retention_for(r.source)
-                reason = (
-                    why.within_retention(own, r.source) if age <= own else why.parent_kept(needed, longest)
-                )
-                plan.decisions[r.id] = _decision(r, "keep", reason, root, ratio)
-            continue
+        age = plan.now - last
+        kept = _protected(rows, survey, policy, plan.now) or _within_retention(rows, policy, age)
         for r in rows:
-            plan.decisions[r.id] = _decision(
-                r,
-                "prune",
-                why.retention(age, policy.retention_for(r.source), r.source),
-                root,
-                ratio,
-            )
-        candidates.append((last, root, members))
+            reason = kept[r.id] if kept else why.retention(age, policy.retention_for(r.source), r.source)
+            plan.decisions[r.id] = _decision(r, "keep" if kept else "prune", reason, root, ratio)
+        if not kept:
+            chosen.append(_Unit(last, root, members))
+    return chosen
 
-    chosen = list(candidates)
-    freed = sum(plan.decisions[m].est_bytes for _, _, ms in chosen for m in ms)
-    if policy.max_db_bytes is not None and db_bytes - freed > policy.max_db_bytes:
-        target = policy.max_db_bytes * policy.low_water
-        extra = []
-        for root, members in convs.members.items():
-            if any(plan.decisions[m].action == "prune" for m in members):
-                continue
-            rows = [sessions[m] for m in members]
-            if unreadable(survey) or any(protections(r, policy, now) for r in rows):
-                continue
-            extra.append((max(r.last_activity for r in rows), root, members))
-        for last, root, members in sorted(extra):
-            if db_bytes - freed <= target:
-                break
-            for m in members:
-                r = sessions[m]
-                plan.decisions[m] = _decision(r, "prune", why.disk_budget(now - last), root, ratio)
-                freed += plan.decisions[m].est_bytes
-            chosen.append((last, root, members))
-    for _, root in sorted((_first_row(convs.members[root], survey), root) for _, root, _ in chosen):
-        plan.prune.extend(convs.children_first(root))
-    plan.est_freed_bytes = freed
-    if policy.compact and plan.prune:
-        plan.compact = compact_step(survey.schema.auto_vacuum, db_bytes - freed, policy.live_vacuum_stall_s)
 
-    pruned = set(plan.prune)
-    if survey.auto_prune is not None:
-        plan.hermes_auto_prune = {**survey.auto_prune.to_dict(), "next_run": survey.auto_prune.next_run(now)}
-        # a zombie this run closes is ended at its last activity: Hermes ages it from there
-        after_run = {z.session_id: replace(sessions[z.session_id], ended_at=z.ended_at) for z in plan.zombies}
-        plan.hermes_deletes_kept = sorted(
-            sid
-            for sid, s in sessions.items()
-            if sid not in pruned and hermes_auto_prunes(after_run.get(sid, s), survey, now, tails)
-        )
+def _protected(rows: list[SessionRow], survey: Survey, policy: Policy, now: float) -> dict[str, Reason]:
+    """A unit with a protected member is kept whatever its age: that member for its first reason,
+    the others for that member (empty: no member is protected, age decides)."""
+    first = next(((r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)), None)
+    if first is None:
+        return {}
+    sid, own = first
+    member = own if len(rows) == 1 else why.conversation_member(sid, own)
+    return {r.id: own if r.id == sid else member for r in rows}
+
+
+def _within_retention(rows: list[SessionRow], policy: Policy, age: float) -> dict[str, Reason]:
+    """A unit no older than the longest retention of its members' sources is kept: a member within
+    its own retention says so, one past it (a subagent's 7d) is kept with its conversation (empty:
+    the unit is old enough to prune)."""
+    needed, longest = max((policy.retention_for(r.source), r.source) for r in rows)
+    if age > needed:
+        return {}
+    own = {r.id: policy.retention_for(r.source) for r in rows}
+    return {
+        r.id: why.within_retention(own[r.id], r.source)
+        if age <= own[r.id]
+        else why.parent_kept(needed, longest)
+        for r in rows
+    }
+
+
+def _decide_by_budget(
+    plan: Plan, convs: Conversations, survey: Survey, policy: Policy, ratio: float, freed: int
+) -> list[_Unit]:
+    """Over ``disk.max_db_bytes`` after ``freed``, the oldest units no protection holds are pruned
+    too, until the database is under the budget's low-water mark (so the next run has room).
+    Returns the units it adds."""
+    if policy.max_db_bytes is None or plan.db_bytes - freed <= policy.max_db_bytes:
+        return []
+    target = policy.max_db_bytes * policy.low_water
+    chosen = []
+    for unit in sorted(_budget_eligible(plan, convs, survey, policy)):
+        if plan.db_bytes - freed <= target:
+            break
+        for m in unit.members:
+            reason = why.disk_budget(plan.now - unit.last)
+            plan.decisions[m] = _decision(survey.sessions[m], "prune", reason, unit.root, ratio)
+            freed += plan.decisions[m].est_bytes
+        chosen.append(unit)
+    return chosen
+
+
+def _budget_eligible(plan: Plan, convs: Conversations, survey: Survey, policy: Policy) -> list[_Unit]:
+    """The units only their age keeps: not pruned already, no member protected, every protection
+    readable (a budget never overrides a protection)."""
+    if unreadable(survey):
+        return []
+    out = []
+    for root, members in convs.members.items():
+        if any(plan.decisions[m].action == "prune" for m in members):
+            continue
+        rows = [survey.sessions[m] for m in members]
+        if any(protections(r, policy, plan.now) for r in rows):
+            continue
+        out.append(_Unit(max(r.last_activity for r in rows), root, members))
+    return out
+
+
+def _freed(plan: Plan, chosen: list[_Unit]) -> int:
+    """The bytes pruning ``chosen`` gives back (estimated: its share of the database)."""
+    return sum(plan.decisions[m].est_bytes for unit in chosen for m in unit.members)
+
+
+def _prune_order(chosen: list[_Unit], convs: Conversations, survey: Survey) -> list[str]:
+    """The sessions to prune, unit by unit in the order their messages were written (so each delete
+    transaction's rows sit together in the b-trees and FTS segments), children before parents."""
+    order = sorted((_first_row(unit.members, survey), unit.root) for unit in chosen)
+    return [sid for _, root in order for sid in convs.children_first(root)]
+
+
+def _hermes_deletes_kept(plan: Plan, survey: Survey, tails: set[str]) -> list[str]:
+    """The sessions Hermes's own auto-prune will delete that this plan keeps (the plan says so, as
+    it cannot stop it). A zombie this run closes is ended at its last activity: Hermes ages it
+    from there."""
+    sessions, pruned = survey.sessions, set(plan.prune)
+    after_run = {z.session_id: replace(sessions[z.session_id], ended_at=z.ended_at) for z in plan.zombies}
+    return sorted(
+        sid
+        for sid, s in sessions.items()
+        if sid not in pruned and hermes_auto_prunes(after_run.get(sid, s), survey, plan.now, tails)
+    )
+
+
+def _file_actions(
+    survey: Survey, policy: Policy, pruned: set[str], now: float
+) -> tuple[list[FileAction], list[FileAction]]:
+    """The files to remove and the files kept from their rule. A pruned session's transcripts,
+    snapshots and request dumps go with it; orphans and request dumps older than ``files_max_age``
+    go too; then the folders' own rules (:func:`plan_folders`). A file reached through a symlink is
+    kept: removing it would reach outside what the keeper owns."""
+    removes, kept = [], []
+    too_old = days(policy.files_max_age_s)
     for f in survey.files:
         if f.kind not in ("transcript", "snapshot", "request_dump"):
             continue
         action = None
         if f.symlink:
-            plan.kept_files.append(FileAction(str(f.path), f.kind, f.size, SYMLINK, f.session_id))
+            kept.append(FileAction(str(f.path), f.kind, f.size, SYMLINK, f.session_id))
             continue
         if f.session_id in pruned:
             action = "session pruned"
         elif f.orphan and now - f.mtime > policy.files_max_age_s:
-            action = f"orphan older than {days(policy.files_max_age_s)}"
+            action = f"orphan older than {too_old}"
         elif f.kind == "request_dump" and now - f.mtime > policy.files_max_age_s:
-            action = f"request dump older than {days(policy.files_max_age_s)}"
+            action = f"request dump older than {too_old}"
         if action:
-            plan.files.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
-    removes, kept = plan_folders(survey.folders, policy, survey.profile.home, now)
-    plan.files += removes
-    plan.kept_files += kept
+            removes.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
+    folder_removes, folder_kept = plan_folders(survey.folders, policy, survey.profile.home, now)
+    return removes + folder_removes, kept + folder_kept
+
+
+def _warnings(survey: Survey, now: float) -> list[str]:
+    """What the plan could not know, and so kept: sessions the gateway might route to while its
+    routing is unreadable, sessions whose age is unknown as they are dated in the future."""
+    out = []
     if survey.routing_problem:
-        plan.warnings.append(
+        out.append(
             f"{survey.routing_problem}: routing unknown, every session the gateway could route to is kept"
         )
-    future = sum(1 for s in sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
+    future = sum(1 for s in survey.sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
     if future:
-        plan.warnings.append(f"{future} sessions dated in the future: kept, their age is unknown")
-    plan.safeguard = safeguard(policy, survey.schema.journal_mode, survey.holders, bool(plan.prune))
-    plan.remaining_sessions = len(sessions) - len(pruned)
-    plan.remaining_messages = survey.message_total - sum(sessions[s].messages for s in pruned)
-    return plan
+        out.append(f"{future} sessions dated in the future: kept, their age is unknown")
+    return out
 
 
 def _decision(r: SessionRow, action: str, reason: Reason, unit: str, ratio: float) -> Decision:
