@@ -3,7 +3,8 @@
 Sessions are decided as whole conversations (:mod:`conversations`: a compression chain
 with its delegate and untagged subagents is one, a branch is its own). One is pruned only when
 every member is old enough for its source's retention, measured from the newest
-activity anywhere in the unit, and no member is protected. When unsure, keep.
+activity anywhere in the unit, and no member is protected. When unsure, keep. Each decision
+carries its :class:`~hermes_keeper.run.reasons.Reason`, made where it is decided.
 
 The plan also says what makes the run's changes undoable (:func:`safeguard`): a snapshot
 first, or, where a snapshot would stall Hermes, the verified archive and the journal.
