@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hermes_keeper.model.policy import Policy, effective_policy, settings_table
+from hermes_keeper.run import reasons as why
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +49,16 @@ def test_reliability_matrix_names_real_tests():
     assert len(refs) >= 20
     missing = [f"{f}::{n}" for f, n in refs if f"def {n}(" not in (ROOT / f).read_text()]
     assert not missing
+
+
+def test_every_decision_code_is_explained_in_docs_run_md():
+    """run/reasons.py is the list of codes (docs/json.md); docs/run.md explains each a decision carries."""
+    source = (ROOT / "src" / "hermes_keeper" / "run" / "reasons.py").read_text()
+    zombie_only = {why.GATEWAY_KEY.code, why.PINNED_CHAIN.code, why.HEARTBEAT.code}
+    codes = set(re.findall(r'Reason\(\s*"(\w+)"', source)) - zombie_only
+    assert len(codes) > 15
+    text = (ROOT / "docs" / "run.md").read_text()
+    assert [c for c in sorted(codes) if f"`{c}`" not in text] == []
 
 
 def test_docs_policy_table_is_the_settings_table():

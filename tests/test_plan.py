@@ -122,7 +122,7 @@ CASES = [
 def test_retention(desc, rows, expected):
     plan = make_plan(survey_of(*rows), Policy(), NOW)
     assert set(plan.prune) == expected
-    assert all(plan.decisions[r.id].reason for r in rows)
+    assert all(plan.decisions[r.id].reason.text for r in rows)
 
 
 def test_keep_titled_false():
@@ -170,7 +170,7 @@ def test_disk_budget_takes_oldest_unprotected_first():
     plan = make_plan(survey_of(*rows), policy, NOW, db_bytes=110_000)
     assert set(plan.prune) == {"s9", "s8", "s7", "s6", "s5", "s4", "s3"}
     assert "t" not in plan.prune
-    assert all("disk budget" in plan.decisions[s].reason for s in plan.prune)
+    assert all(plan.decisions[s].reason.code == "disk_budget" for s in plan.prune)
     assert plan.est_freed_bytes == 70_000
 
 
@@ -248,7 +248,9 @@ def test_an_unreadable_protection_keeps_everything_and_closes_nothing():
     survey.unreadable = ["session_turn_leases (unexpected columns)"]
     plan = make_plan(survey, Policy(), NOW)
     assert plan.prune == [] and plan.zombies == []
-    assert plan.decisions["a"].reason == "protection unreadable: session_turn_leases (unexpected columns)"
+    reason = plan.decisions["a"].reason
+    assert reason.text == "protection unreadable: session_turn_leases (unexpected columns)"
+    assert (reason.code, reason.details) == ("protection_unreadable", {"what": survey.unreadable[0]})
 
 
 def test_continuations_of_a_pinned_chain_are_not_closed_but_forks_are():
@@ -266,10 +268,25 @@ def test_subagent_kept_for_its_parent_says_so_with_a_code():
         Policy(),
         NOW,
     )
-    p, d = plan.decisions["p"], plan.decisions["d"]
-    assert (p.code, p.reason) == ("within_retention", "within retention (90d for cli)")
-    assert d.code == "parent_kept"
-    assert d.reason == "kept with its conversation: within retention (90d for cli)"
+    p, d = plan.decisions["p"].reason, plan.decisions["d"].reason
+    assert (p.code, p.text) == ("within_retention", "within retention (90d for cli)")
+    assert (d.code, d.text) == ("parent_kept", "kept with its conversation: within retention (90d for cli)")
+    assert d.details == {"retention_s": Policy().retention_for("cli"), "source": "cli"}
+
+
+def test_a_kept_conversation_says_which_member_holds_it_in_a_structured_reason():
+    """The words name the member and its reason; the value carries both, made where the plan decided."""
+    plan = make_plan(
+        survey_of(row("p", "cli", 200, pinned=True), row("c", "cli", 200, parent_id="p", end_reason="x")),
+        Policy(),
+        NOW,
+    )
+    p, c = plan.decisions["p"].reason, plan.decisions["c"].reason
+    assert (p.code, p.text) == ("pinned", "pinned")
+    assert (c.code, c.text) == ("conversation_member", "conversation member p is pinned")
+    assert c.details == {"member": "p", "why": p}
+    row_of = {d["session_id"]: d for d in plan.to_dict(verbose=True)["decisions"]}
+    assert (row_of["c"]["code"], row_of["c"]["reason"]) == ("conversation_member", c.text)
 
 
 def test_every_decision_has_a_stable_reason_code():
@@ -282,10 +299,10 @@ def test_every_decision_has_a_stable_reason_code():
         row("x", "cron", 30),
     ]
     plan = make_plan(survey_of(*rows), Policy(), NOW)
-    assert all(d.code and d.code.isidentifier() for d in plan.decisions.values())
+    assert all(d.reason.code.isidentifier() for d in plan.decisions.values())
     kept = plan.to_dict()["keep_reasons"]
     assert {r["code"] for r in kept} == {"titled", "pinned", "routed", "within_retention", "open"}
-    assert plan.decisions["x"].code == "retention"
+    assert plan.decisions["x"].reason.code == "retention"
     assert sum(r["sessions"] for r in kept) == sum(d.action == "keep" for d in plan.decisions.values())
 
 

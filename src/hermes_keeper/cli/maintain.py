@@ -31,6 +31,8 @@ from hermes_keeper.run.plan import REFUSE, Plan
 
 
 def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> None:
+    """``plan``'s words (``run --dry-run`` too): what the run would do, why sessions are kept, what
+    is left after; ``verbose`` adds every session and file with its reason."""
     d = plan.to_dict()
     if plan.nothing_to_do and not verbose:
         kept = ", ".join(f"{r['sessions']} {r['reason']}" for r in d["keep_reasons"][:3])
@@ -41,6 +43,19 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
         )
         return
     heading(out, f"[bold]{plan.profile}[/] plan")
+    _render_plan_work(plan, d, out)
+    out.print(_by_source_table(d))
+    out.print(_keep_reasons_table(d))
+    if verbose:
+        _render_every_session(plan, out)
+    _render_plan_after(plan, d, verbose, out)
+    if not plan.nothing_to_do and plan.safeguard.kind != REFUSE:
+        out.print(cell(f"next: {next_hint}"))
+
+
+def _render_plan_work(plan: Plan, d: dict, out: Console) -> None:
+    """The run's work: how much it closes, prunes and removes, what makes it undoable (said in red
+    when nothing would), and its steps in the executor's order."""
     out.print(
         f"close {units.plural(len(plan.zombies), 'zombie session')} · prune "
         f"{units.plural(d['prune']['sessions'], 'session')} "
@@ -66,6 +81,10 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
     )
     for i, step in enumerate(plan.steps(), 1):
         out.print(cell(f"  {i}. {step}"))
+
+
+def _by_source_table(d: dict) -> Table:
+    """Per session source: how many sessions are pruned and kept, and the pruned ones' size."""
     t = Table(title="By source")
     for col in ("source", "prune", "keep", "messages", "~size"):
         t.add_column(col, justify="left" if col == "source" else "right")
@@ -77,32 +96,44 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
             str(c.get("messages", 0)),
             units.size(c.get("bytes", 0)),
         )
-    out.print(t)
+    return t
+
+
+def _keep_reasons_table(d: dict) -> Table:
+    """Why sessions are kept, most common first, each reason's words beside its stable code."""
     t = Table(title="Why sessions are kept")
     for col in ("reason", "code", "sessions"):
         t.add_column(col, justify="right" if col == "sessions" else "left")
     for r in d["keep_reasons"]:
         t.add_row(cell(r["reason"]), r["code"], str(r["sessions"]))
+    return t
+
+
+def _render_every_session(plan: Plan, out: Console) -> None:
+    """``-v``: every zombie close and session decision with its reason, then every file action."""
+    t = Table(title="Every session")
+    for col in ("session", "source", "action", "reason"):
+        t.add_column(col)
+    for z in plan.zombies:
+        t.add_row(
+            cell(z.session_id),
+            cell(z.source),
+            "close",
+            f"open, idle {units.duration(round(z.idle_s / 3600) * 3600)}",
+        )
+    for sid in sorted(plan.decisions):
+        x = plan.decisions[sid]
+        t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason.text))
     out.print(t)
-    if verbose:
-        t = Table(title="Every session")
-        for col in ("session", "source", "action", "reason"):
-            t.add_column(col)
-        for z in plan.zombies:
-            t.add_row(
-                cell(z.session_id),
-                cell(z.source),
-                "close",
-                f"open, idle {units.duration(round(z.idle_s / 3600) * 3600)}",
-            )
-        for sid in sorted(plan.decisions):
-            x = plan.decisions[sid]
-            t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason))
-        out.print(t)
-        for f in plan.files:
-            out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
-        for f in plan.kept_files:
-            out.print(cell(f"keep {f.path} ({units.size(f.bytes)}): {f.reason}"))
+    for f in plan.files:
+        out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
+    for f in plan.kept_files:
+        out.print(cell(f"keep {f.path} ({units.size(f.bytes)}): {f.reason}"))
+
+
+def _render_plan_after(plan: Plan, d: dict, verbose: bool, out: Console) -> None:
+    """What is left after the run, what Hermes's own auto-prune and the archive's retention will
+    do beside it, and what the plan could not know."""
     out.print(
         f"after: {units.plural(d['remaining']['sessions'], 'session')}, "
         f"{units.plural(d['remaining']['messages'], 'message')}"
@@ -114,8 +145,6 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
         _render_archive_retention(plan.archive_retention, verbose, out)
     for w in plan.warnings:
         out.print(Text(f"warning: {term(w)}", style="yellow"))
-    if not plan.nothing_to_do and plan.safeguard.kind != REFUSE:
-        out.print(cell(f"next: {next_hint}"))
 
 
 def _render_archive_retention(r: RetentionPlan, verbose: bool, out: Console) -> None:

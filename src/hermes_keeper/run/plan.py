@@ -3,7 +3,8 @@
 Sessions are decided as whole conversations (:mod:`conversations`: a compression chain
 with its delegate and untagged subagents is one, a branch is its own). One is pruned only when
 every member is old enough for its source's retention, measured from the newest
-activity anywhere in the unit, and no member is protected. When unsure, keep.
+activity anywhere in the unit, and no member is protected. When unsure, keep. Each decision
+carries its :class:`~hermes_keeper.run.reasons.Reason`, made where it is decided.
 
 The plan also says what makes the run's changes undoable (:func:`safeguard`): a snapshot
 first, or, where a snapshot would stall Hermes, the verified archive and the journal.
@@ -12,60 +13,22 @@ first, or, where a snapshot would stall Hermes, the verified archive and the jou
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import NamedTuple
 
 from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
-from hermes_keeper.model.conversations import continues, conversations, lineage_root
+from hermes_keeper.model.conversations import Conversations, continues, conversations, lineage_root
 from hermes_keeper.model.policy import MESSAGING_SOURCES, Policy
+from hermes_keeper.run import reasons as why
 from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
+from hermes_keeper.run.reasons import Reason, days
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
 
 ZOMBIE_END_REASON = "keeper_zombie"
 #: Activity later than this past the plan's clock is a wrong date (clock skew, a bad import).
 FUTURE_SLACK_S = 3600.0
-ROUTING_UNKNOWN = "routing unknown (sessions/sessions.json unreadable)"
-FUTURE = "dated in the future"
-CHAT_SURFACE = "open chat surface (runtime/active_sessions.json)"
-UNREADABLE = "protection unreadable"
-MEMBER = "conversation member"
-RESTORED = "restored from the archive"
-
-#: The stable code beside each human reason (``--json``, docs/json.md): the words may change, the
-#: code does not. Reasons with details (``within retention (90d for cli)``) are matched by prefix.
-REASON_CODES = {
-    "open and active": "open_active",
-    "open": "open",
-    "id is not valid UTF-8": "odd_id",
-    "id holds a NUL byte": "odd_id",
-    "routed by the gateway": "routed",
-    ROUTING_UNKNOWN: "routing_unknown",
-    "gateway-recoverable": "gateway_recoverable",
-    "live compression lease": "lease",
-    "live turn lease": "lease",
-    CHAT_SURFACE: "chat_surface",
-    "handoff in flight": "handoff",
-    "telegram topic binding": "topic_binding",
-    "pending delegation": "pending_delegation",
-    FUTURE: "future",
-    "pinned": "pinned",
-    "titled": "titled",
-    RESTORED: "restored",
-    UNREADABLE: "protection_unreadable",
-    MEMBER: "conversation_member",
-    "kept with its conversation": "parent_kept",
-    "within retention": "within_retention",
-    "idle": "retention",
-    "disk budget": "disk_budget",
-}
-
-
-def reason_code(reason: str) -> str:
-    """The code of a plan reason (:data:`REASON_CODES`): exact, else the longest matching prefix."""
-    if reason in REASON_CODES:
-        return REASON_CODES[reason]
-    return REASON_CODES[max((k for k in REASON_CODES if reason.startswith(k)), key=len)]
 
 
 def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
@@ -79,39 +42,39 @@ def _live(expires_at: float | None, holder_dead: bool, now: float) -> bool:
 SNAPSHOT, ARCHIVE, NONE, REFUSE = "snapshot", "archive", "none", "refuse"
 
 
-def in_use(s: SessionRow, now: float) -> list[str]:
+def in_use(s: SessionRow, now: float) -> list[Reason]:
     """Signs that Hermes (gateway, compressor, turn, handoff, delegation) still relies on ``s``, or
     that the row is not one the keeper can address exactly."""
     checks = (
-        (s.odd_id, "id is not valid UTF-8"),  # not Hermes's own: leave it as it is
-        (s.nul_id, "id holds a NUL byte"),  # likewise
-        (s.routed, "routed by the gateway"),
-        (s.maybe_routed, ROUTING_UNKNOWN),
-        (s.gateway_recoverable, "gateway-recoverable"),
-        (_live(s.lease_expires_at, s.lease_holder_dead, now), "live compression lease"),
-        (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), "live turn lease"),
-        (s.runtime_lease, CHAT_SURFACE),
-        (s.handoff_state in LIVE_HANDOFF_STATES, "handoff in flight"),
-        (s.topic_bound, "telegram topic binding"),
-        (s.pending_delegation, "pending delegation"),
+        (s.odd_id, why.ODD_ID),  # not Hermes's own: leave it as it is
+        (s.nul_id, why.NUL_ID),  # likewise
+        (s.routed, why.ROUTED),
+        (s.maybe_routed, why.ROUTING_UNKNOWN),
+        (s.gateway_recoverable, why.GATEWAY_RECOVERABLE),
+        (_live(s.lease_expires_at, s.lease_holder_dead, now), why.COMPRESSION_LEASE),
+        (_live(s.turn_lease_expires_at, s.turn_lease_holder_dead, now), why.TURN_LEASE),
+        (s.runtime_lease, why.CHAT_SURFACE),
+        (s.handoff_state in LIVE_HANDOFF_STATES, why.HANDOFF),
+        (s.topic_bound, why.TOPIC_BINDING),
+        (s.pending_delegation, why.PENDING_DELEGATION),
     )
     return [reason for hit, reason in checks if hit]
 
 
-def protections(s: SessionRow, policy: Policy, now: float) -> list[str]:
+def protections(s: SessionRow, policy: Policy, now: float) -> list[Reason]:
     """Why ``s`` must not be pruned regardless of its age (empty: age decides)."""
     reasons = []
     if s.is_open:
-        reasons.append("open" if now - s.last_activity >= policy.zombie_after_s else "open and active")
+        reasons.append(why.OPEN if now - s.last_activity >= policy.zombie_after_s else why.OPEN_ACTIVE)
     reasons += in_use(s, now)
     if s.last_activity > now + FUTURE_SLACK_S:
-        reasons.append(FUTURE)  # its age is unknown: kept, and said so (not "within retention")
+        reasons.append(why.FUTURE)
     if s.pinned:
-        reasons.append("pinned")
+        reasons.append(why.PINNED)
     if s.restored_until is not None and s.restored_until > now:
-        reasons.append(f"{RESTORED} ({_days(s.restored_until - now)} more)")
+        reasons.append(why.restored(s.restored_until - now))
     if s.title and policy.keep_titled:
-        reasons.append("titled")
+        reasons.append(why.TITLED)
     return reasons
 
 
@@ -143,16 +106,18 @@ def heartbeat_owned(s: SessionRow, survey: Survey, now: float, staleness_s: floa
     )
 
 
-def zombie_blockers(s: SessionRow, survey: Survey, policy: Policy, now: float, tails: set[str]) -> list[str]:
+def zombie_blockers(
+    s: SessionRow, survey: Survey, policy: Policy, now: float, tails: set[str]
+) -> list[Reason]:
     """Why an idle open session must not be closed (Hermes may still write to it, or keeps it)."""
     reasons = in_use(s, now) + unreadable(survey)
     if s.source in MESSAGING_SOURCES and s.session_key:
-        reasons.append("messaging session with a gateway key")
+        reasons.append(why.GATEWAY_KEY)
     if s.pinned or s.id in tails:
-        reasons.append("pinned" if s.pinned else "continuation of a pinned conversation")
+        reasons.append(why.PINNED if s.pinned else why.PINNED_CHAIN)
     # Upstream's default staleness: twice the idle time after which it would reap the row.
     if heartbeat_owned(s, survey, now, 2 * policy.zombie_after_s):
-        reasons.append("its gateway backend heartbeats")
+        reasons.append(why.HEARTBEAT)
     return reasons
 
 
@@ -172,9 +137,9 @@ def hermes_auto_prunes(s: SessionRow, survey: Survey, now: float, tails: set[str
     )
 
 
-def unreadable(survey: Survey) -> list[str]:
+def unreadable(survey: Survey) -> list[Reason]:
     """A protection that exists but could not be read keeps everything (when unsure, keep)."""
-    return [f"{UNREADABLE}: {what}" for what in survey.unreadable]
+    return [why.protection_unreadable(what) for what in survey.unreadable]
 
 
 @dataclass(frozen=True)
@@ -182,14 +147,15 @@ class Decision:
     session_id: str
     source: str
     action: str  # prune | keep
-    reason: str
+    reason: Reason  # made where the plan decided (run/reasons.py)
     unit: str
     messages: int
     est_bytes: int
 
-    @property
-    def code(self) -> str:
-        return reason_code(self.reason)
+    def to_dict(self) -> dict:
+        """The ``--json -v`` row: the reason's words as ``reason``, its code beside them."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return out | {"reason": self.reason.text, "code": self.reason.code}
 
 
 @dataclass(frozen=True)
@@ -325,7 +291,8 @@ class Plan:
 
     def keep_reasons(self) -> list[dict]:
         """Why sessions are kept, most common first: the code, the words, how many sessions."""
-        counts = Counter((d.code, d.reason) for d in self.decisions.values() if d.action == "keep")
+        kept = [d.reason for d in self.decisions.values() if d.action == "keep"]
+        counts = Counter((r.code, r.text) for r in kept)
         return [{"code": c, "reason": r, "sessions": n} for (c, r), n in counts.most_common()]
 
     def to_dict(self, verbose: bool = False) -> dict:
@@ -358,9 +325,7 @@ class Plan:
             "steps": self.steps(),
         }
         if verbose:
-            out["decisions"] = [
-                asdict(self.decisions[k]) | {"code": self.decisions[k].code} for k in sorted(self.decisions)
-            ]
+            out["decisions"] = [self.decisions[k].to_dict() for k in sorted(self.decisions)]
             out["file_actions"] = [asdict(f) for f in self.files]
             out["hermes_deletes_kept"] = self.hermes_deletes_kept
             out["kept_files"] = [asdict(f) for f in self.kept_files]
@@ -391,131 +356,206 @@ def compact_step(auto_vacuum: str | None, live_bytes: int, stall_limit_s: float)
     )
 
 
+class _Unit(NamedTuple):
+    """A conversation the plan prunes whole: its newest activity, its root, its members."""
+
+    last: float
+    root: str
+    members: list[str]
+
+
 def make_plan(survey: Survey, policy: Policy, now: float, db_bytes: int | None = None) -> Plan:
+    """What a run would do with ``survey``'s home under ``policy`` at ``now`` (``db_bytes``: the
+    database's size, when not the survey's), and why. Each step is its own function; they run in
+    the order a later one needs an earlier one's answer."""
     db_bytes = survey.schema.db_bytes if db_bytes is None else db_bytes
     plan = Plan(profile=survey.profile.name, now=now, db_bytes=db_bytes, archive=policy.archive)
     ratio = _bytes_per_content_byte(survey, db_bytes)
-    sessions = survey.sessions
-
     tails = pinned_tails(survey)
+    plan.zombies = _zombie_closes(survey, policy, now, tails)
+    convs = conversations(survey.sessions.values())
+    chosen = _decide_by_age(plan, convs, survey, policy, ratio)
+    chosen += _decide_by_budget(plan, convs, survey, policy, ratio, _freed(plan, chosen))
+    plan.prune = _prune_order(chosen, convs, survey)
+    plan.est_freed_bytes = _freed(plan, chosen)
+    if policy.compact and plan.prune:
+        live = db_bytes - plan.est_freed_bytes
+        plan.compact = compact_step(survey.schema.auto_vacuum, live, policy.live_vacuum_stall_s)
+    pruned = set(plan.prune)
+    if survey.auto_prune is not None:
+        plan.hermes_auto_prune = {**survey.auto_prune.to_dict(), "next_run": survey.auto_prune.next_run(now)}
+        plan.hermes_deletes_kept = _hermes_deletes_kept(plan, survey, tails)
+    plan.files, plan.kept_files = _file_actions(survey, policy, pruned, now)
+    plan.warnings = _warnings(survey, now)
+    plan.safeguard = safeguard(policy, survey.schema.journal_mode, survey.holders, bool(plan.prune))
+    plan.remaining_sessions = len(survey.sessions) - len(pruned)
+    plan.remaining_messages = survey.message_total - sum(survey.sessions[s].messages for s in pruned)
+    return plan
+
+
+def _zombie_closes(survey: Survey, policy: Policy, now: float, tails: set[str]) -> list[ZombieClose]:
+    """Open sessions idle for ``zombie_after`` that nothing blocks (:func:`zombie_blockers`), by id:
+    each is ended at its last activity, so closing it does not make it younger."""
+    sessions = survey.sessions
+    out = []
     for s in sessions.values():
         idle = now - s.last_activity
         if s.is_open and idle >= policy.zombie_after_s and not zombie_blockers(s, survey, policy, now, tails):
             ended = max(t for t in (s.started_at, s.last_message_at, s.last_activity_at) if t is not None)
-            plan.zombies.append(
-                ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions), s.end_reason)
-            )
-    plan.zombies.sort(key=lambda z: z.session_id)
+            out.append(ZombieClose(s.id, s.source, ended, idle, lineage_root(s.id, sessions), s.end_reason))
+    return sorted(out, key=lambda z: z.session_id)
 
-    convs = conversations(sessions.values())
-    candidates: list[tuple[float, str, list[str]]] = []  # (unit last activity, root, members)
+
+def _decide_by_age(
+    plan: Plan, convs: Conversations, survey: Survey, policy: Policy, ratio: float
+) -> list[_Unit]:
+    """A decision for every session, conversation by conversation (a unit is kept or pruned whole):
+    kept while a member is protected or the unit is within its members' longest retention, else
+    pruned by retention. Returns the units pruned."""
+    chosen = []
     for root, members in convs.members.items():
-        rows = [sessions[m] for m in members]
+        rows = [survey.sessions[m] for m in members]
         last = max(r.last_activity for r in rows)
-        age = now - last
-        protected = [(r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)]
-        if protected:
-            sid, why = protected[0]
-            reason = why if len(members) == 1 else f"{MEMBER} {sid} is {why}"
-            keep_reason = {m: (why if m == sid else reason) for m in members}
-            for r in rows:
-                plan.decisions[r.id] = _decision(r, "keep", keep_reason[r.id], root, ratio)
-            continue
-        needed, longest = max((policy.retention_for(r.source), r.source) for r in rows)
-        if age <= needed:
-            for r in rows:
-                own = policy.retention_for(r.source)
-                reason = (
-                    f"within retention ({_days(own)} for {r.source})"
-                    if age <= own
-                    else f"kept with its conversation: within retention ({_days(needed)} for {longest})"
-                )
-                plan.decisions[r.id] = _decision(r, "keep", reason, root, ratio)
-            continue
+        age = plan.now - last
+        kept = _protected(rows, survey, policy, plan.now) or _within_retention(rows, policy, age)
         for r in rows:
-            plan.decisions[r.id] = _decision(
-                r,
-                "prune",
-                f"idle {_days(age)} > {_days(policy.retention_for(r.source))} ({r.source})",
-                root,
-                ratio,
-            )
-        candidates.append((last, root, members))
+            reason = kept[r.id] if kept else why.retention(age, policy.retention_for(r.source), r.source)
+            plan.decisions[r.id] = _decision(r, "keep" if kept else "prune", reason, root, ratio)
+        if not kept:
+            chosen.append(_Unit(last, root, members))
+    return chosen
 
-    chosen = list(candidates)
-    freed = sum(plan.decisions[m].est_bytes for _, _, ms in chosen for m in ms)
-    if policy.max_db_bytes is not None and db_bytes - freed > policy.max_db_bytes:
-        target = policy.max_db_bytes * policy.low_water
-        extra = []
-        for root, members in convs.members.items():
-            if any(plan.decisions[m].action == "prune" for m in members):
-                continue
-            rows = [sessions[m] for m in members]
-            if unreadable(survey) or any(protections(r, policy, now) for r in rows):
-                continue
-            extra.append((max(r.last_activity for r in rows), root, members))
-        for last, root, members in sorted(extra):
-            if db_bytes - freed <= target:
-                break
-            for m in members:
-                r = sessions[m]
-                plan.decisions[m] = _decision(
-                    r, "prune", f"disk budget: oldest eligible (idle {_days(now - last)})", root, ratio
-                )
-                freed += plan.decisions[m].est_bytes
-            chosen.append((last, root, members))
-    for _, root in sorted((_first_row(convs.members[root], survey), root) for _, root, _ in chosen):
-        plan.prune.extend(convs.children_first(root))
-    plan.est_freed_bytes = freed
-    if policy.compact and plan.prune:
-        plan.compact = compact_step(survey.schema.auto_vacuum, db_bytes - freed, policy.live_vacuum_stall_s)
 
-    pruned = set(plan.prune)
-    if survey.auto_prune is not None:
-        plan.hermes_auto_prune = {**survey.auto_prune.to_dict(), "next_run": survey.auto_prune.next_run(now)}
-        # a zombie this run closes is ended at its last activity: Hermes ages it from there
-        after_run = {z.session_id: replace(sessions[z.session_id], ended_at=z.ended_at) for z in plan.zombies}
-        plan.hermes_deletes_kept = sorted(
-            sid
-            for sid, s in sessions.items()
-            if sid not in pruned and hermes_auto_prunes(after_run.get(sid, s), survey, now, tails)
-        )
+def _protected(rows: list[SessionRow], survey: Survey, policy: Policy, now: float) -> dict[str, Reason]:
+    """A unit with a protected member is kept whatever its age: that member for its first reason,
+    the others for that member (empty: no member is protected, age decides)."""
+    first = next(((r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)), None)
+    if first is None:
+        return {}
+    sid, own = first
+    member = own if len(rows) == 1 else why.conversation_member(sid, own)
+    return {r.id: own if r.id == sid else member for r in rows}
+
+
+def _within_retention(rows: list[SessionRow], policy: Policy, age: float) -> dict[str, Reason]:
+    """A unit no older than the longest retention of its members' sources is kept: a member within
+    its own retention says so, one past it (a subagent's 7d) is kept with its conversation (empty:
+    the unit is old enough to prune)."""
+    needed, longest = max((policy.retention_for(r.source), r.source) for r in rows)
+    if age > needed:
+        return {}
+    own = {r.id: policy.retention_for(r.source) for r in rows}
+    return {
+        r.id: why.within_retention(own[r.id], r.source)
+        if age <= own[r.id]
+        else why.parent_kept(needed, longest)
+        for r in rows
+    }
+
+
+def _decide_by_budget(
+    plan: Plan, convs: Conversations, survey: Survey, policy: Policy, ratio: float, freed: int
+) -> list[_Unit]:
+    """Over ``disk.max_db_bytes`` after ``freed``, the oldest units no protection holds are pruned
+    too, until the database is under the budget's low-water mark (so the next run has room).
+    Returns the units it adds."""
+    if policy.max_db_bytes is None or plan.db_bytes - freed <= policy.max_db_bytes:
+        return []
+    target = policy.max_db_bytes * policy.low_water
+    chosen = []
+    for unit in sorted(_budget_eligible(plan, convs, survey, policy)):
+        if plan.db_bytes - freed <= target:
+            break
+        for m in unit.members:
+            reason = why.disk_budget(plan.now - unit.last)
+            plan.decisions[m] = _decision(survey.sessions[m], "prune", reason, unit.root, ratio)
+            freed += plan.decisions[m].est_bytes
+        chosen.append(unit)
+    return chosen
+
+
+def _budget_eligible(plan: Plan, convs: Conversations, survey: Survey, policy: Policy) -> list[_Unit]:
+    """The units only their age keeps: not pruned already, no member protected, every protection
+    readable (a budget never overrides a protection)."""
+    if unreadable(survey):
+        return []
+    out = []
+    for root, members in convs.members.items():
+        if any(plan.decisions[m].action == "prune" for m in members):
+            continue
+        rows = [survey.sessions[m] for m in members]
+        if any(protections(r, policy, plan.now) for r in rows):
+            continue
+        out.append(_Unit(max(r.last_activity for r in rows), root, members))
+    return out
+
+
+def _freed(plan: Plan, chosen: list[_Unit]) -> int:
+    """The bytes pruning ``chosen`` gives back (estimated: its share of the database)."""
+    return sum(plan.decisions[m].est_bytes for unit in chosen for m in unit.members)
+
+
+def _prune_order(chosen: list[_Unit], convs: Conversations, survey: Survey) -> list[str]:
+    """The sessions to prune, unit by unit in the order their messages were written (so each delete
+    transaction's rows sit together in the b-trees and FTS segments), children before parents."""
+    order = sorted((_first_row(unit.members, survey), unit.root) for unit in chosen)
+    return [sid for _, root in order for sid in convs.children_first(root)]
+
+
+def _hermes_deletes_kept(plan: Plan, survey: Survey, tails: set[str]) -> list[str]:
+    """The sessions Hermes's own auto-prune will delete that this plan keeps (the plan says so, as
+    it cannot stop it). A zombie this run closes is ended at its last activity: Hermes ages it
+    from there."""
+    sessions, pruned = survey.sessions, set(plan.prune)
+    after_run = {z.session_id: replace(sessions[z.session_id], ended_at=z.ended_at) for z in plan.zombies}
+    return sorted(
+        sid
+        for sid, s in sessions.items()
+        if sid not in pruned and hermes_auto_prunes(after_run.get(sid, s), survey, plan.now, tails)
+    )
+
+
+def _file_actions(
+    survey: Survey, policy: Policy, pruned: set[str], now: float
+) -> tuple[list[FileAction], list[FileAction]]:
+    """The files to remove and the files kept from their rule. A pruned session's transcripts,
+    snapshots and request dumps go with it; orphans and request dumps older than ``files_max_age``
+    go too; then the folders' own rules (:func:`plan_folders`). A file reached through a symlink is
+    kept: removing it would reach outside what the keeper owns."""
+    removes, kept = [], []
+    too_old = days(policy.files_max_age_s)
     for f in survey.files:
         if f.kind not in ("transcript", "snapshot", "request_dump"):
             continue
         action = None
         if f.symlink:
-            plan.kept_files.append(FileAction(str(f.path), f.kind, f.size, SYMLINK, f.session_id))
+            kept.append(FileAction(str(f.path), f.kind, f.size, SYMLINK, f.session_id))
             continue
         if f.session_id in pruned:
             action = "session pruned"
         elif f.orphan and now - f.mtime > policy.files_max_age_s:
-            action = f"orphan older than {_days(policy.files_max_age_s)}"
+            action = f"orphan older than {too_old}"
         elif f.kind == "request_dump" and now - f.mtime > policy.files_max_age_s:
-            action = f"request dump older than {_days(policy.files_max_age_s)}"
+            action = f"request dump older than {too_old}"
         if action:
-            plan.files.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
-    removes, kept = plan_folders(survey.folders, policy, survey.profile.home, now)
-    plan.files += removes
-    plan.kept_files += kept
+            removes.append(FileAction(str(f.path), f.kind, f.size, action, f.session_id))
+    folder_removes, folder_kept = plan_folders(survey.folders, policy, survey.profile.home, now)
+    return removes + folder_removes, kept + folder_kept
+
+
+def _warnings(survey: Survey, now: float) -> list[str]:
+    """What the plan could not know, and so kept: sessions the gateway might route to while its
+    routing is unreadable, sessions whose age is unknown as they are dated in the future."""
+    out = []
     if survey.routing_problem:
-        plan.warnings.append(
+        out.append(
             f"{survey.routing_problem}: routing unknown, every session the gateway could route to is kept"
         )
-    future = sum(1 for s in sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
+    future = sum(1 for s in survey.sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
     if future:
-        plan.warnings.append(f"{future} sessions dated in the future: kept, their age is unknown")
-    plan.safeguard = safeguard(policy, survey.schema.journal_mode, survey.holders, bool(plan.prune))
-    plan.remaining_sessions = len(sessions) - len(pruned)
-    plan.remaining_messages = survey.message_total - sum(sessions[s].messages for s in pruned)
-    return plan
+        out.append(f"{future} sessions dated in the future: kept, their age is unknown")
+    return out
 
 
-def _decision(r: SessionRow, action: str, reason: str, unit: str, ratio: float) -> Decision:
+def _decision(r: SessionRow, action: str, reason: Reason, unit: str, ratio: float) -> Decision:
     return Decision(r.id, r.source, action, reason, unit, r.messages, int(r.content_bytes * ratio))
-
-
-def _days(seconds: float) -> str:
-    if seconds >= 86400:
-        return f"{seconds / 86400:.0f}d"
-    return f"{seconds / 3600:.0f}h"
