@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Budget
 from hermes_keeper.units import parse_duration, parse_size
 
 DAY = 86400.0
@@ -426,6 +426,11 @@ class Policy:
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
     written: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> Budget:
+        """How the keeper's writes share ``state.db``: ``budget_ms``, ``pause_ms``, ``busy_wait``."""
+        return Budget(self.budget_ms, self.pause_ms, self.busy_wait_s)
 
     @property
     def rotation(self) -> dict[str, int]:

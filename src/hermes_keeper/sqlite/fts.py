@@ -334,7 +334,7 @@ def merge_round(
         if seen.get("theirs"):
             left.append(seen["theirs"])
         ms = w.stats.last_txn_ms
-        over += ms > w.budget_ms
+        over += ms > w.budget.budget_ms
         if ms > longest.max_step_ms:
             longest = Round(0, ms, w.stats.last_commit_ms, abs(pages))
         if changed < 2:
