@@ -156,8 +156,8 @@ class Profile(Place):
 
     def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
         """A verified snapshot of state.db into ``dest`` (default: the policy's ``backups.dest``),
-        then rotation: the policy's rules, overridden by ``rotate``'s (``keep_last``, ``daily``,
-        ``weekly``, ``monthly``), or none (False)."""
+        then rotation: the policy's rules, overridden by ``rotate``'s (``keep_last``, ``keep_daily``,
+        ``keep_weekly``, ``keep_monthly``), or none (False)."""
         policy = self.config()
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})

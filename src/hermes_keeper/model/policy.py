@@ -437,9 +437,9 @@ class Policy:
         """The backup rotation rules, as ``backup.rotation`` takes them."""
         return {
             "keep_last": self.keep_last,
-            "daily": self.keep_daily,
-            "weekly": self.keep_weekly,
-            "monthly": self.keep_monthly,
+            "keep_daily": self.keep_daily,
+            "keep_weekly": self.keep_weekly,
+            "keep_monthly": self.keep_monthly,
         }
 
     def retention_for(self, source: str) -> float:
