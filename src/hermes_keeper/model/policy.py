@@ -2,8 +2,9 @@
 
 Every key is a row of :data:`SETTINGS` (name, the :class:`Policy` attribute it fills, kind,
 default, help, range), in the style of datasette's ``SETTINGS``: the rows parse and check the
-file, make Policy's fields and defaults, its ``to_dict`` (``config show --json``), and
-``docs/run.md``'s table (:func:`settings_table`). A new key is one new row.
+file, make Policy's fields and defaults, its ``to_dict`` (``config show --json``) and that
+output's JSON Schema (:func:`policy_schema`), and ``docs/run.md``'s table
+(:func:`settings_table`). A new key is one new row.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def _parse_bool(value, where: str) -> bool:
 
 
 #: kind -> (parser, what the docs call it, the type of the value the parser returns, in the
-#: unit the code uses): the type is the Policy field's.
+#: unit the code uses): the type is the Policy field's and, in JSON, ``config show``'s.
 KINDS = {
     "duration": (parse_duration, "duration", float),
     "size": (parse_size, "size", int),
@@ -82,6 +83,7 @@ KINDS = {
     "count": (parse_count, "whole number", int),
     "number": (lambda v, where: _number(v, where, "a number"), "number", float),
 }
+_JSON_TYPES = {float: "number", int: "integer", bool: "boolean", str: "string"}
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,14 @@ class Setting:
         """The value's type as annotated: ``int | None``."""
         name = KINDS[self.kind][2].__name__
         return f"{name} | None" if self.optional else name
+
+    def json_schema(self) -> dict:
+        """Its value in ``config show --json``."""
+        kind = _JSON_TYPES[KINDS[self.kind][2]]
+        return {
+            "type": [kind, "null"] if self.optional else kind,
+            "description": f"`{self.name}`: {self.help}",
+        }
 
 
 def _retention(source: str, default: str, help: str, **kw) -> Setting:
@@ -484,6 +494,58 @@ class Policy:
             value = getattr(self, s.attr)
             (out.setdefault(s.group, {}) if s.group else out)[s.attr] = dict(value) if s.table else value
         return out | {"origin": dict(self.origin), "settings": self.settings()}
+
+
+def _object(properties: dict, more: dict | bool = False) -> dict:
+    return {
+        "type": "object",
+        "required": list(properties),
+        "additionalProperties": more,
+        "properties": properties,
+    }
+
+
+def _properties(rows: list[Setting]) -> dict:
+    """Each row's value under its attribute; a table's rows as one object under theirs."""
+    props: dict = {}
+    for s in rows:
+        if not s.table:
+            props[s.attr] = s.json_schema()
+        elif s.attr not in props:
+            table = [t for t in rows if t.attr == s.attr]
+            more = next(({"type": t.json_schema()["type"]} for t in table if t.wildcard), False)
+            props[s.attr] = _object({t.key: t.json_schema() for t in table}, more)
+    return props
+
+
+def policy_schema() -> dict:
+    """The JSON Schema of a ``config show --json`` row (its ``profile``, then :meth:`Policy.to_dict`),
+    from SETTINGS. ``schemas/config-show.json`` holds it as ``$defs.result0``: ``tools/config_schema.py``
+    writes it there, ``tests/test_json.py`` keeps the two equal."""
+    slots: dict[str, list[Setting]] = {}  # a group, or a top-level attribute: its rows, in SETTINGS' order
+    for s in SETTINGS:
+        slots.setdefault(s.group or s.attr, []).append(s)
+    props: dict = {"profile": {"type": "string"}}
+    for slot, rows in slots.items():
+        if rows[0].group:
+            props[slot] = _object(_properties(rows))
+        else:
+            props |= _properties(rows)
+    text = {"type": "string"}
+    props["origin"] = {
+        "type": "object",
+        "additionalProperties": text,
+        "description": 'key -> where its value came from (a file, "<file> [profiles.X]", "command line");'
+        " a key not here has its default",
+    }
+    row = _object({"key": text, "value": text, "from": text})
+    props["settings"] = {
+        "type": "array",
+        "items": row,
+        "description": "every key with its value as keeper.toml spells it (else its default) and where"
+        ' it came from ("default")',
+    }
+    return _object(props)
 
 
 def _apply(policy: Policy, data: dict, label: str) -> None:
