@@ -14,7 +14,7 @@ from hermes_keeper.archive.store import PRUNED as STATE_PRUNED
 from hermes_keeper.archive.store import RESTORED, Archive
 from hermes_keeper.cli import main
 from hermes_keeper.journal import read_journal
-from hermes_keeper.sqlite.writer import Writer
+from hermes_keeper.sqlite.writer import Budget, Writer
 from tests import archive_home as ah
 from tests.conftest import tree_digest
 from tests.hermes_env import Hermes
@@ -108,7 +108,7 @@ def _restore_killed_at(home, ids, crash_at, monkeypatch):
 
     monkeypatch.setattr(Writer, "step", dying_step)
     with pytest.raises(KeyboardInterrupt):
-        unarchive.restore_sessions(ah.profile(home), ids, pause_ms=0)
+        unarchive.restore_sessions(ah.profile(home), ids, budget=Budget(pause_ms=0))
     monkeypatch.setattr(Writer, "step", real_step)
 
 

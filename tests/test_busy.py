@@ -15,7 +15,7 @@ from hermes_keeper.archive.store import Archive
 from hermes_keeper.errors import EXIT_TRY_LATER, TryLater
 from hermes_keeper.journal import JOURNAL_NAME, read_journal
 from hermes_keeper.sqlite.connect import BUSY_TIMEOUT_S
-from hermes_keeper.sqlite.writer import Writer
+from hermes_keeper.sqlite.writer import Budget, Writer
 from tests.keeper_proc import keeper_cmd, planned_prune, session_ids
 
 #: Takes the write lock (waiting as long as it must), says so on stdout, keeps it until stdin closes.
@@ -50,7 +50,7 @@ def test_writer_waits_for_a_busy_database_then_writes(home):
     # Held past SQLite's own busy timeout, so the writer's first try fails and it tries again.
     released = threading.Timer(BUSY_TIMEOUT_S + 0.5, _release, (holder,))
     released.start()
-    with Writer(home / "state.db", busy_wait_s=60) as w:
+    with Writer(home / "state.db", Budget(busy_wait_s=60)) as w:
         w.step(lambda c: c.execute("UPDATE sessions SET title = 'after the wait' WHERE rowid = 1"))
         assert w.stats.busy_retries >= 1
         # The wait is not lock time: the batch sizing and the budget figures see only the step.
@@ -64,7 +64,7 @@ def test_writer_waits_for_a_busy_database_then_writes(home):
 def test_writer_stops_with_try_later_and_changes_nothing(home):
     holder = _hold_lock(home / "state.db")
     try:
-        with Writer(home / "state.db", busy_wait_s=0.5) as w:
+        with Writer(home / "state.db", Budget(busy_wait_s=0.5)) as w:
             with pytest.raises(TryLater):
                 w.step(lambda c: c.execute("DELETE FROM messages"))
             assert not w.conn.in_transaction and w.stats.transactions == 0

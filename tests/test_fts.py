@@ -24,7 +24,7 @@ from hermes_keeper.sqlite.fts import (
     release_leftover_hold,
 )
 from hermes_keeper.sqlite.schema import inspect
-from hermes_keeper.sqlite.writer import Writer
+from hermes_keeper.sqlite.writer import Budget, Writer
 
 NOW = time.time()
 
@@ -246,7 +246,7 @@ def test_hold_restores_fts_config_exactly(tmp_path, desc, preset):
     assert [r[0] for r in before["messages_fts"]] == sorted(["version", *preset])
     hold_file = keeper / HOLD_NAME
 
-    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper) as hold:
+    with Writer(db, Budget(pause_ms=0)) as w, MergeHold(w, inspect(db), keeper) as hold:
         assert not hold_file.exists()
         hold.engage()
         assert hold_file.stat().st_mode & 0o777 == 0o600
@@ -284,7 +284,7 @@ def _held_writes(tmp_path, rows_per_write: int, writes: int, words: int):
     conn.close()
     most_big = dict.fromkeys(FTS_TABLES, 0)
     most_all = dict.fromkeys(FTS_TABLES, 0)
-    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), home / "keeper") as hold:
+    with Writer(db, Budget(pause_ms=0)) as w, MergeHold(w, inspect(db), home / "keeper") as hold:
         hold.engage()
         start = {t: levels(w.conn, t) for t in FTS_TABLES}
         start_big = {t: sum(p >= 2 for sizes in lv for p in sizes) for t, lv in start.items()}
@@ -337,7 +337,7 @@ def test_a_setting_hermes_changes_during_a_hold_is_the_one_put_back(tmp_path):
     conn = sqlite3.connect(db)
     sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
     conn.close()
-    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper) as hold:
+    with Writer(db, Budget(pause_ms=0)) as w, MergeHold(w, inspect(db), keeper) as hold:
         hold.engage()
         for t in FTS_TABLES:
             set_fts(db, t, "usermerge", 2)  # Hermes, on its own connection
@@ -374,7 +374,7 @@ def test_a_setting_hermes_changes_in_the_middle_of_a_round_is_held_again_at_its_
             rounds.append(table)
 
     monkeypatch.setattr(fts, "merge_round", round_of)
-    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper) as hold:
+    with Writer(db, Budget(pause_ms=0)) as w, MergeHold(w, inspect(db), keeper) as hold:
         hold.engage()
 
         passes = []
@@ -402,7 +402,7 @@ def test_hold_that_was_never_engaged_writes_nothing(tmp_path):
     home = _demo(tmp_path)
     db = home / "state.db"
     before = configs(db)
-    with Writer(db, pause_ms=0) as w:
+    with Writer(db, Budget(pause_ms=0)) as w:
         with MergeHold(w, inspect(db), home / "keeper"):
             pass
         assert w.stats.transactions == 0
@@ -415,7 +415,7 @@ def test_release_leftover_hold_returns_false_when_nothing_is_left_over(tmp_path)
     db = home / "state.db"
     set_fts(db, "messages_fts", "automerge", 7)
     before = configs(db)
-    with Writer(db, pause_ms=0) as w:
+    with Writer(db, Budget(pause_ms=0)) as w:
         assert release_leftover_hold(w, inspect(db), home / "keeper") is False
         assert w.stats.transactions == 0
     assert configs(db) == before
@@ -427,7 +427,7 @@ def test_release_leftover_hold_returns_false_when_nothing_is_left_over(tmp_path)
 
 def _kill_while_held(db, keeper) -> None:
     """Engage a hold and 'die': no ``__exit__``, so Hermes's settings are not put back."""
-    w = Writer(db, pause_ms=0)
+    w = Writer(db, Budget(pause_ms=0))
     hold = MergeHold(w, inspect(db), keeper)
     hold.__enter__()
     hold.engage()
@@ -436,7 +436,7 @@ def _kill_while_held(db, keeper) -> None:
 
 def _release_with_library(home) -> None:
     db = home / "state.db"
-    with Writer(db, pause_ms=0) as w:
+    with Writer(db, Budget(pause_ms=0)) as w:
         assert release_leftover_hold(w, inspect(db), home / "keeper") is True
 
 
@@ -613,7 +613,7 @@ def test_hold_found_after_a_completed_full_merge_does_not_merge_again(tmp_path, 
     _kill_while_held(db, keeper)
     _release_with_library(home)  # merges fully (the test above)
     _kill_while_held(db, keeper)
-    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
+    with Writer(db, Budget(pause_ms=0)) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
         assert hold.saved
     restored = [e for e in read_journal(keeper) if e["action"] == "fts_restored"]
     assert restored[-1]["full_merge"] == []
@@ -647,7 +647,8 @@ def test_full_merge_finishes_while_a_gateway_writes_between_its_steps(tmp_path, 
                 writes.append(1)
 
     # A budget no step fits in: every merge step is one page, so the merge takes many steps.
-    with Writer(db, budget_ms=0.001, pause_ms=0) as w, MergeHold(w, inspect(db), home / "keeper") as hold:
+    tiny = Budget(budget_ms=0.001, pause_ms=0)
+    with Writer(db, tiny) as w, MergeHold(w, inspect(db), home / "keeper") as hold:
         hold.engage()
         w.step(lambda c: c.execute("DELETE FROM messages WHERE id % 2 = 0"))  # one big tombstone segment
         big = {t: {s for level in fts.segments(w.conn, t) for s in level} for t in FTS_TABLES}
@@ -694,7 +695,7 @@ def test_a_merge_hermes_left_half_done_is_left_to_the_full_merge(tmp_path, monke
     # A budget no step fits in: one page a step. (A step that ends a merge of ours goes on with
     # the next one for the rest of its pages: a big step could finish this small merge of theirs.)
     with (
-        Writer(db, budget_ms=0.001, pause_ms=0) as w,
+        Writer(db, Budget(budget_ms=0.001, pause_ms=0)) as w,
         MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold,
     ):
         hold.engage()
@@ -725,7 +726,7 @@ def test_a_merge_hermes_left_half_done_on_level_0_is_gone_on_with(tmp_path):
     for i in range(8):
         _insert_messages(gateway, sid, 1000 + i, 20, 40)
     assert _hermes_pass_left_a_merge(gateway, t, lowest=0)[0] == 0
-    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
+    with Writer(db, Budget(pause_ms=0)) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
         hold.engage()
         for i in range(MERGE_EVERY_SEGMENTS + 2):  # until a round is due
             w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 60))
@@ -748,7 +749,7 @@ def test_rounds_gather_the_levels_above_0_sixteen_to_a_merge_and_the_full_merge_
     conn = sqlite3.connect(db)
     sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
     conn.close()
-    with Writer(db, pause_ms=0) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
+    with Writer(db, Budget(pause_ms=0)) as w, MergeHold(w, inspect(db), keeper, Journal(keeper)) as hold:
         hold.engage()
         for i in range(5 * (MERGE_EVERY_SEGMENTS + 1)):
             w.step(lambda c, i=i: _insert_messages(c, sid, i, 40, 8))

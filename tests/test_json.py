@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from hermes_keeper import demo
 from hermes_keeper.cli import main
+from hermes_keeper.model.policy import effective_policy, policy_schema
 from tests.test_docs import _commands
 
 
@@ -92,3 +93,23 @@ def test_plan_json_keeps_reasons_with_codes(home):
     reasons = out["profiles"][0]["keep_reasons"]
     assert reasons and all(set(r) == {"code", "reason", "sessions"} for r in reasons)
     assert all(r["code"].isidentifier() for r in reasons)
+
+
+def test_config_show_schema_is_the_one_settings_make():
+    """schemas/config-show.json's row is SETTINGS': a key added, renamed or retyped there must show
+    here (``PYTHONPATH=src python tools/config_schema.py`` writes it)."""
+    assert schema("config show")["$defs"]["result0"] == policy_schema()
+
+
+def test_a_policy_with_every_kind_of_value_matches_its_schema(tmp_path):
+    """Switched off (null), set where unset by default, a retention source of its own, a profile's."""
+    (tmp_path / "keeper.toml").write_text(
+        'backup = false\nbusy_wait = "30s"\n[retention]\nfoo = "3d"\n[disk]\nmax_db_bytes = "2GB"\n'
+        '[files]\ncron_output_age = "off"\ncron_output_keep = 3\n[archive]\nkeep = "365d"\n'
+        '[backups]\ndest = "/tmp/b"\nkeep_daily = 0\n[profiles.default.runaway]\nmax_bytes = 1000\n'
+    )
+    policy = effective_policy(tmp_path, "default")
+    row = {"profile": "default"} | policy.to_dict()
+    jsonschema.validate(row, policy_schema())
+    assert row["retention_s"]["foo"] == 3 * 86400 and row["files"]["cron_output_age_s"] is None
+    assert row["rotation"]["keep_daily"] == 0 and row["runaway"]["max_bytes"] == 1000

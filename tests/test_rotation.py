@@ -12,6 +12,9 @@ from hermes_keeper.backup.rotation import Candidate, plan_rotation
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, list_backups, take_backup
 from hermes_keeper.home import select_profiles
 
+#: Only the newest backup: every calendar rule off.
+LAST_ONE = dict(keep_last=1, keep_daily=0, keep_weekly=0, keep_monthly=0)
+
 
 def ts(s: str) -> float:
     return datetime.fromisoformat(s).replace(tzinfo=UTC).timestamp()
@@ -25,32 +28,32 @@ CASES = [
     (
         "keep-last only",
         ["2026-12-01T10:00", "2026-12-01T11:00", "2026-12-01T12:00", "2026-12-01T13:00"],
-        dict(keep_last=2, daily=0, weekly=0, monthly=0),
+        dict(keep_last=2, keep_daily=0, keep_weekly=0, keep_monthly=0),
         ["2026-12-01T13:00", "2026-12-01T12:00"],
     ),
     (
         "daily keeps newest of each day",
         ["2026-11-29T01:00", "2026-11-29T23:00", "2026-11-30T05:00", "2026-12-01T08:00", "2026-12-01T09:00"],
-        dict(keep_last=0, daily=2, weekly=0, monthly=0),
+        dict(keep_last=0, keep_daily=2, keep_weekly=0, keep_monthly=0),
         ["2026-12-01T09:00", "2026-11-30T05:00"],
     ),
     # 2026-12-31 (Thu) and 2027-01-03 (Sun) are both ISO week 2026-W53; 2027-01-04 is 2027-W01.
     (
         "ISO week across new year",
         ["2026-12-28T00:00", "2026-12-31T12:00", "2027-01-03T12:00", "2027-01-04T00:00"],
-        dict(keep_last=0, daily=0, weekly=2, monthly=0),
+        dict(keep_last=0, keep_daily=0, keep_weekly=2, keep_monthly=0),
         ["2027-01-04T00:00", "2027-01-03T12:00"],
     ),
     (
         "month boundary",
         ["2026-10-31T23:59", "2026-11-01T00:00", "2026-11-30T23:59", "2026-12-01T00:01"],
-        dict(keep_last=0, daily=0, weekly=0, monthly=2),
+        dict(keep_last=0, keep_daily=0, keep_weekly=0, keep_monthly=2),
         ["2026-12-01T00:01", "2026-11-30T23:59"],
     ),
     (
         "OR semantics",
         ["2026-10-15T00:00", "2026-11-20T00:00", "2026-12-01T00:00", "2026-12-01T01:00"],
-        dict(keep_last=1, daily=1, weekly=0, monthly=3),
+        dict(keep_last=1, keep_daily=1, keep_weekly=0, keep_monthly=3),
         ["2026-12-01T01:00", "2026-11-20T00:00", "2026-10-15T00:00"],
     ),
 ]
@@ -68,14 +71,14 @@ def test_never_deletes_the_newest_verified():
         Candidate("old-good", ts("2026-01-01T00:00"), True),
         Candidate("new-bad", ts("2026-12-01T00:00"), False),
     ]
-    d = {x.id: x for x in plan_rotation(backups, keep_last=1, daily=0, weekly=0, monthly=0)}
+    d = {x.id: x for x in plan_rotation(backups, **LAST_ONE)}
     assert d["old-good"].keep and "newest verified backup" in d["old-good"].reasons
     assert d["new-bad"].keep and d["new-bad"].reasons == ["last 1 (#1)"]
 
 
 def test_plain_tuples_and_no_backups():
     assert plan_rotation([]) == []
-    [d] = plan_rotation([("only", ts("2026-06-01T00:00"), False)], keep_last=0, daily=0, weekly=0, monthly=0)
+    [d] = plan_rotation([("only", ts("2026-06-01T00:00"), False)], **(LAST_ONE | {"keep_last": 0}))
     assert not d.keep  # nothing verified to protect, no rule keeps it
 
 
@@ -86,7 +89,7 @@ def test_a_backup_from_the_future_is_kept_and_takes_no_slot():
         ("today", ts("2026-12-02T10:00"), True),
         ("yesterday", ts("2026-12-01T10:00"), True),
     ]
-    d = {x.id: x for x in plan_rotation(backups, keep_last=1, daily=0, weekly=0, monthly=0, now=now)}
+    d = {x.id: x for x in plan_rotation(backups, now=now, **LAST_ONE)}
     assert d["skewed"].keep and d["skewed"].reasons == ["dated in the future (clock skew): kept"]
     assert d["today"].reasons == ["last 1 (#1)", "newest verified backup"]
     assert not d["yesterday"].keep
@@ -109,7 +112,7 @@ def test_apply_rotation_per_home_in_a_shared_folder(tmp_path):
     a, b = (select_profiles(homes[n])[0] for n in ("a", "b"))
     only_b = take_backup(b, dest, now=ts("2026-11-01T00:00"))
     of_a = [take_backup(a, dest, now=ts(f"2026-11-0{day}T00:00")) for day in (2, 3, 4)]
-    removed = apply_rotation(dest, keep_last=1, daily=0, weekly=0, monthly=0)
+    removed = apply_rotation(dest, **LAST_ONE)
     assert removed == sorted(r.name for r in of_a[:2])
     assert [r.name for r in list_backups(dest)] == [only_b.name, of_a[-1].name]  # b's old one stays
     assert sorted(p.name for p in dest.glob("*.zst")) == sorted([only_b.name, of_a[-1].name])
@@ -124,7 +127,7 @@ def test_a_new_backup_does_not_rehash_the_earlier_ones(tmp_path, monkeypatch):
         take_backup(p, now=ts(f"2026-11-0{day}T00:00"))
     hashed = []
     monkeypatch.setattr(snapshot, "sha256_file", lambda path: hashed.append(path) or "x")
-    removed = apply_rotation(backup_dir(p), p.home, keep_last=1, daily=0, weekly=0, monthly=0)
+    removed = apply_rotation(backup_dir(p), p.home, **LAST_ONE)
     assert len(removed) == 2 and hashed == []
     assert [r.name for r, _, ok in snapshot.rotation(backup_dir(p), p.home) if ok] == []  # listing verifies
     assert len(hashed) == 1

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hermes_keeper import demo
-from hermes_keeper.sqlite.writer import AdaptiveBatch, Writer, busy_gap_ms, rest_ms
+from hermes_keeper.sqlite.writer import AdaptiveBatch, Budget, Writer, busy_gap_ms, rest_ms
 
 NOW = time.time()
 CHECKPOINT_THREAD = "keeper-checkpoint"
@@ -163,7 +163,7 @@ def _commit_after(db, event: threading.Event, delay_s: float, done: list) -> thr
 
 def test_rest_ends_soon_after_another_connection_commits(tmp_path):
     db = _demo_db(tmp_path)
-    with Writer(db, budget_ms=1, pause_ms=200) as w:
+    with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
         committed = threading.Event()
         w.after_step.append(committed.set)
         done: list[float] = []
@@ -183,16 +183,16 @@ def test_rest_counts_from_the_commit(tmp_path):
     """What the caller does between two steps counts toward the rest; nobody else writing, the
     rest lasts the whole gap."""
     db = _demo_db(tmp_path)
-    with Writer(db, budget_ms=1, pause_ms=200) as w:
+    with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
         w.step(_hold(240))
         w.step(_insert)
         assert 100.5 <= w.stats.pause_ms < 101 + 50  # the whole gap
-    with Writer(db, budget_ms=1, pause_ms=200) as w:
+    with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
         w.step(_hold(240))
         time.sleep(0.06)  # the caller's own work after the commit
         w.step(_insert)
         assert 101 - 60 - 10 <= w.stats.pause_ms < 101 - 60 + 30, w.stats.pause_ms
-    with Writer(db, budget_ms=1, pause_ms=200) as w:
+    with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
         w.step(_hold(240))
         t0 = time.perf_counter()
     assert (time.perf_counter() - t0) * 1000 >= 100  # close() finishes the rest: the next writer waits
@@ -218,7 +218,7 @@ def test_rest_after_a_hold(held, budget, pause, expected):
 
 def test_short_steps_share_one_rest(tmp_path):
     db = _demo_db(tmp_path)
-    with Writer(db, budget_ms=1000, pause_ms=30) as w:
+    with Writer(db, Budget(budget_ms=1000, pause_ms=30)) as w:
         for _ in range(5):
             w.step(_insert)
         assert w.stats.transactions == 5
@@ -227,7 +227,7 @@ def test_short_steps_share_one_rest(tmp_path):
 
 def test_no_pause_with_pause_ms_zero(tmp_path):
     db = _demo_db(tmp_path)
-    with Writer(db, budget_ms=1, pause_ms=0) as w:
+    with Writer(db, Budget(budget_ms=1, pause_ms=0)) as w:
         w.step(_hold(20))
         assert w.stats.over_budget == 1 and w.stats.pause_ms == 0
 
@@ -252,7 +252,7 @@ def test_synchronous_setting(tmp_path):
 def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path):
     db = _demo_db(tmp_path)
     threads = _checkpoint_threads()
-    w = Writer(db, pause_ms=0)
+    w = Writer(db, Budget(pause_ms=0))
     try:
         assert w.wal and _checkpoint_threads() == threads + 1
         for i in range(20):
@@ -277,7 +277,7 @@ def test_delete_journal_database_gets_no_checkpoint_thread(tmp_path):
     assert c.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
     c.close()
     threads = _checkpoint_threads()
-    with Writer(db, pause_ms=0) as w:
+    with Writer(db, Budget(pause_ms=0)) as w:
         assert not w.wal
         assert _checkpoint_threads() == threads
         for _ in range(5):
@@ -290,7 +290,7 @@ def test_delete_journal_database_gets_no_checkpoint_thread(tmp_path):
 def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path):
     db = _demo_db(tmp_path)
     calls = []
-    with Writer(db, budget_ms=1, pause_ms=2) as w:
+    with Writer(db, Budget(budget_ms=1, pause_ms=2)) as w:
         reader = sqlite3.connect(db)
         start = reader.execute("SELECT count(*) FROM messages").fetchone()[0]
 
@@ -318,7 +318,7 @@ def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path):
 
 def test_step_returns_the_functions_result_and_feeds_the_batch(tmp_path):
     db = _demo_db(tmp_path)
-    with Writer(db, budget_ms=50, pause_ms=0) as w:
+    with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
         b = w.batch(start=10)
         assert w.step(lambda c: c.execute("SELECT 42").fetchone()[0], b, units=10) == 42
         assert b.size == 20  # a fast step: doubled
@@ -332,7 +332,7 @@ def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
-    with Writer(db, budget_ms=50, pause_ms=0) as w:
+    with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
         w.step(_hold(0), kind="delete")
         w.step(_hold(0), kind="merge")
         reading, releasing = threading.Event(), threading.Event()
@@ -370,7 +370,7 @@ def test_a_read_of_ours_waits_for_a_step_only_in_rollback_mode(tmp_path, mode):
     conn.execute(f"PRAGMA journal_mode={mode}")
     start = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     conn.close()
-    with Writer(db, budget_ms=50, pause_ms=0) as w:
+    with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
         inside, seen = threading.Event(), []
 
         def read() -> None:

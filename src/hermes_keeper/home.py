@@ -156,8 +156,8 @@ class Profile(Place):
 
     def backup(self, dest: str | os.PathLike | None = None, rotate: bool | dict = True) -> BackupDone:
         """A verified snapshot of state.db into ``dest`` (default: the policy's ``backups.dest``),
-        then rotation: the policy's rules, overridden by ``rotate``'s (``keep_last``, ``daily``,
-        ``weekly``, ``monthly``), or none (False)."""
+        then rotation: the policy's rules, overridden by ``rotate``'s (``keep_last``, ``keep_daily``,
+        ``keep_weekly``, ``keep_monthly``), or none (False)."""
         policy = self.config()
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
@@ -284,9 +284,7 @@ class Profile(Place):
         with self._changing() as journal:
             return compact(
                 self,
-                budget_ms=policy.budget_ms,
-                pause_ms=policy.pause_ms,
-                busy_wait_s=policy.busy_wait_s,
+                budget=policy.budget,
                 wait_idle_s=wait_idle_s,
                 allow_full_vacuum=allow_full_vacuum,
                 journal=journal,
@@ -371,9 +369,7 @@ class ProfileArchive:
                 self.profile,
                 list(session_ids),
                 journal=journal,
-                budget_ms=policy.budget_ms,
-                pause_ms=policy.pause_ms,
-                busy_wait_s=policy.busy_wait_s,
+                budget=policy.budget,
                 dry_run=dry_run,
             )
             if res.restored and policy.restored_keep_s > 0:

@@ -33,7 +33,7 @@ from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS, Writer
+from hermes_keeper.sqlite.writer import Budget, Writer
 
 TITLE_SUFFIX = " (restored)"
 #: Why a member comes back beside the link kinds of :mod:`conversations`.
@@ -518,9 +518,7 @@ def restore_sessions(
     ids: list[str],
     *,
     journal: Journal | None = None,
-    budget_ms: float = DEFAULT_BUDGET_MS,
-    pause_ms: float = DEFAULT_PAUSE_MS,
-    busy_wait_s: float = DEFAULT_BUSY_WAIT_S,
+    budget: Budget | None = None,
     dry_run: bool = False,
 ) -> RestoreResult:
     """Plan, then (unless ``dry_run``) restore ``ids`` and their conversations into the profile's state.db."""
@@ -537,7 +535,7 @@ def restore_sessions(
             )
         refuse_during_maintenance(schema)
         with (
-            Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, busy_wait_s=busy_wait_s) as w,
+            Writer(profile.db_path, budget) as w,
             MergeHold(w, schema, profile.keeper_dir, journal) as hold,
         ):
             hold.engage()  # every restored message is an FTS insert: merges on our schedule

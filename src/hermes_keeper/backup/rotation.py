@@ -1,8 +1,8 @@
 """Which backups to keep, in the style of restic ``forget``: a pure function, calendar buckets.
 
 Rules combine with OR: a backup is kept if any rule keeps it, and every reason is
-reported. ``keep_last`` keeps the newest N; ``daily``/``weekly``/``monthly`` keep the
-newest backup of each of the last N UTC days / ISO weeks / months that have one. The
+reported. ``keep_last`` keeps the newest N; ``keep_daily``/``keep_weekly``/``keep_monthly``
+keep the newest backup of each of the last N UTC days / ISO weeks / months that have one. The
 newest *verified* backup is never deleted, whatever the rules say. Given ``now``, a
 backup dated after it (the clock was wrong when it was taken) is kept and takes no
 rule's slot, so it cannot push good backups out.
@@ -45,13 +45,13 @@ BUCKETS: dict[str, Callable[[dt.datetime], str]] = {
 def plan_rotation(
     backups: Iterable[tuple[str, float, bool]],
     keep_last: int = 3,
-    daily: int = 7,
-    weekly: int = 4,
-    monthly: int = 12,
+    keep_daily: int = 7,
+    keep_weekly: int = 4,
+    keep_monthly: int = 12,
     now: float | None = None,
 ) -> list[Decision]:
-    """One decision per backup, newest first."""
-    if min(keep_last, daily, weekly, monthly) < 0:
+    """One decision per backup, newest first (the counts: keeper.toml's ``[backups] keep_*``)."""
+    if min(keep_last, keep_daily, keep_weekly, keep_monthly) < 0:
         raise ValueError("rotation counts must not be negative")
     ordered = sorted((Candidate(*b) for b in backups), key=lambda b: (b.created_at, b.id), reverse=True)
     reasons: dict[str, list[str]] = {b.id: [] for b in ordered}
@@ -61,7 +61,7 @@ def plan_rotation(
     ranked = [b for b in ordered if b not in future]
     for i, b in enumerate(ranked[:keep_last]):
         reasons[b.id].append(f"last {keep_last} (#{i + 1})")
-    for rule, count in (("daily", daily), ("weekly", weekly), ("monthly", monthly)):
+    for rule, count in (("daily", keep_daily), ("weekly", keep_weekly), ("monthly", keep_monthly)):
         seen: list[str] = []
         for b in ranked:
             bucket = BUCKETS[rule](_utc(b.created_at))

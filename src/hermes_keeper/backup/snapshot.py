@@ -368,7 +368,8 @@ def rotation(
 ) -> list[tuple[BackupRecord, Decision, bool]]:
     """Each backup (of ``home``, or of every home) with its decision and ``check``, newest first.
 
-    ``rules`` are :func:`plan_rotation`'s (keep_last, daily, weekly, monthly) and its defaults.
+    ``rules`` are :func:`plan_rotation`'s (keep_last, keep_daily, keep_weekly, keep_monthly) and its
+    defaults.
 
     Rules apply per home: one home's backups never push another's out of a shared folder.
     """

@@ -31,15 +31,15 @@ from hermes_keeper.units import parse_duration
 def rotation_options(fn):
     """restic-``forget``-style rules, OR-combined; the newest verified backup is always kept.
 
-    Each defaults to keeper.toml's ``[backups] keep_*`` (SETTINGS); a flag overrides it once."""
-    for name, what in reversed(  # click lists the last-applied option first
-        [
-            ("last", "the newest N backups"),
-            ("daily", "the newest backup of each of the last N UTC days"),
-            ("weekly", "the newest backup of each of the last N ISO weeks"),
-            ("monthly", "the newest backup of each of the last N months"),
-        ]
-    ):
+    Each defaults to keeper.toml's ``[backups] keep_*`` (SETTINGS); a flag overrides it once.
+    The command gets them as one ``rules`` dict, by the names rotation and the policy use."""
+    rules = [
+        ("last", "the newest N backups"),
+        ("daily", "the newest backup of each of the last N UTC days"),
+        ("weekly", "the newest backup of each of the last N ISO weeks"),
+        ("monthly", "the newest backup of each of the last N months"),
+    ]
+    for name, what in reversed(rules):  # click lists the last-applied option first
         default = setting(f"backups.keep_{name}").default
         fn = click.option(
             f"--keep-{name}",
@@ -50,8 +50,8 @@ def rotation_options(fn):
         )(fn)
 
     @functools.wraps(fn)
-    def wrapper(*args, keep_last, keep_daily, keep_weekly, keep_monthly, **kwargs):
-        given = dict(keep_last=keep_last, daily=keep_daily, weekly=keep_weekly, monthly=keep_monthly)
+    def wrapper(*args, **kwargs):
+        given = {key: kwargs.pop(key) for key in (f"keep_{name}" for name, _ in rules)}
         return fn(*args, rules={k: v for k, v in given.items() if v is not None}, **kwargs)
 
     return wrapper

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import click
 from rich.console import Console
@@ -161,27 +162,37 @@ def _render_archive_retention(r: RetentionPlan, verbose: bool, out: Console) -> 
             out.print(cell(f"drop {d.session_id} #{d.entry} in {d.file}: {d.reason}{last}"))
 
 
-def _run(
-    profiles,
-    dry_run,
-    verbose,
-    as_json,
-    quiet,
-    no_archive,
-    config_path,
-    dest,
-    keep_within,
-    keep_size,
-    metrics=None,
-):
+@dataclass(frozen=True)
+class RunOptions:
+    """The options ``run`` and ``plan`` share (:data:`_run_options`), by click's names."""
+
+    verbose: bool
+    as_json: bool
+    quiet: bool
+    no_archive: bool
+    config_path: str | None
+    dest: str | None
+    keep_within: tuple[str, ...]
+    keep_size: str | None
+
+    def overrides(self) -> dict:
+        """What they change of keeper.toml for this run, as its tables would."""
+        overrides = {"archive": False} if self.no_archive else {}
+        if self.dest:
+            overrides["backups"] = {"dest": self.dest}
+        if self.keep_size:
+            overrides["disk"] = {"max_db_bytes": self.keep_size}
+        return overrides
+
+
+def _run(profiles, dry_run: bool, o: RunOptions, metrics=None):
+    verbose, as_json, quiet = o.verbose, o.as_json, o.quiet
     out = console(quiet=quiet and not as_json)
-    overrides = ({"archive": False} if no_archive else {}) | ({"backups": {"dest": dest}} if dest else {})
-    if keep_size:
-        overrides["disk"] = {"max_db_bytes": keep_size}
+    overrides = o.overrides()
 
     def action(profile):
-        policy = profile.config(config_path, overrides)
-        for spec in keep_within:
+        policy = profile.config(o.config_path, overrides)
+        for spec in o.keep_within:
             policy.keep_within(spec)
         if dry_run:
             return profile.plan(policy)
@@ -246,14 +257,14 @@ def _with_options(fn):
 def run(profiles, dry_run, textfile, **opts):
     """Close zombies, archive and prune old sessions, remove stale files: live-safe."""
     with metrics_to(None if dry_run else textfile) as metrics:
-        _run(profiles, dry_run, metrics=metrics, **opts)
+        _run(profiles, dry_run, RunOptions(**opts), metrics)
 
 
 @click.command(epilog=examples("plan", "plan -v --profile work", "plan --keep-within 30d --json"))
 @_with_options
 def plan(profiles, **opts):
     """What `run` would do and why (same as `run --dry-run`)."""
-    _run(profiles, True, **opts)
+    _run(profiles, True, RunOptions(**opts))
 
 
 @click.group(cls=HelpGroup, epilog=examples("config show"))

@@ -1,7 +1,10 @@
 """The retention policy: defaults, ``keeper.toml``, per-profile overrides, and where each value came from.
 
-Every key is a row of :data:`SETTINGS` (name, kind, default, range, help): it parses and
-checks the file, ``config show`` prints from it and ``docs/run.md`` shows it as a table.
+Every key is a row of :data:`SETTINGS` (name, the :class:`Policy` attribute it fills, kind,
+default, help, range), in the style of datasette's ``SETTINGS``: the rows parse and check the
+file, make Policy's fields and defaults, its ``to_dict`` (``config show --json``) and that
+output's JSON Schema (:func:`policy_schema`), and ``docs/run.md``'s table
+(:func:`settings_table`). A new key is one new row.
 """
 
 from __future__ import annotations
@@ -9,10 +12,11 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS
+from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Budget
 from hermes_keeper.units import parse_duration, parse_size
 
 DAY = 86400.0
@@ -67,24 +71,28 @@ def _parse_bool(value, where: str) -> bool:
     return value
 
 
-#: kind -> (parser, what the docs call it). Each parser returns the value in the unit the code uses.
+#: kind -> (parser, what the docs call it, the type of the value the parser returns, in the
+#: unit the code uses): the type is the Policy field's and, in JSON, ``config show``'s.
 KINDS = {
-    "duration": (parse_duration, "duration"),
-    "size": (parse_size, "size"),
-    "bool": (_parse_bool, "true/false"),
-    "path": (_parse_path, "folder"),
-    "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds"),
-    "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction"),
-    "count": (parse_count, "whole number"),
-    "number": (lambda v, where: _number(v, where, "a number"), "number"),
+    "duration": (parse_duration, "duration", float),
+    "size": (parse_size, "size", int),
+    "bool": (_parse_bool, "true/false", bool),
+    "path": (_parse_path, "folder", str),
+    "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds", float),
+    "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction", float),
+    "count": (parse_count, "whole number", int),
+    "number": (lambda v, where: _number(v, where, "a number"), "number", float),
 }
+_JSON_TYPES = {float: "number", int: "integer", bool: "boolean", str: "string"}
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One key of ``keeper.toml``: it drives parsing, range checks, ``config show`` and the docs."""
+    """One key of ``keeper.toml`` and everything about it: how it parses and range-checks, which
+    :class:`Policy` attribute it fills, how ``config show`` nests it, its row of the docs table."""
 
     name: str  # dotted: "retention.cron" is [retention] cron
+    attr: str  # the Policy attribute it fills
     kind: str  # a key of KINDS
     default: object  # as written in keeper.toml; None: unset
     help: str
@@ -92,6 +100,12 @@ class Setting:
     high: float | None = None
     low_open: bool = False  # the range excludes ``low``
     off: bool = False  # ``"off"`` is a value: the rule does not apply (None)
+    #: ``attr`` is a dict of its section's keys, each under its :attr:`key` ([retention], [runaway], [check])
+    table: bool = False
+    #: this row's rules also stand for any other key of its section (``retention.<source>``)
+    wildcard: bool = False
+    #: ``config show --json`` nests ``attr`` in this object ("files", "rotation"); None: at the top
+    group: str | None = None
 
     def parse(self, value, where: str):
         """The value in the code's unit, or a one-line refusal naming ``where``."""
@@ -120,18 +134,78 @@ class Setting:
     def section(self) -> str | None:
         return self.name.split(".")[0] if "." in self.name else None
 
+    @property
+    def key(self) -> str:
+        """The name within its section: a table's dict key."""
+        return self.name.split(".", 1)[-1]
 
-def _retention(source: str, default: str, help: str) -> Setting:
-    return Setting(f"retention.{source}", "duration", default, help, low=0)
+    @property
+    def default_value(self):
+        """The default in the code's unit (None: unset)."""
+        return None if self.default is None else self.parse(self.default, self.name)
+
+    @property
+    def optional(self) -> bool:
+        """Its value may be None: unset by default, or switched off."""
+        return self.default is None or self.off
+
+    @property
+    def annotation(self) -> str:
+        """The value's type as annotated: ``int | None``."""
+        name = KINDS[self.kind][2].__name__
+        return f"{name} | None" if self.optional else name
+
+    def json_schema(self) -> dict:
+        """Its value in ``config show --json``."""
+        kind = _JSON_TYPES[KINDS[self.kind][2]]
+        return {
+            "type": [kind, "null"] if self.optional else kind,
+            "description": f"`{self.name}`: {self.help}",
+        }
+
+
+def _retention(source: str, default: str, help: str, **kw) -> Setting:
+    return Setting(f"retention.{source}", "retention_s", "duration", default, help, low=0, table=True, **kw)
+
+
+def _runaway(key: str, kind: str, default, help: str, low: float) -> Setting:
+    return Setting(f"runaway.{key}", "runaway", kind, default, help, low=low, table=True)
+
+
+def _check(key: str, kind: str, default, help: str) -> Setting:
+    return Setting(f"check.{key}", "check", kind, default, help, low=0, table=True)
+
+
+def _files(key: str, attr: str, kind: str, default, help: str, **kw) -> Setting:
+    return Setting(f"files.{key}", attr, kind, default, help, group="files", **kw)
+
+
+def _rotation(rule: str, default: int, help: str) -> Setting:
+    return Setting(f"backups.keep_{rule}", f"keep_{rule}", "count", default, help, low=0, group="rotation")
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("zombie_after", "duration", "1d", "an open session idle this long is closed", low=0),
-    Setting("keep_titled", "bool", True, "titled sessions are kept (pinned ones always are)"),
-    Setting("archive", "bool", True, "archive every session before deleting it; `--no-archive` opts out"),
-    Setting("backup", "bool", True, "snapshot `state.db` before a run that deletes; no delete if it fails"),
-    Setting("compact", "bool", True, "give space back after a run that deleted something"),
     Setting(
+        "zombie_after", "zombie_after_s", "duration", "1d", "an open session idle this long is closed", low=0
+    ),
+    Setting("keep_titled", "keep_titled", "bool", True, "titled sessions are kept (pinned ones always are)"),
+    Setting(
+        "archive",
+        "archive",
+        "bool",
+        True,
+        "archive every session before deleting it; `--no-archive` opts out",
+    ),
+    Setting(
+        "backup",
+        "backup",
+        "bool",
+        True,
+        "snapshot `state.db` before a run that deletes; no delete if it fails",
+    ),
+    Setting("compact", "compact", "bool", True, "give space back after a run that deleted something"),
+    Setting(
+        "budget_ms",
         "budget_ms",
         "ms",
         DEFAULT_BUDGET_MS,
@@ -141,6 +215,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "pause_ms",
+        "pause_ms",
         "ms",
         DEFAULT_PAUSE_MS,
         "longest rest after each budget of lock time; it ends once a waiting writer got in",
@@ -149,6 +224,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "live_vacuum_stall",
+        "live_vacuum_stall_s",
         "duration",
         "5s",
         "the one-time VACUUM runs beside Hermes only if its measured stall of Hermes's writes is at"
@@ -158,6 +234,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "busy_wait",
+        "busy_wait_s",
         "duration",
         "2m",
         "a database kept busy this long in all stops the run cleanly (exit 75; the next run resumes)",
@@ -173,17 +250,21 @@ SETTINGS: tuple[Setting, ...] = (
         "180d",
         "telegram, discord, slack, whatsapp, signal, matrix, email, sms, ... (`policy.MESSAGING_SOURCES`)",
     ),
-    _retention("default", "90d", "any other source; `retention.<source>` sets one source exactly"),
+    _retention(
+        "default", "90d", "any other source; `retention.<source>` sets one source exactly", wildcard=True
+    ),
     Setting(
         "restored_keep",
+        "restored_keep_s",
         "duration",
         "30d",
         "a session `archive restore` brought back is kept this long (reason `restored`), then ages as any",
         low=0,
     ),
-    Setting("disk.max_db_bytes", "size", None, "optional budget for `state.db`", low=0),
+    Setting("disk.max_db_bytes", "max_db_bytes", "size", None, "optional budget for `state.db`", low=0),
     Setting(
         "disk.low_water",
+        "low_water",
         "ratio",
         0.8,
         "over budget, prune until the estimate is under `max_db_bytes * low_water`",
@@ -193,101 +274,66 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "files.max_age",
+        "files_max_age_s",
         "duration",
         "7d",
         "orphan transcripts and request dumps older than this are removed",
         low=0,
     ),
-    Setting("runaway.min_messages", "count", 200, "a runaway: at least this many messages ...", low=1),
-    Setting("runaway.min_rate", "number", 1.0, "... at this many messages per second on average", low=0),
-    Setting("runaway.max_messages", "count", 2000, "any session with more messages is a runaway", low=1),
-    Setting("runaway.max_bytes", "size", "20MB", "any session with more message text is a runaway", low=1),
-    Setting(
-        "runaway.max_tokens", "count", 5_000_000, "input + output tokens (where Hermes counts them)", low=1
-    ),
-    Setting("runaway.max_cost_usd", "number", 25.0, "cost in USD (where Hermes records it)", low=0),
-    Setting("check.db_warn", "size", "2GB", "`check`: WARNING when `state.db` is larger", low=0),
-    Setting("check.db_crit", "size", "8GB", "`check`: CRITICAL when `state.db` is larger", low=0),
-    Setting(
-        "check.growth_warn", "size", "100MB", "`check`: WARNING above this growth per day (7-day rate)", low=0
-    ),
-    Setting("check.growth_crit", "size", "500MB", "`check`: CRITICAL above this growth per day", low=0),
-    Setting("check.wal_warn", "size", "256MB", "`check`: WARNING when `state.db-wal` is larger", low=0),
-    Setting("check.wal_crit", "size", "1GB", "`check`: CRITICAL when `state.db-wal` is larger", low=0),
-    Setting(
-        "check.free_warn", "size", "2GB", "`check`: WARNING below this free space on the home's disk", low=0
-    ),
-    Setting("check.free_crit", "size", "500MB", "`check`: CRITICAL below this free space", low=0),
-    Setting(
-        "check.full_in_warn",
-        "duration",
-        "30d",
-        "`check`: WARNING when the disk fills sooner at this growth",
-        low=0,
-    ),
-    Setting("check.full_in_crit", "duration", "7d", "`check`: CRITICAL when the disk fills sooner", low=0),
-    Setting("check.zombies_warn", "count", 20, "`check`: WARNING above this many zombie sessions", low=0),
-    Setting("check.runaways_crit", "count", 0, "`check`: CRITICAL above this many runaway sessions", low=0),
-    Setting(
-        "check.last_run_warn",
-        "duration",
-        "3d",
-        "`check`: WARNING when the last successful `run` is older",
-        low=0,
-    ),
-    Setting(
-        "check.last_run_crit", "duration", "8d", "`check`: CRITICAL when it is older (or never ran)", low=0
-    ),
-    Setting(
-        "check.backup_warn",
-        "duration",
-        "8d",
-        "`check`: WARNING when the newest verified backup is older",
-        low=0,
-    ),
-    Setting(
-        "check.backup_crit", "duration", "35d", "`check`: CRITICAL when it is older (or there is none)", low=0
-    ),
-    Setting(
-        "check.reclaimable_warn",
-        "size",
-        "1GB",
-        "`check`: WARNING above this many free pages in `state.db`",
-        low=0,
-    ),
-    Setting(
-        "check.verify_warn",
-        "duration",
-        "35d",
-        "`check`: WARNING when `archive verify` last ran longer ago",
-        low=0,
-    ),
-    Setting(
-        "files.cron_output_age",
+    _runaway("min_messages", "count", 200, "a runaway: at least this many messages ...", 1),
+    _runaway("min_rate", "number", 1.0, "... at this many messages per second on average", 0),
+    _runaway("max_messages", "count", 2000, "any session with more messages is a runaway", 1),
+    _runaway("max_bytes", "size", "20MB", "any session with more message text is a runaway", 1),
+    _runaway("max_tokens", "count", 5_000_000, "input + output tokens (where Hermes counts them)", 1),
+    _runaway("max_cost_usd", "number", 25.0, "cost in USD (where Hermes records it)", 0),
+    _check("db_warn", "size", "2GB", "`check`: WARNING when `state.db` is larger"),
+    _check("db_crit", "size", "8GB", "`check`: CRITICAL when `state.db` is larger"),
+    _check("growth_warn", "size", "100MB", "`check`: WARNING above this growth per day (7-day rate)"),
+    _check("growth_crit", "size", "500MB", "`check`: CRITICAL above this growth per day"),
+    _check("wal_warn", "size", "256MB", "`check`: WARNING when `state.db-wal` is larger"),
+    _check("wal_crit", "size", "1GB", "`check`: CRITICAL when `state.db-wal` is larger"),
+    _check("free_warn", "size", "2GB", "`check`: WARNING below this free space on the home's disk"),
+    _check("free_crit", "size", "500MB", "`check`: CRITICAL below this free space"),
+    _check("full_in_warn", "duration", "30d", "`check`: WARNING when the disk fills sooner at this growth"),
+    _check("full_in_crit", "duration", "7d", "`check`: CRITICAL when the disk fills sooner"),
+    _check("zombies_warn", "count", 20, "`check`: WARNING above this many zombie sessions"),
+    _check("runaways_crit", "count", 0, "`check`: CRITICAL above this many runaway sessions"),
+    _check("last_run_warn", "duration", "3d", "`check`: WARNING when the last successful `run` is older"),
+    _check("last_run_crit", "duration", "8d", "`check`: CRITICAL when it is older (or never ran)"),
+    _check("backup_warn", "duration", "8d", "`check`: WARNING when the newest verified backup is older"),
+    _check("backup_crit", "duration", "35d", "`check`: CRITICAL when it is older (or there is none)"),
+    _check("reclaimable_warn", "size", "1GB", "`check`: WARNING above this many free pages in `state.db`"),
+    _check("verify_warn", "duration", "35d", "`check`: WARNING when `archive verify` last ran longer ago"),
+    _files(
+        "cron_output_age",
+        "cron_output_age_s",
         "duration",
         "30d",
         "`cron/output/<job>/*.md` older than this are removed; the newest of each job is kept",
         low=0,
         off=True,
     ),
-    Setting(
-        "files.cron_output_keep",
+    _files(
+        "cron_output_keep",
+        "cron_output_keep",
         "count",
         "off",
         "per job, only the newest this many `cron/output/<job>/*.md` are kept",
         low=1,
         off=True,
     ),
-    Setting(
-        "files.state_snapshots_keep",
+    _files(
+        "state_snapshots_keep",
+        "state_snapshots_keep",
         "count",
         20,
         "only the newest this many `state-snapshots/` folders are kept (Hermes's own default cap)",
         low=1,
         off=True,
     ),
-    Setting(
-        "files.malformed_copies_age",
+    _files(
+        "malformed_copies_age",
+        "malformed_copies_age_s",
         "duration",
         "30d",
         "Hermes's `state.db.malformed-backup-*` older than this are removed: never the newest, never"
@@ -295,22 +341,25 @@ SETTINGS: tuple[Setting, ...] = (
         low=0,
         off=True,
     ),
-    Setting(
-        "files.restore_copies_keep",
+    _files(
+        "restore_copies_keep",
+        "restore_copies_keep",
         "count",
         1,
         "only the newest this many `state.db.keeper-before-restore-*` copies are kept",
         low=1,
         off=True,
     ),
-    Setting(
-        "files.keeper_leftovers",
+    _files(
+        "keeper_leftovers",
+        "keeper_leftovers",
         "bool",
         True,
         "temporary files of killed keeper commands (backup, restore, FTS hold, VACUUM estimate) are removed",
     ),
     Setting(
         "archive.keep",
+        "archive_keep_s",
         "duration",
         None,
         "optional: archived conversations last active longer ago are deleted from the archive for good",
@@ -318,6 +367,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "archive.max_bytes",
+        "archive_max_bytes",
         "size",
         None,
         "optional budget for the archive's files; over it, the oldest conversations go first",
@@ -325,30 +375,28 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "backups.dest",
+        "backup_dest",
         "path",
         None,
         "backup folder (default `<home>/keeper/backups`; may be shared by several profiles); `--dest`",
     ),
-    Setting("backups.keep_last", "count", 3, "rotation keeps the newest N backups; `--keep-last`", low=0),
-    Setting("backups.keep_daily", "count", 7, "... and the newest of each of the last N UTC days", low=0),
-    Setting("backups.keep_weekly", "count", 4, "... of each of the last N ISO weeks", low=0),
-    Setting("backups.keep_monthly", "count", 12, "... of each of the last N months", low=0),
+    _rotation("last", 3, "rotation keeps the newest N backups; `--keep-last`"),
+    _rotation("daily", 7, "... and the newest of each of the last N UTC days"),
+    _rotation("weekly", 4, "... of each of the last N ISO weeks"),
+    _rotation("monthly", 12, "... of each of the last N months"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+_SECTIONS = {s.section for s in SETTINGS if s.section}
 
 
 def setting(name: str) -> Setting | None:
-    """The row for ``name``; any ``retention.<source>`` takes ``retention.default``'s rules."""
+    """The row for ``name``; a key its section has no row for takes the section's wildcard row's
+    rules (any ``retention.<source>``: ``retention.default``'s)."""
     if name in _BY_NAME:
         return _BY_NAME[name]
-    if name.startswith("retention.") and len(name) > len("retention."):
-        return replace(_BY_NAME["retention.default"], name=name, help="")
-    return None
-
-
-def _default(name: str):
-    s = _BY_NAME[name]
-    return None if s.default is None else s.parse(s.default, name)
+    section, _, key = name.partition(".")
+    wild = next((s for s in SETTINGS if s.wildcard and s.section == section), None)
+    return replace(wild, name=name, help="", wildcard=False) if wild and key else None
 
 
 def shown(value) -> str:
@@ -358,84 +406,46 @@ def shown(value) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-#: Policy attribute of each key outside [retention] (which fills ``retention_s``).
-_ATTR = {
-    "zombie_after": "zombie_after_s",
-    "busy_wait": "busy_wait_s",
-    "live_vacuum_stall": "live_vacuum_stall_s",
-    "disk.max_db_bytes": "max_db_bytes",
-    "disk.low_water": "low_water",
-}
-_ATTR["files.max_age"] = "files_max_age_s"
-#: Sections whose keys fill one dict attribute of :class:`Policy`, by the key after the dot.
-_TABLES = {"retention": "retention_s", "runaway": "runaway", "check": "check"}
+def _table_defaults(attr: str) -> dict:
+    return {s.key: s.default_value for s in SETTINGS if s.table and s.attr == attr}
 
 
-def _table_defaults(section: str) -> dict:
-    return {s.name.split(".", 1)[1]: _default(s.name) for s in SETTINGS if s.section == section}
+def _fields_from_settings(cls):
+    """``cls`` as a dataclass whose fields are SETTINGS' attributes, in SETTINGS' order and with
+    their defaults (a table's: a dict of its keys), then the fields ``cls`` declares itself."""
+    fields: dict[str, str] = {}
+    for s in SETTINGS:
+        if s.attr in fields:
+            continue
+        if hasattr(cls, s.attr):
+            raise TypeError(f"setting {s.name}: Policy already has an attribute {s.attr}")
+        fields[s.attr] = "dict[str, float]" if s.table else s.annotation
+        default = field(default_factory=partial(_table_defaults, s.attr)) if s.table else s.default_value
+        setattr(cls, s.attr, default)
+    cls.__annotations__ = fields | cls.__dict__.get("__annotations__", {})
+    return dataclass(cls)
 
 
-_ATTR |= {
-    "files.cron_output_age": "cron_output_age_s",
-    "files.cron_output_keep": "cron_output_keep",
-    "files.state_snapshots_keep": "state_snapshots_keep",
-    "files.malformed_copies_age": "malformed_copies_age_s",
-    "files.restore_copies_keep": "restore_copies_keep",
-    "files.keeper_leftovers": "keeper_leftovers",
-}
-_ATTR |= {"archive.keep": "archive_keep_s", "archive.max_bytes": "archive_max_bytes"}
-_ATTR["restored_keep"] = "restored_keep_s"
-_ATTR["backups.dest"] = "backup_dest"
-DEFAULT_RETENTION = _table_defaults("retention")
-
-
-@dataclass
+@_fields_from_settings
 class Policy:
-    zombie_after_s: float = _default("zombie_after")
-    keep_titled: bool = _default("keep_titled")
-    archive: bool = _default("archive")
-    backup: bool = _default("backup")
-    compact: bool = _default("compact")
-    budget_ms: float = _default("budget_ms")
-    pause_ms: float = _default("pause_ms")
-    busy_wait_s: float = _default("busy_wait")
-    live_vacuum_stall_s: float = _default("live_vacuum_stall")
-    retention_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
-    restored_keep_s: float = _default("restored_keep")
-    max_db_bytes: int | None = _default("disk.max_db_bytes")
-    low_water: float = _default("disk.low_water")
-    files_max_age_s: float = _default("files.max_age")
-    #: what makes a session a runaway (``report``, ``check``): [runaway] keys, in bytes/seconds/USD
-    runaway: dict[str, float] = field(default_factory=lambda: _table_defaults("runaway"))
-    #: ``check``'s WARNING and CRITICAL thresholds: [check] keys
-    check: dict[str, float] = field(default_factory=lambda: _table_defaults("check"))
-    cron_output_age_s: float | None = _default("files.cron_output_age")
-    cron_output_keep: int | None = _default("files.cron_output_keep")
-    state_snapshots_keep: int | None = _default("files.state_snapshots_keep")
-    malformed_copies_age_s: float | None = _default("files.malformed_copies_age")
-    restore_copies_keep: int | None = _default("files.restore_copies_keep")
-    keeper_leftovers: bool = _default("files.keeper_leftovers")
-    archive_keep_s: float | None = _default("archive.keep")
-    archive_max_bytes: int | None = _default("archive.max_bytes")
-    backup_dest: str | None = _default("backups.dest")
-    keep_last: int = _default("backups.keep_last")
-    keep_daily: int = _default("backups.keep_daily")
-    keep_weekly: int = _default("backups.keep_weekly")
-    keep_monthly: int = _default("backups.keep_monthly")
+    """One profile's effective policy: a field for each attribute of :data:`SETTINGS`, in the
+    code's units (``zombie_after_s``, ``retention_s`` {source: seconds}, ``runaway`` and ``check``
+    {key: limit}, ``keep_daily``, ...), each with its default; then where each value came from."""
+
     #: key -> where its value came from: "<file>", "<file> [profiles.X]", "command line"
     origin: dict[str, str] = field(default_factory=dict)
     #: key -> the value as it was written (``"7d"``, ``"2GB"``), for ``config show``
     written: dict[str, object] = field(default_factory=dict)
 
     @property
+    def budget(self) -> Budget:
+        """How the keeper's writes share ``state.db``: ``budget_ms``, ``pause_ms``, ``busy_wait``."""
+        return Budget(self.budget_ms, self.pause_ms, self.busy_wait_s)
+
+    @property
     def rotation(self) -> dict[str, int]:
-        """The backup rotation rules, as ``backup.rotation`` takes them."""
-        return {
-            "keep_last": self.keep_last,
-            "daily": self.keep_daily,
-            "weekly": self.keep_weekly,
-            "monthly": self.keep_monthly,
-        }
+        """The rotation rules (``keep_last``, ``keep_daily``, ...), as ``backup.rotation`` takes them."""
+        return {s.attr: getattr(self, s.attr) for s in SETTINGS if s.group == "rotation"}
 
     def retention_for(self, source: str) -> float:
         if source in self.retention_s:
@@ -450,10 +460,10 @@ class Policy:
         if s is None:
             raise KeeperError(f"{label}: unknown key {name}")
         parsed = s.parse(value, f"{label}: {name}")
-        if s.section in _TABLES:
-            getattr(self, _TABLES[s.section])[name.split(".", 1)[1]] = parsed
+        if s.table:
+            getattr(self, s.attr)[s.key] = parsed
         else:
-            setattr(self, _ATTR.get(name, name.split(".")[-1]), parsed)
+            setattr(self, s.attr, parsed)
         self.origin[name] = label
         self.written[name] = value
 
@@ -477,41 +487,65 @@ class Policy:
         ]
 
     def to_dict(self) -> dict:
-        return {
-            "zombie_after_s": self.zombie_after_s,
-            "keep_titled": self.keep_titled,
-            "archive": self.archive,
-            "backup": self.backup,
-            "compact": self.compact,
-            "budget_ms": self.budget_ms,
-            "pause_ms": self.pause_ms,
-            "busy_wait_s": self.busy_wait_s,
-            "live_vacuum_stall_s": self.live_vacuum_stall_s,
-            "retention_s": dict(self.retention_s),
-            "restored_keep_s": self.restored_keep_s,
-            "max_db_bytes": self.max_db_bytes,
-            "low_water": self.low_water,
-            "files_max_age_s": self.files_max_age_s,
-            "runaway": dict(self.runaway),
-            "check": dict(self.check),
-            "files": {
-                "cron_output_age_s": self.cron_output_age_s,
-                "cron_output_keep": self.cron_output_keep,
-                "state_snapshots_keep": self.state_snapshots_keep,
-                "malformed_copies_age_s": self.malformed_copies_age_s,
-                "restore_copies_keep": self.restore_copies_keep,
-                "keeper_leftovers": self.keeper_leftovers,
-            },
-            "archive_keep_s": self.archive_keep_s,
-            "archive_max_bytes": self.archive_max_bytes,
-            "backup_dest": self.backup_dest,
-            "rotation": self.rotation,
-            "origin": dict(self.origin),
-            "settings": self.settings(),
-        }
+        """Every attribute in SETTINGS' order (a table's as a dict, a group's nested under the
+        group's name: ``files``, ``rotation``), then ``origin`` and :meth:`settings`."""
+        out: dict = {}
+        for s in SETTINGS:
+            value = getattr(self, s.attr)
+            (out.setdefault(s.group, {}) if s.group else out)[s.attr] = dict(value) if s.table else value
+        return out | {"origin": dict(self.origin), "settings": self.settings()}
 
 
-_SECTIONS = {s.section for s in SETTINGS if s.section}
+def _object(properties: dict, more: dict | bool = False) -> dict:
+    return {
+        "type": "object",
+        "required": list(properties),
+        "additionalProperties": more,
+        "properties": properties,
+    }
+
+
+def _properties(rows: list[Setting]) -> dict:
+    """Each row's value under its attribute; a table's rows as one object under theirs."""
+    props: dict = {}
+    for s in rows:
+        if not s.table:
+            props[s.attr] = s.json_schema()
+        elif s.attr not in props:
+            table = [t for t in rows if t.attr == s.attr]
+            more = next(({"type": t.json_schema()["type"]} for t in table if t.wildcard), False)
+            props[s.attr] = _object({t.key: t.json_schema() for t in table}, more)
+    return props
+
+
+def policy_schema() -> dict:
+    """The JSON Schema of a ``config show --json`` row (its ``profile``, then :meth:`Policy.to_dict`),
+    from SETTINGS. ``schemas/config-show.json`` holds it as ``$defs.result0``: ``tools/config_schema.py``
+    writes it there, ``tests/test_json.py`` keeps the two equal."""
+    slots: dict[str, list[Setting]] = {}  # a group, or a top-level attribute: its rows, in SETTINGS' order
+    for s in SETTINGS:
+        slots.setdefault(s.group or s.attr, []).append(s)
+    props: dict = {"profile": {"type": "string"}}
+    for slot, rows in slots.items():
+        if rows[0].group:
+            props[slot] = _object(_properties(rows))
+        else:
+            props |= _properties(rows)
+    text = {"type": "string"}
+    props["origin"] = {
+        "type": "object",
+        "additionalProperties": text,
+        "description": 'key -> where its value came from (a file, "<file> [profiles.X]", "command line");'
+        " a key not here has its default",
+    }
+    row = _object({"key": text, "value": text, "from": text})
+    props["settings"] = {
+        "type": "array",
+        "items": row,
+        "description": "every key with its value as keeper.toml spells it (else its default) and where"
+        ' it came from ("default")',
+    }
+    return _object(props)
 
 
 def _apply(policy: Policy, data: dict, label: str) -> None:

@@ -19,7 +19,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper import units
@@ -40,7 +40,7 @@ from hermes_keeper.sqlite.holders import (
     refuse_during_maintenance,
 )
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
-from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_BUSY_WAIT_S, DEFAULT_PAUSE_MS, Writer
+from hermes_keeper.sqlite.writer import Budget, Writer
 
 FTS_MERGE_PAGES = 64
 #: The policy's ``live_vacuum_stall`` (SETTINGS): for callers that pass none.
@@ -181,8 +181,9 @@ def _rewrite_application_id(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA application_id={app}")
 
 
-def cut_wal(profile: Place, budget_ms: float = DEFAULT_BUDGET_MS, pause_ms: float = DEFAULT_PAUSE_MS) -> bool:
+def cut_wal(profile: Place, budget: Budget | None = None) -> bool:
     """Cut a WAL over :data:`WAL_LIMIT_BYTES` back beside a running Hermes; True if it is (or was) small.
+    Its one write goes in ``budget`` (but waits :data:`WAL_CUT_BUSY_S` at most for the lock).
 
     Hermes checkpoints only PASSIVE while it runs (upstream holds TRUNCATE beside its writers
     unsafe, hermes-agent #45383 and #84881), and a PASSIVE checkpoint never shrinks the file: the
@@ -196,7 +197,7 @@ def cut_wal(profile: Place, budget_ms: float = DEFAULT_BUDGET_MS, pause_ms: floa
     """
     if profile.wal_bytes() <= WAL_LIMIT_BYTES:
         return True
-    with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, busy_wait_s=WAL_CUT_BUSY_S) as w:
+    with Writer(profile.db_path, replace(budget or Budget(), busy_wait_s=WAL_CUT_BUSY_S)) as w:
         w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         for _ in range(WAL_CUT_TRIES):
             _busy, frames, copied = checkpoint_passive(w.conn)
@@ -387,19 +388,28 @@ def _live_vacuum_fits(
     return ""
 
 
+@dataclass(frozen=True)
+class CompactTerms:
+    """What a compact may do beyond merges and incremental vacuum: the one-time full VACUUM.
+
+    ``standalone``: the ``compact`` command, which takes its own backup (into ``backup_dest``)
+    before a VACUUM and looks for holders once more before truncating the WAL; a run's compact
+    does neither (the run took the backup and scanned for holders).
+    """
+
+    standalone: bool = False
+    allow_full_vacuum: bool = True
+    #: the policy's ``live_vacuum_stall``: the most a VACUUM beside Hermes may stall its writes
+    stall_limit_s: float = DEFAULT_LIVE_VACUUM_STALL_S
+    wait_idle_s: float | None = None  # ``--wait-idle``: how long to wait for Hermes to let go
+    backup_dest: str | None = None
+
+
 def _convert(
-    profile: Place,
-    schema: SchemaInfo,
-    res: ReclaimResult,
-    allow_full_vacuum: bool,
-    backup: bool,
-    journal: Journal | None,
-    stall_limit_s: float,
-    wait_idle_s: float | None = None,
-    backup_dest: str | None = None,
+    profile: Place, schema: SchemaInfo, res: ReclaimResult, journal: Journal | None, terms: CompactTerms
 ) -> list[Holder]:
     """The one-time full VACUUM that switches auto_vacuum to INCREMENTAL: when nobody holds the db,
-    or beside Hermes when it fits (:func:`_live_vacuum_fits`).
+    or beside Hermes when it fits (:func:`_live_vacuum_fits`); a backup first when ``standalone``.
 
     Returns the holders it found: the scan the VACUUM was decided on (again after a backup).
     """
@@ -412,7 +422,7 @@ def _convert(
         "the one-time switch to incremental auto_vacuum (a full VACUUM) runs "
         "when no process holds the database"
     )
-    if not allow_full_vacuum:
+    if not terms.allow_full_vacuum:
         res.note = f"{reclaimable}; full VACUUM not allowed, so {later}"
         return holders
     # The VACUUM's temporary copy; beside Hermes, first the estimate's copy and its VACUUM.
@@ -425,17 +435,18 @@ def _convert(
             f"{reclaimable}; VACUUM needs about {units.size(need)} free and {units.size(free)} are; skipped"
         )
         return holders
-    why_not = _live_vacuum_fits(profile, res, info, stall_limit_s, wait_idle_s) if holders else ""
+    why_not = _live_vacuum_fits(profile, res, info, terms.stall_limit_s, terms.wait_idle_s) if holders else ""
     if why_not:
         res.note = f"{reclaimable}; {why_not}, so {later} (now held by {'; '.join(res.holders)})"
         return holders
-    if backup and long_reads_stall_hermes(info.journal_mode, holders):
+    if terms.standalone and long_reads_stall_hermes(info.journal_mode, holders):
         # A snapshot would hold Hermes's commits for the whole copy; the VACUUM changes no row
         # and SQLite rolls it back whole on any failure, so it goes without one.
         no_backup = "no backup before it: a snapshot beside Hermes in this journal mode holds its writes"
         res.add_note(no_backup)
-    elif backup:
-        res.backup = take_backup(profile, backup_dest, journal=journal, schema=info, holders=holders).name
+    elif terms.standalone:
+        taken = take_backup(profile, terms.backup_dest, journal=journal, schema=info, holders=holders)
+        res.backup = taken.name
         now = find_holders(db)  # the backup took a while: Hermes may have opened it since
         if now and not holders:
             res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
@@ -461,9 +472,7 @@ def _convert(
 def compact(
     profile: Place,
     *,
-    budget_ms: float = DEFAULT_BUDGET_MS,
-    pause_ms: float = DEFAULT_PAUSE_MS,
-    busy_wait_s: float = DEFAULT_BUSY_WAIT_S,
+    budget: Budget | None = None,
     wait_idle_s: float | None = None,
     allow_full_vacuum: bool = True,
     journal: Journal | None = None,
@@ -476,7 +485,7 @@ def compact(
     What runs depends on whether another process holds the database (after waiting up to
     ``wait_idle_s`` for it to let go): live, only Hermes-style FTS merges, no VACUUM, no WAL
     truncation; idle, a full FTS merge in steps, the VACUUM (after a backup) if still needed,
-    WAL truncated.
+    WAL truncated. Its writes go in ``budget`` (the policy's).
     """
     t0 = time.perf_counter()
     schema = inspect(profile.db_path)
@@ -499,34 +508,22 @@ def compact(
         )
     # --wait-idle: give Hermes up to that long to stop, so the full work (VACUUM, FTS merge) can run.
     live = bool(_wait_idle(profile.db_path, wait_idle_s))
-    with Writer(profile.db_path, budget_ms=budget_ms, pause_ms=pause_ms, busy_wait_s=busy_wait_s) as w:
-        return _compact(
-            profile,
-            w,
-            schema,
-            live,
-            allow_full_vacuum,
-            journal,
-            standalone=True,
-            t0=t0,
-            wait_idle_s=wait_idle_s,
-            backup_dest=backup_dest,
-            stall_limit_s=live_vacuum_stall_s,
-        )
+    terms = CompactTerms(
+        standalone=True,
+        allow_full_vacuum=allow_full_vacuum,
+        stall_limit_s=live_vacuum_stall_s,
+        wait_idle_s=wait_idle_s,
+        backup_dest=backup_dest,
+    )
+    with Writer(profile.db_path, budget) as w:
+        return _compact(profile, w, schema, live, journal, terms, t0)
 
 
 def compact_run(ctx: RunContext) -> ReclaimResult:
     """A run's last step, on the run's writer, schema and holder scan; its backup is the run's."""
     w = ctx.writer
-    return _compact(
-        ctx.profile,
-        w,
-        ctx.schema.resized(w.conn),
-        bool(ctx.holders()),
-        True,
-        ctx.journal,
-        stall_limit_s=ctx.policy.live_vacuum_stall_s,
-    )
+    terms = CompactTerms(stall_limit_s=ctx.policy.live_vacuum_stall_s)
+    return _compact(ctx.profile, w, ctx.schema.resized(w.conn), bool(ctx.holders()), ctx.journal, terms)
 
 
 def _compact(
@@ -534,19 +531,13 @@ def _compact(
     w: Writer,
     schema: SchemaInfo,
     live: bool,
-    allow_full_vacuum: bool,
     journal: Journal | None,
-    standalone: bool = False,
+    terms: CompactTerms,
     t0: float | None = None,
-    wait_idle_s: float | None = None,
-    backup_dest: str | None = None,
-    stall_limit_s: float = DEFAULT_LIVE_VACUUM_STALL_S,
 ) -> ReclaimResult:
     """Merges and incremental vacuum through ``w``, which it then closes: a VACUUM must be the
-    only connection of ours. The WAL is truncated only when a scan made here found nobody.
-
-    ``standalone``: the ``compact`` command (a backup before a VACUUM, one more look before
-    truncating); in a run, the run took the backup and scanned for holders.
+    only connection of ours; then the one-time VACUUM on ``terms``. The WAL is truncated only
+    when a scan made here found nobody.
     """
     t0 = time.perf_counter() if t0 is None else t0
     db = profile.db_path
@@ -569,25 +560,15 @@ def _compact(
     w.close()
     holders = None
     if schema.auto_vacuum == "none":
-        holders = _convert(
-            profile,
-            schema,
-            res,
-            allow_full_vacuum,
-            standalone,
-            journal,
-            stall_limit_s,
-            wait_idle_s,
-            backup_dest,
-        )
-    if res.live and standalone:  # a run's hold just merged what its deletes left (MergeHold._release)
+        holders = _convert(profile, schema, res, journal, terms)
+    if res.live and terms.standalone:  # a run's hold just merged what its deletes left (MergeHold._release)
         res.add_note(
             "Hermes was running, so compact gave the FTS indexes only the merges Hermes itself "
             "would do; the index space of deleted messages comes back with the full merge a "
             "run does after its deletes, Hermes's own FTS optimize (every 1000 writes), or a "
             "compact while Hermes is stopped"
         )
-    if holders is None and standalone:
+    if holders is None and terms.standalone:
         holders = find_holders(db)
     cut = True
     if holders is not None and not holders:
@@ -597,7 +578,7 @@ def _compact(
         finally:
             conn.close()
     else:
-        cut = cut_wal(profile, w.budget_ms, w.pause_ms)
+        cut = cut_wal(profile, w.budget)
     after = schema.resized()
     res.auto_vacuum_after = after.auto_vacuum
     res.db_bytes_after = after.db_bytes

@@ -64,11 +64,5 @@ def open_run(
     policy = policy or Policy()
     schema = schema or inspect(profile.db_path)
     schema.require_actionable()
-    with Writer(
-        profile.db_path,
-        budget_ms=policy.budget_ms,
-        pause_ms=policy.pause_ms,
-        busy_wait_s=policy.busy_wait_s,
-        synchronous="NORMAL",
-    ) as w:
+    with Writer(profile.db_path, policy.budget, synchronous="NORMAL") as w:
         yield RunContext(profile, policy, schema, journal, w)

@@ -282,15 +282,24 @@ class Round(NamedTuple):
     left: list[int] | None = None  # [level, inputs] of Hermes's merge it stopped before (``found``)
 
 
+class Watch(NamedTuple):
+    """What a round beside Hermes watches for (:meth:`MergeHold._merge`'s); None: nothing."""
+
+    #: Hermes's merges the round stops before (segments of a merge Hermes started)
+    found: set[tuple[int, int]] | None = None
+    #: the settings the round runs under, taken back where another connection changed them
+    hold: dict[str, int] | None = None
+    #: told what another connection had changed, once taken back and committed
+    moved: Callable[[dict[str, int | None]], None] | None = None
+
+
 def merge_round(
     w: Writer,
     table: str,
     batch: AdaptiveBatch,
     full: bool = False,
     limit_ms: float | None = None,
-    found: set[tuple[int, int]] | None = None,
-    hold: dict[str, int] | None = None,
-    moved: Callable[[dict[str, int | None]], None] | None = None,
+    watch: Watch | None = None,
 ) -> Round:
     """Budgeted ``merge`` steps until no level of ``table`` has merge work left.
 
@@ -299,13 +308,14 @@ def merge_round(
     step longer than the budget: the round says how long its longest step was, how much of
     that its COMMIT took, and how many pages it was asked for. ``limit_ms``: a step still
     running after that long is aborted and rolled back (``sqlite3.OperationalError: interrupted``).
-    ``found``: the round stops before a step would go on with a merge Hermes started on those
+    ``watch.found``: the round stops before a step would go on with a merge Hermes started on those
     segments (:func:`hermes_merge`), as read in that step's own transaction.
-    ``hold``: the settings the round runs under, which each step takes back in its own transaction
-    where another connection changed them, and hands to ``moved`` once committed. Hermes's first
+    ``watch.hold``: the settings the round runs under, which each step takes back in its own transaction
+    where another connection changed them, and hands to ``watch.moved`` once committed. Hermes's first
     bounded pass sets usermerge 2; a round that went on at 2 merged its outputs on up into the
     index's biggest segment (2 GB DELETE bench: one round, 58 s of lock).
     """
+    found, hold, moved = watch or Watch()
     longest = Round(0, 0.0)
     over = 0
     left: list[list[int]] = []
@@ -334,7 +344,7 @@ def merge_round(
         if seen.get("theirs"):
             left.append(seen["theirs"])
         ms = w.stats.last_txn_ms
-        over += ms > w.budget_ms
+        over += ms > w.budget.budget_ms
         if ms > longest.max_step_ms:
             longest = Round(0, ms, w.stats.last_commit_ms, abs(pages))
         if changed < 2:
@@ -463,16 +473,13 @@ class MergeHold:
         try:
             if settle:
                 self.w.step(lambda c: _apply(c, table, SETTLE_VALUES))
-            r = merge_round(
-                self.w,
-                table,
-                self.batches[table],
-                full,
+            watch = Watch(
                 found=None if full else self.before.get(table),
                 hold=values,
                 # (Not for a found hold: a value may be the killed run's own.)
                 moved=(lambda changed: self._hermes_wish(table, changed)) if table in self.before else None,
             )
+            r = merge_round(self.w, table, self.batches[table], full, watch=watch)
         finally:
             self._merging = False
             lock_ms = self.w.stats.total_txn_ms - held

@@ -10,7 +10,8 @@ thread of their own so the WAL Hermes checkpoints in its own write path stays sm
 The gateway goes first: a database another process keeps busy (Hermes's own FTS5
 'optimize', every 1,000 of its writes, holds the lock for seconds on a big home) is waited
 for with backoff, and one that stays busy past ``busy_wait_s`` stops the run cleanly
-(:class:`~hermes_keeper.errors.TryLater`), with every step before it committed.
+(:class:`~hermes_keeper.errors.TryLater`), with every step before it committed. The three
+numbers travel together as one :class:`Budget`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ PAUSE_POLL_S = 0.0005
 #: SQLite's default busy handler (what ``sqlite3.connect(timeout=...)`` and so Hermes use): after
 #: waiting ``sum(BUSY_DELAYS_MS[:i])`` ms a writer sleeps ``BUSY_DELAYS_MS[i]`` ms before trying again.
 BUSY_DELAYS_MS = (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How a :class:`Writer` shares ``state.db`` with Hermes: the policy's ``budget_ms``,
+    ``pause_ms`` and ``busy_wait`` (``Policy.budget``), the defaults here."""
+
+    budget_ms: float = DEFAULT_BUDGET_MS  # the longest one write transaction should hold the lock
+    pause_ms: float = DEFAULT_PAUSE_MS  # the longest rest after a budget's worth of lock time
+    busy_wait_s: float = DEFAULT_BUSY_WAIT_S  # waiting this long for a busy database in all: TryLater
 
 
 def rest_ms(held_ms: float, budget_ms: float, pause_ms: float) -> float:
@@ -169,19 +180,10 @@ class Writer:
     after a power cut; only the last commits may be undone, and the next run redoes them.
     """
 
-    def __init__(
-        self,
-        db_path: Path,
-        budget_ms: float = DEFAULT_BUDGET_MS,
-        pause_ms: float = DEFAULT_PAUSE_MS,
-        synchronous: str | None = None,
-        busy_wait_s: float = DEFAULT_BUSY_WAIT_S,
-    ):
+    def __init__(self, db_path: Path, budget: Budget | None = None, synchronous: str | None = None):
         self.db_path = Path(db_path)
         self.conn: sqlite3.Connection = connect_rw(self.db_path)
-        self.budget_ms = budget_ms
-        self.pause_ms = pause_ms
-        self.busy_wait_s = busy_wait_s
+        self.budget = budget or Budget()
         self.stats = WriterStats()
         self.closed = False
         self._held_ms = 0.0  # lock time since the last pause
@@ -197,7 +199,7 @@ class Writer:
             self._checkpointer.start()
 
     def batch(self, start: int = 50, fill: float = 0.6) -> AdaptiveBatch:
-        return AdaptiveBatch(budget_ms=self.budget_ms, size=start, fill=fill)
+        return AdaptiveBatch(budget_ms=self.budget.budget_ms, size=start, fill=fill)
 
     def step(
         self,
@@ -220,14 +222,15 @@ class Writer:
         s.max_txn_ms = max(s.max_txn_ms, elapsed)
         s.last_txn_ms = elapsed
         s.max_ms[kind] = max(s.max_ms.get(kind, 0.0), elapsed)
-        if elapsed > self.budget_ms:
+        b = self.budget
+        if elapsed > b.budget_ms:
             s.over_budget += 1
         if batch is not None:
             batch.record(units, elapsed)
         self._held_ms += elapsed
         # Rest before the lock would be held a budget in a row (the next step is likely as long).
-        if self.pause_ms and self._held_ms + elapsed > self.budget_ms:
-            ms = rest_ms(self._held_ms, self.budget_ms, self.pause_ms)
+        if b.pause_ms and self._held_ms + elapsed > b.budget_ms:
+            ms = rest_ms(self._held_ms, b.budget_ms, b.pause_ms)
             version = self.conn.execute("PRAGMA data_version").fetchone()[0]
             self._rest_due = (time.perf_counter() + ms / 1000.0, version)
             self._held_ms = 0.0
@@ -258,14 +261,14 @@ class Writer:
                 if not is_busy(exc):
                     raise
                 waited += time.perf_counter() - tried
-                if waited >= self.busy_wait_s:
+                if waited >= self.budget.busy_wait_s:
                     self._waited(waited)
                     raise TryLater(
                         f"{self.db_path}: another process held the database's write lock for"
                         f" {waited:.0f} s; stopped where it was (the next run resumes)"
                     ) from None
             self.stats.busy_retries += 1
-            sleep = min(delay, self.busy_wait_s - waited)
+            sleep = min(delay, self.budget.busy_wait_s - waited)
             time.sleep(sleep)
             waited += sleep
             delay = min(delay * 2, BUSY_BACKOFF_S[1])
