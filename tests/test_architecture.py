@@ -30,13 +30,8 @@ MAX_LINES, MAX_PARAMS = 80, 7
 LONG_OR_WIDE: dict[str, str] = {
     "check._age": "being split (issue 32)",
     "check.check_profile": "being split (issue 32)",
-    "cli.maintain._run": "being split (issue 32)",
     "cli.render.render_report": "being split (issue 32)",
-    "run.compact._convert": "being split (issue 32)",
-    "run.compact.compact": "being split (issue 32)",
-    "run.compact._compact": "being split (issue 32)",
     "run.survey.survey_profile": "being split (issue 32)",
-    "sqlite.fts.merge_round": "being split (issue 32)",
 }
 
 
