@@ -350,8 +350,11 @@ def _compress(src_path: Path, dst_path: Path) -> tuple[str, int]:
 
 
 def decompress_to(record: BackupRecord, dst_path: Path) -> None:
-    """Stream the backup's database into ``dst_path`` (fsynced); zstd checks its frame checksum."""
-    with open(record.path, "rb") as src, open(dst_path, "wb") as dst:
+    """Stream the backup's database into ``dst_path`` (fsynced); zstd checks its frame checksum.
+
+    ``dst_path`` is the keeper's file, opened as :func:`open_private` does (never through a symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with open(record.path, "rb") as src, os.fdopen(open_private(dst_path, flags), "wb") as dst:
         reader = zstandard.ZstdDecompressor().stream_reader(src)
         for block in iter(lambda: reader.read(CHUNK), b""):
             dst.write(block)
