@@ -36,7 +36,7 @@ from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
-from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.connect import connect_file, connect_ro
 from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import AUTO_VACUUM, SchemaInfo, inspect, quick_check
 
@@ -194,7 +194,7 @@ def match_modes(path: Path, journal_mode: str | None, auto_vacuum: str | None) -
     ``delete``); switching auto_vacuum between NONE and FULL/INCREMENTAL takes a VACUUM,
     done before WAL is set. ``None`` leaves that setting as it is.
     """
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = connect_file(path)
     try:
         now = AUTO_VACUUM.get(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
         if auto_vacuum in AUTO_VACUUM.values() and now != auto_vacuum:
