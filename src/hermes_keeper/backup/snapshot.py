@@ -136,7 +136,7 @@ def _write_manifest(folder: Path, records: list[BackupRecord]) -> None:
             fh.write(json.dumps(body, indent=2))
         durable_rename(tmp, folder / MANIFEST)
     finally:
-        tmp.unlink(missing_ok=True)
+        HomeFS(folder).unlink(tmp.name)
 
 
 @contextmanager
@@ -303,9 +303,8 @@ def take_backup(
     finally:
         for p in (snap, comp):
             if p is not None:
-                p.unlink(missing_ok=True)
-                for suffix in ("-journal", "-wal", "-shm"):  # VACUUM INTO's own, match_modes's
-                    p.with_name(p.name + suffix).unlink(missing_ok=True)
+                for suffix in ("", "-journal", "-wal", "-shm"):  # VACUUM INTO's own, match_modes's
+                    HomeFS(folder).unlink(p.name + suffix)
     if journal:
         journal.write("backup", **{k: v for k, v in record.to_dict().items() if k != "home"})
     return record
