@@ -270,3 +270,60 @@ def test_a_name_read_from_the_manifest_never_leaves_the_backup_folder(home):
     ):
         refused(keeper(*command, "--home", str(home)), "'../../state.db'", "not one plain name")
     assert state_digest(home) == db
+
+
+def test_rename_link_chmod_and_sync_stay_in_the_home_and_follow_no_link(tmp_path, outside):
+    """The door's moves for a restore's swap: a symlink (to a file or a folder outside) is refused,
+    never followed; a name that is not one plain name never leaves the folder; nothing outside changes."""
+    home = tmp_path / "home"
+    (home / "keeper").mkdir(parents=True)
+    (home / "state.db").write_bytes(b"db")
+    os.chmod(home / "state.db", 0o644)
+    (home / "link").symlink_to(outside / "precious.txt")
+    (home / "folder").symlink_to(outside, target_is_directory=True)
+    fs, before = HomeFS(home), snapshot(outside)
+
+    fs.link("state.db", to="copy", sync=False)
+    fs.chmod("copy", mode=0o600, owner=(os.geteuid(), os.getegid()))
+    fs.sync()
+    assert os.path.samefile(home / "state.db", home / "copy")  # one file, two names
+    assert stat.S_IMODE((home / "state.db").stat().st_mode) == 0o600
+    fs.rename("copy", to="moved", sync=False)
+    (home / "new").write_bytes(b"new")
+    fs.rename("new", to="moved")  # replaces a regular file
+    assert (home / "moved").read_bytes() == b"new" and (home / "state.db").stat().st_nlink == 1
+    fs.unlink("moved")
+    assert sorted(os.listdir(home)) == ["folder", "keeper", "link", "state.db"]
+    with pytest.raises(FileNotFoundError):
+        fs.link("gone", to="other")
+    with pytest.raises(FileNotFoundError):
+        fs.chmod("gone", mode=0o600)
+
+    for refuse in (
+        lambda: fs.link("link", to="copy"),  # a symlink is not hard-linked (nor what it points to)
+        lambda: fs.chmod("link", mode=0o600),
+        lambda: fs.chmod("link", mode=0o600, owner=(os.geteuid(), os.getegid())),
+        lambda: fs.rename("link", to="copy"),
+        lambda: fs.rename("state.db", to="link"),  # nor replaced
+        lambda: fs.link("folder", "precious.txt", to="copy"),  # nor walked through to a folder outside
+        lambda: fs.chmod("folder", "precious.txt", mode=0o600),
+        lambda: fs.rename("folder", "precious.txt", to="copy"),
+        lambda: fs.sync("folder"),
+    ):
+        with pytest.raises(KeeperError, match="is a symlink"):
+            refuse()
+    with pytest.raises(FileExistsError):
+        fs.link("state.db", to="link")  # an existing name, a link too, is never replaced
+    elsewhere = os.path.relpath(outside / "precious.txt", home)
+    for refuse in (
+        lambda: fs.link("state.db", to=elsewhere),
+        lambda: fs.link("state.db", to="../copy"),
+        lambda: fs.rename("state.db", to=elsewhere),
+        lambda: fs.chmod("..", "elsewhere", "precious.txt", mode=0o600),
+        lambda: fs.sync(".."),
+    ):
+        with pytest.raises(KeeperError, match="not one plain name"):
+            refuse()
+    assert snapshot(outside) == before
+    assert sorted(os.listdir(home)) == ["folder", "keeper", "link", "state.db"]
+    assert (home / "state.db").read_bytes() == b"db" and (home / "link").is_symlink()

@@ -15,12 +15,13 @@ import itertools
 import json
 import os
 import random
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import NamedTuple
+
+from hermes_keeper.sqlite.connect import connect_file
 
 DAY = 86400.0
 #: The topics of the sample conversations: the most frequent words after English's own.
@@ -364,7 +365,7 @@ def build_home(home: Path, spec: DemoSpec) -> Path:
     db_path = home / "state.db"
     if db_path.exists():
         raise FileExistsError(db_path)
-    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn = connect_file(db_path)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=OFF")
     conn.executescript(hermes_schema_sql())

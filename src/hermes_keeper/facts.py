@@ -70,7 +70,7 @@ def _update(fs: HomeFS, key: str, value: dict) -> None:
         fd = fs.open_private(KEEPER_DIR, tmp, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
-        os.replace(fs.path(KEEPER_DIR, tmp), fs.path(KEEPER_DIR, FACTS_NAME))
+        fs.rename(KEEPER_DIR, tmp, to=FACTS_NAME, sync=False)  # a cache: not worth an fsync
     except (OSError, KeeperError):  # a cache: the next command measures again
         fs.unlink(KEEPER_DIR, tmp)
 

@@ -219,14 +219,49 @@ class HomeFS:
                     os.chmod(name + side, FILE_MODE, dir_fd=dfd, follow_symlinks=False)
         return self.path(*parts)
 
-    def rename(self, *parts: str, to: str) -> None:
+    def rename(self, *parts: str, to: str, sync: bool = True) -> None:
         """Rename the keeper's regular file ``parts`` to ``to`` in the same folder (replacing a
-        regular file of that name), then fsync the folder; refused when either is anything else."""
+        regular file of that name), then fsync the folder (``sync``); refused when either is
+        anything else."""
         folder, name = self._split(parts)
         self.regular(*parts)
         self.regular(*folder, to)
         with self._folder(folder) as dfd:
             os.rename(name, to, src_dir_fd=dfd, dst_dir_fd=dfd)
+            if sync:
+                os.fsync(dfd)
+
+    def link(self, *parts: str, to: str, sync: bool = True) -> None:
+        """A second name ``to``, in the same folder, for the regular file ``parts`` (a hard link:
+        the same file, not a copy), then fsync the folder (``sync``). Refused when ``parts`` is a
+        symlink or anything else; ``to`` must not exist (``FileExistsError``), not even as a link."""
+        folder, name = self._split(parts)
+        self.path(*folder, to)
+        if self.regular(*parts) is None:
+            raise _missing(self.path(*parts))
+        with self._folder(folder) as dfd:
+            os.link(name, to, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            if sync:
+                os.fsync(dfd)
+
+    def chmod(self, *parts: str, mode: int, owner: tuple[int, int] | None = None) -> None:
+        """Set the mode (and with ``owner``, ``(uid, gid)``, first the owner) of the regular file
+        ``parts``: by name through its folder's descriptor, never through a symlink, never opened
+        (a descriptor closed on a database file drops this process's SQLite locks on it).
+
+        For a file the keeper made or is about to put in place; refused when it is anything else.
+        """
+        folder, name = self._split(parts)
+        if self.regular(*parts) is None:
+            raise _missing(self.path(*parts))
+        with self._folder(folder) as dfd:
+            if owner is not None:
+                os.chown(name, *owner, dir_fd=dfd, follow_symlinks=False)
+            os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
+
+    def sync(self, *parts: str) -> None:
+        """fsync the folder ``parts`` (the home when none): its renames and links survive a power cut."""
+        with self._folder(parts) as dfd:
             os.fsync(dfd)
 
     def unlink(self, *parts: str) -> int | None:

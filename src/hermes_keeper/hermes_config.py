@@ -21,7 +21,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.fs import durable_rename
+from hermes_keeper.fs import HomeFS
 
 CONFIG_NAME = "config.yaml"
 #: First schema_version written by a Hermes whose auto-prune is on by default (0.19.0 is 22).
@@ -139,18 +139,23 @@ def adopt_change(home: Path) -> tuple[str, str]:
 
 
 def write_config(home: Path, text: str) -> None:
-    """Replace ``config.yaml`` durably, keeping its mode (0600 for a new one: it may hold keys)."""
-    path = home / CONFIG_NAME
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o600
+    """Replace ``config.yaml`` durably, keeping its mode (0600 for a new one: it may hold keys).
+
+    Through the door: a symlinked ``config.yaml`` is refused (:func:`adopt_change` said so first),
+    never replaced or read through.
+    """
+    fs = HomeFS(home)
+    st = fs.regular(CONFIG_NAME)
+    mode = 0o600 if st is None else st.st_mode & 0o777
     fd, tmp = tempfile.mkstemp(prefix=".config.yaml.", dir=home)
+    name = Path(tmp).name
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, mode)
-        durable_rename(Path(tmp), path)
+            f.flush()
+            os.fchmod(f.fileno(), mode)  # the file mkstemp just made, by its descriptor
+            os.fsync(f.fileno())
+        fs.rename(name, to=CONFIG_NAME)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        fs.unlink(name)
         raise

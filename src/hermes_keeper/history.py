@@ -25,7 +25,7 @@ from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR
 from hermes_keeper.report import OTHER_DIRS, dir_usage, object_sizes, table_group
-from hermes_keeper.sqlite.connect import connect_ro, read_txn
+from hermes_keeper.sqlite.connect import connect_file, connect_ro, read_txn
 from hermes_keeper.sqlite.holders import find_holders, long_reads_stall_hermes
 
 if TYPE_CHECKING:
@@ -114,10 +114,10 @@ class History:
             return None
         path = fs.sqlite_file(KEEPER_DIR, HISTORY_NAME, create=create)
         if create:
-            conn = sqlite3.connect(path, timeout=5)
+            conn = connect_file(path, "rwc", timeout=5, isolation_level="")
             conn.executescript(_SCHEMA)
             return conn
-        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        return connect_file(path, "ro", timeout=5, isolation_level="")
 
     def record(self, kind: str, figures: dict, now: float | None = None) -> bool:
         """Append one row and thin old ones; False (and one warning line on stderr) when the

@@ -39,7 +39,7 @@ import zstandard
 from hermes_keeper.archive.payload import FORMAT, canonical_bytes
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import SQLITE_SIDES, HomeFS
-from hermes_keeper.sqlite.connect import write_txn
+from hermes_keeper.sqlite.connect import connect_file, write_txn
 
 #: Layout of archive.db itself: 1 = one row per session id (before entries), 2 = entries.
 LAYOUT = 2
@@ -172,7 +172,7 @@ class ArchiveFile:
         HomeFS(folder.parent).sqlite_file(folder.name, self.path.name, create=create)
         # Used by one thread at a time, but may be closed by another: a command's generator that
         # an exception left suspended is finalised wherever the garbage collector runs.
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=10, check_same_thread=False)
+        self.conn = connect_file(self.path, timeout=10, check_same_thread=False)
         try:
             self._open(create, synchronous)
         except BaseException:

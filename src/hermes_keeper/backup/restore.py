@@ -33,10 +33,10 @@ from hermes_keeper.backup.snapshot import (
     verify_backup,
 )
 from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import DB_FILES, FILE_MODE, fsync_dir, fsync_file, private_file
+from hermes_keeper.fs import DB_FILES, DB_NAME, FILE_MODE, HomeFS, fsync_file
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
-from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.connect import connect_ro, connect_rw
 from hermes_keeper.sqlite.holders import find_holders
 from hermes_keeper.sqlite.schema import inspect
 
@@ -106,10 +106,10 @@ def restore_backup(
         raise KeeperError(
             f"backup {record.path} is damaged or missing (size/sha256 mismatch); nothing was changed"
         )
-    tmp = profile.home / RESTORE_TMP
+    fs, tmp = profile.fs, profile.home / RESTORE_TMP
     try:
-        tmp.unlink(missing_ok=True)  # left by a restore that was killed (we hold the keeper lock)
-        private_file(tmp)
+        fs.unlink(RESTORE_TMP)  # left by a restore that was killed (we hold the keeper lock)
+        fs.private_file(RESTORE_TMP)
         decompress_to(record, tmp)
         conn = connect_ro(tmp)
         try:
@@ -126,9 +126,9 @@ def restore_backup(
         match_modes(tmp, current.journal_mode, current.auto_vacuum)
         if not force:
             _refuse_if_held(profile)  # Hermes may have started while we decompressed
-        _same_owner_and_mode(tmp, profile.db_path)
+        _same_owner_and_mode(fs)
         fsync_file(tmp)
-        safety = _swap(profile, tmp)
+        safety = _swap(profile)
     except OSError as exc:
         raise KeeperError(
             f"restore of {record.name} failed: {os_error_line(exc)}; nothing was changed"
@@ -136,9 +136,8 @@ def restore_backup(
     except (sqlite3.Error, zstandard.ZstdError) as exc:
         raise KeeperError(f"backup {record.name} cannot be read ({exc}); nothing was changed") from None
     finally:
-        tmp.unlink(missing_ok=True)
-        for suffix in ("-journal", "-wal", "-shm"):
-            tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            fs.unlink(RESTORE_TMP + suffix)
     conn = connect_ro(profile.db_path)
     try:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
@@ -154,14 +153,13 @@ def restore_backup(
     return result
 
 
-def _same_owner_and_mode(new: Path, old: Path) -> None:
+def _same_owner_and_mode(fs: HomeFS) -> None:
     """The restored file gets the current file's owner and mode: Hermes may run as another user."""
-    if not old.exists():
+    st = fs.regular(DB_NAME)
+    if st is None:
         return
-    st = old.stat()
-    if os.geteuid() == 0:
-        os.chown(new, st.st_uid, st.st_gid)
-    os.chmod(new, st.st_mode & 0o777)
+    owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 else None
+    fs.chmod(RESTORE_TMP, mode=st.st_mode & 0o777, owner=owner)
 
 
 def _checkpoint(db: Path) -> None:
@@ -173,7 +171,7 @@ def _checkpoint(db: Path) -> None:
     side = db.with_name(db.name + "-wal")
     if not side.exists():
         return
-    conn = sqlite3.connect(f"file:{db}?mode=rw", uri=True, isolation_level=None, timeout=5)
+    conn = connect_rw(db, busy_timeout_s=5)
     try:
         busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     finally:
@@ -182,8 +180,8 @@ def _checkpoint(db: Path) -> None:
         raise KeeperError(f"{db}: its -wal could not be checkpointed (in use?); nothing was changed")
 
 
-def _swap(profile: Place, restored: Path) -> str | None:
-    """Put ``restored`` in place of state.db, keeping the current one as a safety copy (0600).
+def _swap(profile: Place) -> str | None:
+    """Put the restored file in place of state.db, keeping the current one as a safety copy (0600).
 
     Each step leaves a consistent home if the process dies right after it:
     checkpoint (state.db alone holds every commit, its -wal is empty) -> hard link
@@ -191,24 +189,21 @@ def _swap(profile: Place, restored: Path) -> str | None:
     and the -shm aside -> rename the restored file over state.db (atomic). Returns the
     safety name (None when there was no state.db).
     """
-    db = profile.db_path
-    if not db.exists():
-        os.rename(restored, db)
-        fsync_dir(profile.home)
+    fs = profile.fs
+    if fs.lstat(DB_NAME) is None:
+        fs.rename(RESTORE_TMP, to=DB_NAME)
         return None
-    _checkpoint(db)
+    _checkpoint(profile.db_path)
     base = f"{SAFETY_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     safety, n = base, 1
-    while any((profile.home / f"{safety}{s}").exists() for s in ("", "-wal", "-shm")):
+    while any(fs.lstat(f"{safety}{s}") is not None for s in ("", "-wal", "-shm")):
         n += 1
         safety = f"{base}-{n}"
-    os.link(db, profile.home / safety)
-    os.chmod(profile.home / safety, FILE_MODE)
-    fsync_dir(profile.home)
+    fs.link(DB_NAME, to=safety, sync=False)
+    fs.chmod(safety, mode=FILE_MODE)
+    fs.sync()
     for suffix in ("-wal", "-shm"):
-        side = profile.home / f"state.db{suffix}"
-        if side.exists():
-            os.rename(side, profile.home / f"{safety}{suffix}")
-    os.rename(restored, db)
-    fsync_dir(profile.home)
+        if fs.lstat(DB_NAME + suffix) is not None:
+            fs.rename(DB_NAME + suffix, to=f"{safety}{suffix}", sync=False)
+    fs.rename(RESTORE_TMP, to=DB_NAME)
     return safety

@@ -36,7 +36,7 @@ from hermes_keeper.errors import KeeperError, os_error_line
 from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
-from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.connect import connect_file, connect_ro
 from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import AUTO_VACUUM, SchemaInfo, inspect, quick_check
 
@@ -136,7 +136,7 @@ def _write_manifest(folder: Path, records: list[BackupRecord]) -> None:
             fh.write(json.dumps(body, indent=2))
         durable_rename(tmp, folder / MANIFEST)
     finally:
-        tmp.unlink(missing_ok=True)
+        HomeFS(folder).unlink(tmp.name)
 
 
 @contextmanager
@@ -194,7 +194,7 @@ def match_modes(path: Path, journal_mode: str | None, auto_vacuum: str | None) -
     ``delete``); switching auto_vacuum between NONE and FULL/INCREMENTAL takes a VACUUM,
     done before WAL is set. ``None`` leaves that setting as it is.
     """
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = connect_file(path)
     try:
         now = AUTO_VACUUM.get(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
         if auto_vacuum in AUTO_VACUUM.values() and now != auto_vacuum:
@@ -303,9 +303,8 @@ def take_backup(
     finally:
         for p in (snap, comp):
             if p is not None:
-                p.unlink(missing_ok=True)
-                for suffix in ("-journal", "-wal", "-shm"):  # VACUUM INTO's own, match_modes's
-                    p.with_name(p.name + suffix).unlink(missing_ok=True)
+                for suffix in ("", "-journal", "-wal", "-shm"):  # VACUUM INTO's own, match_modes's
+                    HomeFS(folder).unlink(p.name + suffix)
     if journal:
         journal.write("backup", **{k: v for k, v in record.to_dict().items() if k != "home"})
     return record
@@ -350,8 +349,11 @@ def _compress(src_path: Path, dst_path: Path) -> tuple[str, int]:
 
 
 def decompress_to(record: BackupRecord, dst_path: Path) -> None:
-    """Stream the backup's database into ``dst_path`` (fsynced); zstd checks its frame checksum."""
-    with open(record.path, "rb") as src, open(dst_path, "wb") as dst:
+    """Stream the backup's database into ``dst_path`` (fsynced); zstd checks its frame checksum.
+
+    ``dst_path`` is the keeper's file, opened as :func:`open_private` does (never through a symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with open(record.path, "rb") as src, os.fdopen(open_private(dst_path, flags), "wb") as dst:
         reader = zstandard.ZstdDecompressor().stream_reader(src)
         for block in iter(lambda: reader.read(CHUNK), b""):
             dst.write(block)

@@ -31,7 +31,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.place import Place
 from hermes_keeper.run.context import RunContext
-from hermes_keeper.sqlite.connect import checkpoint_passive, connect_ro, connect_rw, is_busy
+from hermes_keeper.sqlite.connect import checkpoint_passive, connect_file, connect_ro, connect_rw, is_busy
 from hermes_keeper.sqlite.fts import fts5_tables, merge_round, release_leftover_hold
 from hermes_keeper.sqlite.holders import (
     Holder,
@@ -271,7 +271,7 @@ def _copy_rows(db: Path, dst: Path) -> None:
     with the file format. Triggers and views hold no data and are left out.
     """
     src = connect_ro(db)
-    out = sqlite3.connect(dst, isolation_level=None)
+    out = connect_file(dst)
     try:
         out.execute("PRAGMA journal_mode=OFF")
         out.execute("PRAGMA synchronous=OFF")
@@ -329,7 +329,7 @@ def estimate_vacuum_s(db: Path, scratch: Path, journal_mode: str) -> float | Non
 
 def _timed_vacuum(copy: Path, journal_mode: str) -> float:
     """Seconds the one-time switch takes on ``copy``, in ``journal_mode`` as the original."""
-    conn = sqlite3.connect(copy, isolation_level=None)
+    conn = connect_file(copy)
     try:
         conn.execute(f"PRAGMA journal_mode={'wal' if journal_mode == 'wal' else 'delete'}")
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR, SQLITE_SIDES, HomeFS
 from hermes_keeper.model.policy import DAY
-from hermes_keeper.sqlite.connect import id_steps
+from hermes_keeper.sqlite.connect import connect_file, id_steps
 from hermes_keeper.sqlite.schema import SchemaInfo, timestamp_counts_sql
 
 #: Days back for which each session's recent messages are counted (the report's growth windows).
@@ -259,7 +259,7 @@ class StatsCache:
 
     def _connect(self, create: bool) -> sqlite3.Connection:
         path = self.fs.sqlite_file(KEEPER_DIR, CACHE_NAME, create=create)
-        conn = sqlite3.connect(path, isolation_level=None)
+        conn = connect_file(path)
         conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
         return conn
 

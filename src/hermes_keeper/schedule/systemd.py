@@ -70,6 +70,7 @@ def _systemctl(*args: str) -> str | None:
 
 
 def _write(path: Path, text: str) -> None:
+    # Not through HomeFS: a unit lives in the user's ~/.config/systemd/user, outside any Hermes home.
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -117,7 +118,7 @@ def remove(job: Job, dry_run: bool = False) -> list[Change]:
     for path in present:
         changes.append(Change(VIA, "removed", str(path), _read(path) or ""))
         if not dry_run:
-            path.unlink()
+            path.unlink()  # our unit in ~/.config/systemd/user: outside any home, so not through HomeFS
     if present and not dry_run:
         _systemctl("daemon-reload")
     return changes or [Change(VIA, "absent", str(folder / timer), "")]

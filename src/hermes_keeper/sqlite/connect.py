@@ -31,6 +31,8 @@ def is_busy(exc: BaseException) -> bool:
 
 
 def uri(path: Path, mode: str) -> str:
+    """The ``file:`` URI of ``path``, quoted: in a URI a ``?`` starts the query, ``#`` the
+    fragment and ``%`` an escape, so a home named ``we?ird#home`` would be another file."""
     return f"file:{quote(str(Path(path).resolve()))}?mode={mode}"
 
 
@@ -59,6 +61,28 @@ def connect_rw(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Co
     conn = sqlite3.connect(uri(path, "rw"), uri=True, timeout=busy_timeout_s, isolation_level=None)
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
+
+
+def connect_file(
+    path: Path,
+    mode: str = "rwc",
+    timeout: float = 5.0,
+    isolation_level: str | None = None,
+    check_same_thread: bool = True,
+) -> sqlite3.Connection:
+    """A connection to one of the keeper's own files (history, caches, the archive, copies it made).
+
+    ``mode`` is SQLite's: ``ro``, ``rw`` (the file must exist) or ``rwc`` (created when missing).
+    The path is the caller's, checked through the filesystem door where it is in a home; the
+    other arguments are :func:`sqlite3.connect`'s (its defaults, but autocommit).
+    """
+    return sqlite3.connect(
+        uri(path, mode),
+        uri=True,
+        timeout=timeout,
+        isolation_level=isolation_level,
+        check_same_thread=check_same_thread,
+    )
 
 
 @contextmanager

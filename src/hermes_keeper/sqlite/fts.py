@@ -18,6 +18,7 @@ indexes are only merged less often.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hermes_keeper.errors import TryLater
-from hermes_keeper.fs import durable_rename, fsync_dir, open_private, private_dir
+from hermes_keeper.fs import HomeFS, durable_rename, fsync_dir, open_private, private_dir
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import time_limit
 from hermes_keeper.sqlite.schema import SchemaInfo
@@ -554,8 +555,10 @@ class MergeHold:
             else:
                 self._merge(t, settle=True)
         self.w.step(lambda c: [_apply(c, t, self.saved[t]) for t in held])
-        self.path.unlink()
-        fsync_dir(self.path.parent)
+        keeper = self.path.parent
+        if HomeFS(keeper.parent).unlink(keeper.name, HOLD_NAME) is None:  # gone, or a link the door keeps
+            raise FileNotFoundError(errno.ENOENT, "gone or not a regular file", str(self.path))
+        fsync_dir(keeper)
         if self.journal:
             self.journal.write(
                 "fts_restored",
