@@ -19,6 +19,7 @@ from hermes_keeper.journal import read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
+from hermes_keeper.report_types import Runaway
 
 OK, WARNING, CRITICAL, UNKNOWN = range(4)
 STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -104,7 +105,7 @@ class CheckResult:
     home: str
     checked_at: float
     measures: list[Measure] = field(default_factory=list)
-    runaways: list[dict] = field(default_factory=list)
+    runaways: list[Runaway] = field(default_factory=list)
 
     @property
     def status(self) -> int:
@@ -130,7 +131,7 @@ class CheckResult:
             "code": self.status,
             "problems": self.problems(),
             "measures": [asdict(m) | {"status": STATUS[m.status]} for m in self.measures],
-            "runaways": self.runaways,
+            "runaways": [r.to_dict() for r in self.runaways],
         }
 
 
@@ -140,7 +141,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
     now = time.time() if now is None else now
     t = policy.check
     rep = build_report(profile, now=now, zombie_after_s=policy.zombie_after_s, top=0, policy=policy)
-    growth = rep["growth"]["last_7d"]["bytes_per_day"]
+    growth = rep.growth.last_7d.bytes_per_day
     free = shutil.disk_usage(profile.home).free
     journal = read_journal(profile.keeper_dir)
     last_run = max((r["ts"] for r in journal if r.get("action") == RUN_DONE), default=None)
@@ -148,18 +149,18 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
     # never verified: counted from the keeper's first record in this home
     first = min((r["ts"] for r in journal), default=None)
     verify_since = max((r["ts"] for r in verifies if r.get("ok")), default=first)
-    runaways = rep["sessions"]["runaways"]
-    zombies = rep["sessions"]["zombies"]["total"]
+    runaways = rep.sessions.runaways
+    zombies = rep.sessions.zombies.total
     full_in = free / growth * 86400 if growth > 0 else None
     result = CheckResult(profile.name, str(profile.home), now, runaways=runaways)
     result.measures = [
         _over(
             "db",
-            rep["disk"]["state_db"],
+            rep.disk.state_db,
             "B",
             t["db_warn"],
             t["db_crit"],
-            f"state.db {units.size(rep['disk']['state_db'])}",
+            f"state.db {units.size(rep.disk.state_db)}",
         ),
         _over(
             "growth_per_day",
@@ -171,11 +172,11 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
         ),
         _over(
             "wal",
-            rep["disk"]["wal"],
+            rep.disk.wal,
             "B",
             t["wal_warn"],
             t["wal_crit"],
-            f"WAL {units.size(rep['disk']['wal'])}",
+            f"WAL {units.size(rep.disk.wal)}",
         ),
         _under(
             "free", free, "B", t["free_warn"], t["free_crit"], f"{units.size(free)} free on the home's disk"
@@ -197,15 +198,15 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
             "",
             None,
             t["runaways_crit"],
-            f"{len(runaways)} runaway sessions ({'; '.join(runaways[0]['why']) if runaways else ''})",
+            f"{len(runaways)} runaway sessions ({'; '.join(runaways[0].why) if runaways else ''})",
         ),
         _over(
             "reclaimable",
-            rep["database"]["reclaimable_bytes"],
+            rep.database.reclaimable_bytes,
             "B",
             t["reclaimable_warn"],
             None,
-            f"{units.size(rep['database']['reclaimable_bytes'])} reclaimable in state.db",
+            f"{units.size(rep.database.reclaimable_bytes)} reclaimable in state.db",
         ),
         _age(
             "last_run_age",
@@ -228,16 +229,16 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
             CRITICAL,
         ),
     ]
-    archive = rep["archive"]
-    if archive["budget"] is not None:  # [archive] max_bytes: over it is a WARNING (the run trims it)
+    archive = rep.archive
+    if archive.budget is not None:  # [archive] max_bytes: over it is a WARNING (the run trims it)
         result.measures.append(
             _over(
                 "archive",
-                archive["bytes"],
+                archive.bytes,
                 "B",
-                archive["budget"],
+                archive.budget,
                 None,
-                f"archive {units.size(archive['bytes'])} over its budget of {units.size(archive['budget'])}",
+                f"archive {units.size(archive.bytes)} over its budget of {units.size(archive.budget)}",
             )
         )
     if archive_exists(profile.keeper_dir):

@@ -15,8 +15,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from hermes_keeper import units
+from hermes_keeper.archive.retention import ArchiveUsage
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.report import AGE_BUCKETS
+from hermes_keeper.report_types import (
+    CheckpointsRow,
+    FilesSection,
+    FolderRow,
+    GrowthSection,
+    Report,
+    SessionsSection,
+)
 from hermes_keeper.run.files import CHECKPOINTS_NOTE
 
 GROUP_LABELS = {
@@ -64,89 +73,89 @@ def heading(c: Console, text: str) -> None:
         c.print(f"== {text} ==")
 
 
-def _database_table(rep: dict) -> Table:
-    db, disk = rep["database"], rep["disk"]
-    t = Table(title=f"state.db: {units.size(db['bytes'])} in {db['page_count']} pages of {db['page_size']} B")
+def _database_table(rep: Report) -> Table:
+    db, disk = rep.database, rep.disk
+    t = Table(title=f"state.db: {units.size(db.bytes)} in {db.page_count} pages of {db.page_size} B")
     t.add_column("what")
     t.add_column("bytes", justify="right")
     t.add_column("share", justify="right")
-    total = max(1, db["bytes"])
+    total = max(1, db.bytes)
     for key, label in GROUP_LABELS.items():
-        n = db["groups"][key]
+        n = db.groups[key]
         t.add_row(label, units.size(n), f"{100 * n / total:.0f}%")
     t.add_section()
-    t.add_row("state.db-wal (write-ahead log)", units.size(disk["wal"]), "")
-    t.add_row("state.db-shm (WAL index)", units.size(disk["shm"]), "")
+    t.add_row("state.db-wal (write-ahead log)", units.size(disk.wal), "")
+    t.add_row("state.db-shm (WAL index)", units.size(disk.shm), "")
     return t
 
 
-def _files_table(files: dict) -> Table:
+def _files_table(files: FilesSection) -> Table:
     t = Table(title="Files beside state.db")
     t.add_column("where")
     t.add_column("files", justify="right")
     t.add_column("bytes", justify="right")
-    for kind, v in files["sessions_dir"].items():
-        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v["files"]), units.size(v["bytes"]))
-    o = files["orphans"]
-    t.add_row("  of these: orphans (session gone)", str(o["files"]), units.size(o["bytes"]))
-    for d, v in files["other"].items():
-        if v["files"]:
-            t.add_row(cell(f"{d}/"), str(v["files"]), units.size(v["bytes"]))
-    if copies := files["malformed_copies"]:
+    for kind, v in files.sessions_dir.items():
+        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v.files), units.size(v.bytes))
+    o = files.orphans
+    t.add_row("  of these: orphans (session gone)", str(o.files), units.size(o.bytes))
+    for d, v in files.other.items():
+        if v.files:
+            t.add_row(cell(f"{d}/"), str(v.files), units.size(v.bytes))
+    if copies := files.malformed_copies:
         t.add_row(
             "state.db.malformed-backup-* (never removed)",
             str(len(copies)),
-            units.size(sum(m["bytes"] for m in copies)),
+            units.size(sum(m.bytes for m in copies)),
         )
     return t
 
 
-def _folders_table(rows: list[dict]) -> Table:
+def _folders_table(rows: list[FolderRow | CheckpointsRow]) -> Table:
     """Each kind of growing file with the policy's rule and what `run` would remove of it."""
     t = Table(title="Files that grow, and what `run` does with them (\\[files] in keeper.toml)")
     for col in ("where", "entries", "bytes", "policy", "run removes"):
         t.add_column(col, justify="right" if col in ("entries", "bytes") else "left", overflow="fold")
     for r in rows:
-        removes = f"{r['remove_entries']} ({units.size(r['remove_bytes'])})" if r["remove_entries"] else "-"
-        if r["kept"]:
-            removes += f"; keeps {r['kept']} (symlink, last readable)"
-        t.add_row(cell(r["where"]), str(r["entries"]), units.size(r["bytes"]), cell(r["rule"]), removes)
+        removes = f"{r.remove_entries} ({units.size(r.remove_bytes)})" if r.remove_entries else "-"
+        if r.kept:
+            removes += f"; keeps {r.kept} (symlink, last readable)"
+        t.add_row(cell(r.where), str(r.entries), units.size(r.bytes), cell(r.rule), removes)
     return t
 
 
-def _sources_table(s: dict) -> Table:
-    t = Table(title=f"Sessions by source and last activity ({s['total']} sessions, {s['messages']} messages)")
+def _sources_table(s: SessionsSection) -> Table:
+    t = Table(title=f"Sessions by source and last activity ({s.total} sessions, {s.messages} messages)")
     t.add_column("source")
     for name, _ in AGE_BUCKETS:
         t.add_column(name, justify="right")
     t.add_column("total", justify="right")
     t.add_column("zombies", justify="right")
-    for src, row in s["by_source"].items():
+    for src, row in s.by_source.items():
         t.add_row(
             cell(src),
             *(str(row[b]) for b, _ in AGE_BUCKETS),
             str(row["total"]),
-            str(s["zombies"]["by_source"].get(src, 0)),
+            str(s.zombies.by_source.get(src, 0)),
         )
     return t
 
 
-def _largest_table(s: dict, now: float) -> Table:
+def _largest_table(s: SessionsSection, now: float) -> Table:
     """Top sessions by messages (as many as ``--top`` asked); token and cost columns only where
     Hermes recorded any."""
-    rows = s["largest"]["messages"]
+    rows = s.largest.messages
     cells = {
-        "id": lambda r: cell(r["id"]),
-        "source": lambda r: cell(r["source"]),
-        "messages": lambda r: str(r["messages"]),
-        "text": lambda r: units.size(r["bytes"]),
-        "tokens": lambda r: str(r["tokens"]),
-        "cost": lambda r: f"${r['cost_usd']:.2f}",
-        "last activity": lambda r: units.ago(r["last_activity"], now),
+        "id": lambda r: cell(r.id),
+        "source": lambda r: cell(r.source),
+        "messages": lambda r: str(r.messages),
+        "text": lambda r: units.size(r.bytes),
+        "tokens": lambda r: str(r.tokens),
+        "cost": lambda r: f"${r.cost_usd:.2f}",
+        "last activity": lambda r: units.ago(r.last_activity, now),
     }
-    if not any(r["tokens"] for r in rows):
+    if not any(r.tokens for r in rows):
         del cells["tokens"]
-    if not any(r["cost_usd"] for r in rows):
+    if not any(r.cost_usd for r in rows):
         del cells["cost"]
     t = Table(title="Largest sessions (by messages)")
     for col in cells:
@@ -156,17 +165,16 @@ def _largest_table(s: dict, now: float) -> Table:
     return t
 
 
-def _growth_table(g: dict) -> Table:
+def _growth_table(g: GrowthSection) -> Table:
     t = Table(title="Growth (by start of session / message time)")
     for col in ("window", "sessions/day", "messages/day", "state.db/day"):
         t.add_column(col, justify="right")
-    for key in ("last_7d", "last_30d"):
-        w = g[key]
+    for label, w in (("last 7d", g.last_7d), ("last 30d", g.last_30d)):
         t.add_row(
-            key.replace("_", " "),
-            f"{w['sessions_per_day']:g}",
-            f"{w['messages_per_day']:g}",
-            units.size(w["bytes_per_day"]),
+            label,
+            f"{w.sessions_per_day:g}",
+            f"{w.messages_per_day:g}",
+            units.size(w.bytes_per_day),
         )
     return t
 
@@ -187,56 +195,55 @@ def local_time(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def _archive_line(a: dict, now: float, c: Console) -> None:
+def _archive_line(a: ArchiveUsage, now: float, c: Console) -> None:
     """The archive's size against ``[archive] max_bytes`` / ``keep``; red when over its budget."""
-    if a["problem"]:
-        c.print(f"[yellow]archive: {escape(term(a['problem']))}[/]")
-    if not a["files"]:
+    if a.problem:
+        c.print(f"[yellow]archive: {escape(term(a.problem))}[/]")
+    if not a.files:
         return
-    budget = f" of a {units.size(a['budget'])} budget" if a["budget"] is not None else ""
-    oldest = f", oldest active {units.ago(a['oldest'], now)}" if a["oldest"] is not None else ""
+    budget = f" of a {units.size(a.budget)} budget" if a.budget is not None else ""
+    oldest = f", oldest active {units.ago(a.oldest, now)}" if a.oldest is not None else ""
     c.print(
-        f"archive: {units.size(a['bytes'])}{budget} in {a['files']} files, {a['entries']} entries{oldest}",
+        f"archive: {units.size(a.bytes)}{budget} in {a.files} files, {a.entries} entries{oldest}",
         markup=False,
     )
-    if a["over_budget"]:
+    if a.over_budget:
         c.print(
             "[red]archive over its budget (archive.max_bytes): the next run drops the oldest conversations[/]"
         )
-    if a["expired"]:
-        c.print(f"[yellow]{a['expired']} archive entries older than archive.keep: the next run drops them[/]")
+    if a.expired:
+        c.print(f"[yellow]{a.expired} archive entries older than archive.keep: the next run drops them[/]")
 
 
-def render_report(rep: dict, c: Console | None = None) -> None:
+def render_report(rep: Report, c: Console | None = None) -> None:
     c = c or console()
-    now = rep["generated_at"]
-    sch = rep["schema"]
-    heading(c, f"[bold]{rep['profile']}[/] {escape(term(rep['home']))}")
-    c.print(f"schema: {sch['reason']} · journal {sch['journal_mode']} · auto_vacuum {sch['auto_vacuum']}")
-    c.print(f"Hermes: {sch['generation']} · protections: {', '.join(sch['protections']) or 'none'}")
-    for p in sch["timestamp_problems"]:
+    now = rep.generated_at
+    sch = rep.schema
+    heading(c, f"[bold]{rep.profile}[/] {escape(term(rep.home))}")
+    c.print(f"schema: {sch.reason} · journal {sch.journal_mode} · auto_vacuum {sch.auto_vacuum}")
+    c.print(f"Hermes: {sch.generation} · protections: {', '.join(sch.protections) or 'none'}")
+    for p in sch.timestamp_problems:
         c.print(f"[red]timestamps: {p}[/]")
-    if sch["timestamp_problems"]:
+    if sch.timestamp_problems:
         c.print("[red]ages and growth below are unreliable; maintenance refuses this profile[/]")
-    if sch["quick_check"] == "unknown":
+    if sch.quick_check == "unknown":
         c.print(
             "[yellow]quick_check: not finished within report's time and none on record; "
             "`hermes-keeper plan` runs a full one[/]"
         )
-    elif sch["quick_check_at"] is not None and now - sch["quick_check_at"] > 60:
+    elif sch.quick_check_at is not None and now - sch.quick_check_at > 60:
         c.print(
-            f"quick_check: {escape(sch['quick_check'])} at {local_time(sch['quick_check_at'])}"
-            " (last full check)"
+            f"quick_check: {escape(sch.quick_check)} at {local_time(sch.quick_check_at)} (last full check)"
         )
-    if sch["quick_check"] not in ("ok", "unknown"):
+    if sch.quick_check not in ("ok", "unknown"):
         c.print(
-            f"[red]state.db fails quick_check ({escape(sch['quick_check'])}): a damaged page; compact "
+            f"[red]state.db fails quick_check ({escape(sch.quick_check)}): a damaged page; compact "
             "refuses to write; restore a backup (hermes-keeper restore --latest)[/]"
         )
 
     c.print(_database_table(rep))
-    measured = rep["database"]["objects_measured_at"]
-    if rep["database"]["objects_estimated"]:
+    measured = rep.database.objects_measured_at
+    if rep.database.objects_estimated:
         c.print(
             f"[yellow]bytes per table estimated: measured at {local_time(measured)}"
             f" ({units.ago(measured, now)}), when the used pages differed by more than 10%, scaled to"
@@ -245,59 +252,58 @@ def render_report(rep: dict, c: Console | None = None) -> None:
         )
     elif measured is not None and now - measured > 60:
         c.print(f"bytes per table as measured at {local_time(measured)}, scaled to today's used pages")
-    if not rep["database"]["per_object"]:
+    if not rep.database.per_object:
         c.print(
             "[yellow]bytes per table unknown: none on record, and this SQLite has no dbstat, reading"
             " every page takes longer than report's time, or a process holds this DELETE-mode"
             " state.db and that read would hold its writes[/]"
         )
-    c.print(_files_table(rep["files"]))
-    c.print(_folders_table(rep["files"]["policy"]))
-    if rep["files"]["other"]["checkpoints"]["files"]:
+    c.print(_files_table(rep.files))
+    c.print(_folders_table(rep.files.policy))
+    if rep.files.checkpoints.files:
         c.print(CHECKPOINTS_NOTE)
 
-    s = rep["sessions"]
+    s = rep.sessions
     c.print(_sources_table(s))
     c.print(
-        f"open {s['open']} · ended {s['ended']} · "
-        + (f"[yellow]zombies {s['zombies']['total']}[/]" if s["zombies"]["total"] else "zombies 0")
+        f"open {s.open} · ended {s.ended} · "
+        + (f"[yellow]zombies {s.zombies.total}[/]" if s.zombies.total else "zombies 0")
         + " "
-        f"(open, idle >= {units.duration(s['zombie_after_s'])}) · routed {s['routed']} · "
-        f"titled {s['titled']} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
-        f"{s['archived']}, by its idle sweep {s['auto_archived']}, left out of its listing {s['hidden']}"
+        f"(open, idle >= {units.duration(s.zombie_after_s)}) · routed {s.routed} · "
+        f"titled {s.titled} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
+        f"{s.archived}, by its idle sweep {s.auto_archived}, left out of its listing {s.hidden}"
     )
-    if s["routing_unknown"]:
+    if s.routing_unknown:
         c.print(
-            f"[yellow]routing unknown: {escape(term(s['routing_unknown']))}; plan and run keep every "
+            f"[yellow]routing unknown: {escape(term(s.routing_unknown))}; plan and run keep every "
             "session the gateway could route to[/]"
         )
-    if s["future"]:
-        c.print(f"[yellow]{s['future']} sessions dated in the future: kept, their age is unknown[/]")
-    if s["largest"]["messages"]:
+    if s.future:
+        c.print(f"[yellow]{s.future} sessions dated in the future: kept, their age is unknown[/]")
+    if s.largest.messages:
         c.print(_largest_table(s, now))
-    for r in s["runaways"][:RUNAWAYS_SHOWN]:
+    for r in s.runaways[:RUNAWAYS_SHOWN]:
         c.print(
-            f"[yellow]runaway:[/] {escape(term(r['id']))} ({escape(term(r['source']))}): "
-            f"{escape(term('; '.join(r['why'])))}"
-            + (" [yellow](open: only reported)[/]" if r["open"] else "")
+            f"[yellow]runaway:[/] {escape(term(r.id))} ({escape(term(r.source))}): "
+            f"{escape(term('; '.join(r.why)))}" + (" [yellow](open: only reported)[/]" if r.open else "")
         )
-    if len(s["runaways"]) > RUNAWAYS_SHOWN:
-        c.print(f"[yellow]... and {len(s['runaways']) - RUNAWAYS_SHOWN} more runaways (--json lists all)[/]")
+    if len(s.runaways) > RUNAWAYS_SHOWN:
+        c.print(f"[yellow]... and {len(s.runaways) - RUNAWAYS_SHOWN} more runaways (--json lists all)[/]")
 
-    g = rep["growth"]
+    g = rep.growth
     c.print(_growth_table(g))
     c.print(
-        f"projected state.db: {units.size(g['projection']['in_30d_bytes'])} in 30 days, "
-        f"{units.size(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
+        f"projected state.db: {units.size(g.projection.in_30d_bytes)} in 30 days, "
+        f"{units.size(g.projection.in_365d_bytes)} in a year (if nothing is pruned)"
     )
-    _archive_line(rep["archive"], now, c)
-    ap = rep["hermes_auto_prune"]
-    what = f"{ap['deletes']} sessions ({ap['deletes_messages']} messages, {ap['deletes_titled']} titled)"
-    c.print(auto_prune_line(ap, now, what))
-    h = rep["holders"]
-    who = [f"pid {p['pid']} ({escape(term(p['name']))})" for p in h["processes"]]
-    if h["gateway_pid"] and h["gateway_pid"] not in {p["pid"] for p in h["processes"]}:
-        who.append(f"gateway pid {h['gateway_pid']}")
+    _archive_line(rep.archive, now, c)
+    ap = rep.hermes_auto_prune
+    what = f"{ap.deletes} sessions ({ap.deletes_messages} messages, {ap.deletes_titled} titled)"
+    c.print(auto_prune_line(ap.to_dict(), now, what))
+    h = rep.holders
+    who = [f"pid {p.pid} ({escape(term(p.name))})" for p in h.processes]
+    if h.gateway_pid and h.gateway_pid not in {p.pid for p in h.processes}:
+        who.append(f"gateway pid {h.gateway_pid}")
     if who:
         c.print(f"[bold]Hermes is running:[/] {', '.join(who)}")
     else:
