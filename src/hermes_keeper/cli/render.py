@@ -20,10 +20,13 @@ from hermes_keeper.cli.text import cell, term
 from hermes_keeper.report import AGE_BUCKETS
 from hermes_keeper.report_types import (
     CheckpointsRow,
+    DatabaseSection,
     FilesSection,
     FolderRow,
     GrowthSection,
+    HoldersSection,
     Report,
+    SchemaSection,
     SessionsSection,
 )
 from hermes_keeper.run.files import CHECKPOINTS_NOTE
@@ -216,10 +219,35 @@ def _archive_line(a: ArchiveUsage, now: float, c: Console) -> None:
 
 
 def render_report(rep: Report, c: Console | None = None) -> None:
+    """The report for people: each part of :class:`Report` in its table or lines, in order."""
     c = c or console()
     now = rep.generated_at
-    sch = rep.schema
     heading(c, f"[bold]{rep.profile}[/] {escape(term(rep.home))}")
+    _schema_lines(rep.schema, now, c)
+    c.print(_database_table(rep))
+    _breakdown_lines(rep.database, now, c)
+    c.print(_files_table(rep.files))
+    c.print(_folders_table(rep.files.policy))
+    if rep.files.checkpoints.files:
+        c.print(CHECKPOINTS_NOTE)
+    _sessions_lines(rep.sessions, now, c)
+    g = rep.growth
+    c.print(_growth_table(g))
+    c.print(
+        f"projected state.db: {units.size(g.projection.in_30d_bytes)} in 30 days, "
+        f"{units.size(g.projection.in_365d_bytes)} in a year (if nothing is pruned)"
+    )
+    _archive_line(rep.archive, now, c)
+    ap = rep.hermes_auto_prune
+    what = f"{ap.deletes} sessions ({ap.deletes_messages} messages, {ap.deletes_titled} titled)"
+    c.print(auto_prune_line(ap.to_dict(), now, what))
+    _holders_line(rep.holders, c)
+    c.print(f"[dim]report taken {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}[/]")
+
+
+def _schema_lines(sch: SchemaSection, now: float, c: Console) -> None:
+    """What Hermes wrote this database and what it lets the keeper protect; in red what makes
+    the report unreliable or the database damaged, and the age of a quick_check on record."""
     c.print(f"schema: {sch.reason} · journal {sch.journal_mode} · auto_vacuum {sch.auto_vacuum}")
     c.print(f"Hermes: {sch.generation} · protections: {', '.join(sch.protections) or 'none'}")
     for p in sch.timestamp_problems:
@@ -241,9 +269,12 @@ def render_report(rep: Report, c: Console | None = None) -> None:
             "refuses to write; restore a backup (hermes-keeper restore --latest)[/]"
         )
 
-    c.print(_database_table(rep))
-    measured = rep.database.objects_measured_at
-    if rep.database.objects_estimated:
+
+def _breakdown_lines(db: DatabaseSection, now: float, c: Console) -> None:
+    """Where the bytes per table come from when not measured now: an estimate, an earlier
+    measurement, or none at all (and why)."""
+    measured = db.objects_measured_at
+    if db.objects_estimated:
         c.print(
             f"[yellow]bytes per table estimated: measured at {local_time(measured)}"
             f" ({units.ago(measured, now)}), when the used pages differed by more than 10%, scaled to"
@@ -252,18 +283,16 @@ def render_report(rep: Report, c: Console | None = None) -> None:
         )
     elif measured is not None and now - measured > 60:
         c.print(f"bytes per table as measured at {local_time(measured)}, scaled to today's used pages")
-    if not rep.database.per_object:
+    if not db.per_object:
         c.print(
             "[yellow]bytes per table unknown: none on record, and this SQLite has no dbstat, reading"
             " every page takes longer than report's time, or a process holds this DELETE-mode"
             " state.db and that read would hold its writes[/]"
         )
-    c.print(_files_table(rep.files))
-    c.print(_folders_table(rep.files.policy))
-    if rep.files.checkpoints.files:
-        c.print(CHECKPOINTS_NOTE)
 
-    s = rep.sessions
+
+def _sessions_lines(s: SessionsSection, now: float, c: Console) -> None:
+    """Sessions by source and age, their states, the largest, the first runaways."""
     c.print(_sources_table(s))
     c.print(
         f"open {s.open} · ended {s.ended} · "
@@ -290,17 +319,9 @@ def render_report(rep: Report, c: Console | None = None) -> None:
     if len(s.runaways) > RUNAWAYS_SHOWN:
         c.print(f"[yellow]... and {len(s.runaways) - RUNAWAYS_SHOWN} more runaways (--json lists all)[/]")
 
-    g = rep.growth
-    c.print(_growth_table(g))
-    c.print(
-        f"projected state.db: {units.size(g.projection.in_30d_bytes)} in 30 days, "
-        f"{units.size(g.projection.in_365d_bytes)} in a year (if nothing is pruned)"
-    )
-    _archive_line(rep.archive, now, c)
-    ap = rep.hermes_auto_prune
-    what = f"{ap.deletes} sessions ({ap.deletes_messages} messages, {ap.deletes_titled} titled)"
-    c.print(auto_prune_line(ap.to_dict(), now, what))
-    h = rep.holders
+
+def _holders_line(h: HoldersSection, c: Console) -> None:
+    """Who holds state.db: the processes found, and the gateway by its pid file if not among them."""
     who = [f"pid {p.pid} ({escape(term(p.name))})" for p in h.processes]
     if h.gateway_pid and h.gateway_pid not in {p.pid for p in h.processes}:
         who.append(f"gateway pid {h.gateway_pid}")
@@ -308,4 +329,3 @@ def render_report(rep: Report, c: Console | None = None) -> None:
         c.print(f"[bold]Hermes is running:[/] {', '.join(who)}")
     else:
         c.print("no process holds state.db")
-    c.print(f"[dim]report taken {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}[/]")
