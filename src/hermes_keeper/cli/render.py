@@ -183,13 +183,20 @@ def _growth_table(g: GrowthSection) -> Table:
 
 
 def auto_prune_line(ap: dict, now: float, what: str) -> str:
+    """:func:`auto_prune_text` of the plan's ``hermes_auto_prune`` (its JSON: a dict)."""
+    return auto_prune_text(ap["enabled"], ap["origin"], ap["retention_days"], ap["next_run"], now, what)
+
+
+def auto_prune_text(
+    enabled: bool, origin: str, retention_days: float, next_run: float | None, now: float, what: str
+) -> str:
     """One line on Hermes's own auto-prune: on or off (and why), and when it runs with ``what``
     it deletes without an archive."""
-    if not ap["enabled"]:
-        return f"Hermes's own auto-prune: off ({ap['origin']})"
-    when = "at the next Hermes start" if ap["next_run"] <= now else f"after {local_time(ap['next_run'])}"
+    if not enabled:
+        return f"Hermes's own auto-prune: off ({origin})"
+    when = "at the next Hermes start" if next_run <= now else f"after {local_time(next_run)}"
     return (
-        f"[yellow]Hermes's own auto-prune: on ({ap['origin']}), {ap['retention_days']:g} days; "
+        f"[yellow]Hermes's own auto-prune: on ({origin}), {retention_days:g} days; "
         f"{when} it deletes {what}, with no archive. `hermes-keeper adopt` hands retention to the keeper[/]"
     )
 
@@ -240,7 +247,7 @@ def render_report(rep: Report, c: Console | None = None) -> None:
     _archive_line(rep.archive, now, c)
     ap = rep.hermes_auto_prune
     what = f"{ap.deletes} sessions ({ap.deletes_messages} messages, {ap.deletes_titled} titled)"
-    c.print(auto_prune_line(ap.to_dict(), now, what))
+    c.print(auto_prune_text(ap.enabled, ap.origin, ap.retention_days, ap.next_run, now, what))
     _holders_line(rep.holders, c)
     c.print(f"[dim]report taken {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}[/]")
 
