@@ -27,17 +27,18 @@ from bench.homes import SHAPES, SIZES, bench_home, copy_home  # noqa: E402
 from bench.report_speed import drop_cache, median_time  # noqa: E402
 from hermes_keeper import report  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
+from hermes_keeper.report_types import Report  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 
 UNBOUNDED_S = 3600.0
 
 
-def _breakdown(rep: dict) -> str:
-    db = rep["database"]
-    if not db["per_object"]:
+def _breakdown(rep: Report) -> str:
+    db = rep.database
+    if not db.per_object:
         return "unknown"
-    age = rep["generated_at"] - db["objects_measured_at"]
-    return f"{'estimate' if db['objects_estimated'] else 'measured'}, {age:.0f} s old"
+    age = rep.generated_at - db.objects_measured_at
+    return f"{'estimate' if db.objects_estimated else 'measured'}, {age:.0f} s old"
 
 
 def main() -> None:
@@ -67,7 +68,7 @@ def main() -> None:
         print(f"  first report (records the breakdown): {first:.2f} s")
         facts = home / "keeper" / "facts.json"
         recorded = facts.read_bytes()  # the breakdown from before the run
-        reps: list[dict] = []
+        reps: list[Report] = []
         cold, _ = median_time(lambda: reps.append(profile.report()), 1, before=lambda: drop_cache(home))
         print(f"  report after the run, cold: {cold:.2f} s; breakdown: {_breakdown(reps[-1])}")
         warm, times = median_time(lambda: reps.append(profile.report()), args.runs)

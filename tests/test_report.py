@@ -247,7 +247,7 @@ NOW = 1.8e9
     ],
 )
 def test_growth_and_projection(started, windows, db_bytes, free, expect):
-    g = growth_section(started, windows, NOW, db_bytes, free)
+    g = growth_section(started, windows, NOW, db_bytes, free).to_dict()
     got = {
         "spd7": g["last_7d"]["sessions_per_day"],
         "spd30": g["last_30d"]["sessions_per_day"],

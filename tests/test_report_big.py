@@ -81,7 +81,8 @@ def test_breakdown_is_measured_again_once_the_used_bytes_moved(home):
 def test_no_keeper_folder_nothing_written_and_an_unfinished_check_is_said(home, monkeypatch):
     before = tree_digest(home)
     monkeypatch.setattr(report, "CHECK_BUDGET_S", 0.0)
-    rep = Home(home).profile().report(record=False)  # the read itself writes nothing without keeper/
+    # the read itself writes nothing without keeper/
+    rep = Home(home).profile().report(record=False).to_dict()
     assert rep["schema"]["quick_check"] == "unknown" and rep["schema"]["quick_check_at"] is None
     assert tree_digest(home) == before
     out = CliRunner().invoke(main, ["report", "--home", str(home)], terminal_width=200).output
@@ -138,7 +139,7 @@ def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home
             text=True,
         )
         assert compact.returncode == 75 and "no quick_check on record" in compact.stderr
-        rep = profile.report()
+        rep = profile.report().to_dict()
         assert rep["holders"]["processes"]
         assert rep["schema"]["quick_check"] == "unknown" and rep["schema"]["quick_check_at"] is None
         assert rep["database"]["per_object"] is False and rep["database"]["objects"] == {}
@@ -146,7 +147,7 @@ def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home
     finally:
         holder.kill()
         holder.wait()
-    rep = Home(home).profile().report()  # nobody holds it: checked and measured, both recorded
+    rep = Home(home).profile().report().to_dict()  # nobody holds it: checked and measured, both recorded
     assert rep["schema"]["quick_check"] == "ok" and rep["database"]["per_object"]
 
 

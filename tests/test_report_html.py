@@ -11,6 +11,7 @@ import stat
 import subprocess
 import time
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import pytest
 from PIL import Image
@@ -136,10 +137,10 @@ def test_the_console_check_sees_an_error(tmp_path):
 
 
 def _page(**over) -> ProfilePage:
-    rep = {
-        "database": {"bytes": 1_000_000_000, "reclaimable_bytes": 100_000_000},
-        "growth": {"last_30d": {"bytes_per_day": 5_000_000}},
-    }
+    rep = SimpleNamespace(  # the parts of a Report the projection reads
+        database=SimpleNamespace(bytes=1_000_000_000, reclaimable_bytes=100_000_000),
+        growth=SimpleNamespace(last_30d=SimpleNamespace(bytes_per_day=5_000_000)),
+    )
     return ProfilePage(rep, {"prune": {"est_bytes": 600_000_000}}, 90.0, over.get("budget"), [])
 
 

@@ -129,10 +129,10 @@ def test_cached_statistics_follow_appends_deletes_rewrites_and_time(tmp_path, mo
 
 def test_a_damaged_cache_warns_and_the_report_stays_right(tmp_path, capsys):
     profile = _home(tmp_path)
-    fresh = build_report(profile, now=NOW)
+    fresh = build_report(profile, now=NOW).to_dict()
     profile.fs.path("keeper", message_stats.CACHE_NAME).write_bytes(b"not a database at all" * 100)
     capsys.readouterr()
-    again = build_report(profile, now=NOW)
+    again = build_report(profile, now=NOW).to_dict()
     assert "stats.db unreadable" in capsys.readouterr().err
     assert again["sessions"] == fresh["sessions"] and again["growth"] == fresh["growth"]
     _same(profile, NOW)  # written anew, and right
@@ -181,7 +181,7 @@ def test_real_hermes_appends_are_folded_in(tmp_path, hermes, hermes_home):
 
 def test_the_reports_timestamp_problems_come_from_the_cache_and_match_a_full_check(tmp_path):
     profile = _home(tmp_path)
-    assert build_report(profile, now=NOW)["schema"]["timestamp_problems"] == []
+    assert build_report(profile, now=NOW).to_dict()["schema"]["timestamp_problems"] == []
     conn = _db(profile)
     sid = conn.execute("SELECT id FROM sessions LIMIT 1").fetchone()[0]
     _append(conn, sid, 2, NOW * 1000)  # milliseconds, as another writer might store them
@@ -190,7 +190,7 @@ def test_the_reports_timestamp_problems_come_from_the_cache_and_match_a_full_che
         (sid,),
     )
     conn.close()
-    problems = build_report(profile, now=NOW)["schema"]["timestamp_problems"]
+    problems = build_report(profile, now=NOW).to_dict()["schema"]["timestamp_problems"]
     assert problems == inspect(profile.db_path).timestamp_problems
     assert [p.split(":")[0] for p in problems] == ["messages.timestamp", "messages.timestamp"]
 

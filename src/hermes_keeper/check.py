@@ -19,6 +19,7 @@ from hermes_keeper.journal import read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
+from hermes_keeper.report_types import Report, Runaway
 
 OK, WARNING, CRITICAL, UNKNOWN = range(4)
 STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -78,10 +79,16 @@ def _under(label, value, uom, warn, crit, what) -> Measure:
     return Measure(label, value, uom, warn, crit, status, what if status else "", floor=True)
 
 
-def _age(label, since: float | None, now: float, warn, crit, what, never: str, never_status: int) -> Measure:
-    """How long ago ``since`` was; None (it never happened) is ``never`` at ``never_status``."""
+#: What an age that never started is: (status, problem).
+NEVER_RAN = (CRITICAL, "never ran")
+NO_BACKUP = (CRITICAL, "no verified backup")
+NEVER_VERIFIED = (WARNING, "archive never verified")
+
+
+def _age(label, since: float | None, now: float, warn, crit, what, never: tuple[int, str]) -> Measure:
+    """How long ago ``since`` was; None (it never happened) is ``never``: (status, problem)."""
     if since is None:
-        return Measure(label, None, "s", warn, crit, never_status, never)
+        return Measure(label, None, "s", warn, crit, *never)
     age = max(0.0, now - since)
     return _over(label, age, "s", warn, crit, f"{what} {units.ago(since, now, 1)}")
 
@@ -104,7 +111,7 @@ class CheckResult:
     home: str
     checked_at: float
     measures: list[Measure] = field(default_factory=list)
-    runaways: list[dict] = field(default_factory=list)
+    runaways: list[Runaway] = field(default_factory=list)
 
     @property
     def status(self) -> int:
@@ -130,7 +137,7 @@ class CheckResult:
             "code": self.status,
             "problems": self.problems(),
             "measures": [asdict(m) | {"status": STATUS[m.status]} for m in self.measures],
-            "runaways": self.runaways,
+            "runaways": [r.to_dict() for r in self.runaways],
         }
 
 
@@ -140,27 +147,54 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
     now = time.time() if now is None else now
     t = policy.check
     rep = build_report(profile, now=now, zombie_after_s=policy.zombie_after_s, top=0, policy=policy)
-    growth = rep["growth"]["last_7d"]["bytes_per_day"]
     free = shutil.disk_usage(profile.home).free
-    journal = read_journal(profile.keeper_dir)
-    last_run = max((r["ts"] for r in journal if r.get("action") == RUN_DONE), default=None)
-    verifies = [r for r in journal if r.get("action") == ARCHIVE_VERIFIED]
-    # never verified: counted from the keeper's first record in this home
-    first = min((r["ts"] for r in journal), default=None)
-    verify_since = max((r["ts"] for r in verifies if r.get("ok")), default=first)
-    runaways = rep["sessions"]["runaways"]
-    zombies = rep["sessions"]["zombies"]["total"]
-    full_in = free / growth * 86400 if growth > 0 else None
-    result = CheckResult(profile.name, str(profile.home), now, runaways=runaways)
+    past = _JournalFacts.read(profile)
+    result = CheckResult(profile.name, str(profile.home), now, runaways=rep.sessions.runaways)
     result.measures = [
-        _over(
-            "db",
-            rep["disk"]["state_db"],
-            "B",
-            t["db_warn"],
-            t["db_crit"],
-            f"state.db {units.size(rep['disk']['state_db'])}",
+        *_disk_measures(rep, t, free),
+        *_session_measures(rep, t),
+        _age(
+            "last_run_age", past.last_run, now, t["last_run_warn"], t["last_run_crit"], "last run", NEVER_RAN
         ),
+        _age(
+            "backup_age",
+            newest_verified_backup(profile),
+            now,
+            t["backup_warn"],
+            t["backup_crit"],
+            "newest verified backup",
+            NO_BACKUP,
+        ),
+        *_archive_measures(profile, rep, t, now, past),
+    ]
+    return result
+
+
+@dataclass(frozen=True)
+class _JournalFacts:
+    """What the journal says of past runs and archive verifies."""
+
+    last_run: float | None  # the last finished run
+    verifies: list[dict]  # every archive verify, oldest first
+    verify_since: float | None  # the last that passed; never: the keeper's first record in this home
+
+    @classmethod
+    def read(cls, profile: Place) -> _JournalFacts:
+        journal = read_journal(profile.keeper_dir)
+        last_run = max((r["ts"] for r in journal if r.get("action") == RUN_DONE), default=None)
+        verifies = [r for r in journal if r.get("action") == ARCHIVE_VERIFIED]
+        first = min((r["ts"] for r in journal), default=None)
+        return cls(last_run, verifies, max((r["ts"] for r in verifies if r.get("ok")), default=first))
+
+
+def _disk_measures(rep: Report, t: dict, free: int) -> list[Measure]:
+    """state.db, its growth and WAL against their limits; the home's free space and, at the
+    last 7 days' rate, how soon it is gone."""
+    db, wal = rep.disk.state_db, rep.disk.wal
+    growth = rep.growth.last_7d.bytes_per_day
+    full_in = free / growth * 86400 if growth > 0 else None
+    return [
+        _over("db", db, "B", t["db_warn"], t["db_crit"], f"state.db {units.size(db)}"),
         _over(
             "growth_per_day",
             growth,
@@ -169,14 +203,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
             t["growth_crit"],
             f"growing {units.size(growth)}/day",
         ),
-        _over(
-            "wal",
-            rep["disk"]["wal"],
-            "B",
-            t["wal_warn"],
-            t["wal_crit"],
-            f"WAL {units.size(rep['disk']['wal'])}",
-        ),
+        _over("wal", wal, "B", t["wal_warn"], t["wal_crit"], f"WAL {units.size(wal)}"),
         _under(
             "free", free, "B", t["free_warn"], t["free_crit"], f"{units.size(free)} free on the home's disk"
         ),
@@ -190,6 +217,14 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
         )
         if full_in is not None
         else Measure("full_in", None, "s", t["full_in_warn"], t["full_in_crit"], OK, floor=True),
+    ]
+
+
+def _session_measures(rep: Report, t: dict) -> list[Measure]:
+    """Zombies, runaways (CRITICAL: the policy's ``[runaway]`` limits) and free pages in state.db."""
+    zombies, runaways = rep.sessions.zombies.total, rep.sessions.runaways
+    reclaimable = rep.database.reclaimable_bytes
+    return [
         _over("zombies", zombies, "", t["zombies_warn"], None, f"{zombies} zombie sessions"),
         _over(
             "runaways",
@@ -197,65 +232,50 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
             "",
             None,
             t["runaways_crit"],
-            f"{len(runaways)} runaway sessions ({'; '.join(runaways[0]['why']) if runaways else ''})",
+            f"{len(runaways)} runaway sessions ({'; '.join(runaways[0].why) if runaways else ''})",
         ),
         _over(
             "reclaimable",
-            rep["database"]["reclaimable_bytes"],
+            reclaimable,
             "B",
             t["reclaimable_warn"],
             None,
-            f"{units.size(rep['database']['reclaimable_bytes'])} reclaimable in state.db",
-        ),
-        _age(
-            "last_run_age",
-            last_run,
-            now,
-            t["last_run_warn"],
-            t["last_run_crit"],
-            "last run",
-            "never ran",
-            CRITICAL,
-        ),
-        _age(
-            "backup_age",
-            newest_verified_backup(profile),
-            now,
-            t["backup_warn"],
-            t["backup_crit"],
-            "newest verified backup",
-            "no verified backup",
-            CRITICAL,
+            f"{units.size(reclaimable)} reclaimable in state.db",
         ),
     ]
-    archive = rep["archive"]
-    if archive["budget"] is not None:  # [archive] max_bytes: over it is a WARNING (the run trims it)
-        result.measures.append(
+
+
+def _archive_measures(profile: Place, rep: Report, t: dict, now: float, past: _JournalFacts) -> list[Measure]:
+    """The archive against its budget (over it: a WARNING, the run trims it) and, where there is
+    one, how long since it was verified and whether the last verify failed."""
+    out = []
+    archive = rep.archive
+    if archive.budget is not None:  # [archive] max_bytes
+        out.append(
             _over(
                 "archive",
-                archive["bytes"],
+                archive.bytes,
                 "B",
-                archive["budget"],
+                archive.budget,
                 None,
-                f"archive {units.size(archive['bytes'])} over its budget of {units.size(archive['budget'])}",
+                f"archive {units.size(archive.bytes)} over its budget of {units.size(archive.budget)}",
             )
         )
     if archive_exists(profile.keeper_dir):
-        result.measures.append(
+        out.append(
             _age(
                 "archive_verify_age",
-                verify_since,
+                past.verify_since,
                 now,
                 t["verify_warn"],
                 None,
                 "archive verified",
-                "archive never verified",
-                WARNING,
+                NEVER_VERIFIED,
             )
         )
-        if verifies and not verifies[-1].get("ok"):
-            damaged = verifies[-1].get("damaged", 0)
-            result.measures.append(
+        if past.verifies and not past.verifies[-1].get("ok"):
+            damaged = past.verifies[-1].get("damaged", 0)
+            out.append(
                 Measure(
                     "archive_damaged",
                     damaged,
@@ -266,7 +286,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
                     f"the last archive verify failed ({damaged} damaged rows)",
                 )
             )
-    return result
+    return out
 
 
 #: Severity for combining statuses (the monitoring-plugins rule): CRITICAL over UNKNOWN over WARNING.

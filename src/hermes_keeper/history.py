@@ -30,6 +30,7 @@ from hermes_keeper.sqlite.holders import find_holders, long_reads_stall_hermes
 
 if TYPE_CHECKING:
     from hermes_keeper.place import Place
+    from hermes_keeper.report_types import Report
     from hermes_keeper.run.execute import RunResult
 
 HISTORY_NAME = "history.db"
@@ -209,22 +210,19 @@ def components(
     return out
 
 
-def report_figures(profile: Place, rep: dict) -> dict:
+def report_figures(profile: Place, rep: Report) -> dict:
     """A report's row: disk by component, sessions by source, totals and growth."""
+    db, sessions = rep.database, rep.sessions
     return {
         "components": components(
-            profile,
-            rep["database"]["objects"],
-            rep["database"]["reclaimable_bytes"],
-            rep["disk"]["wal"],
-            rep["files"],
+            profile, db.objects, db.reclaimable_bytes, rep.disk.wal, rep.files.to_dict()
         ),
-        "sessions_by_source": {src: c["total"] for src, c in rep["sessions"]["by_source"].items()},
-        "sessions": rep["sessions"]["total"],
-        "messages": rep["sessions"]["messages"],
-        "zombies": rep["sessions"]["zombies"]["total"],
-        "runaways": len(rep["sessions"]["runaways"]),
-        "bytes_per_day": rep["growth"]["last_30d"]["bytes_per_day"],
+        "sessions_by_source": {src: c["total"] for src, c in sessions.by_source.items()},
+        "sessions": sessions.total,
+        "messages": sessions.messages,
+        "zombies": sessions.zombies.total,
+        "runaways": len(sessions.runaways),
+        "bytes_per_day": rep.growth.last_30d.bytes_per_day,
     }
 
 
@@ -286,7 +284,7 @@ def _record(profile: Place, kind: str, figures: Callable[[], dict]) -> bool:
     return History(profile).record(kind, values)
 
 
-def record_report(profile: Place, rep: dict) -> bool:
+def record_report(profile: Place, rep: Report) -> bool:
     return _record(profile, "report", lambda: report_figures(profile, rep))
 
 

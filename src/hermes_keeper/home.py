@@ -44,6 +44,7 @@ from hermes_keeper.lock import keeper_lock
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
+from hermes_keeper.report_types import Report
 from hermes_keeper.run.compact import compact
 from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import apply_plan, preflight
@@ -77,9 +78,10 @@ class Profile(Place):
         now: float | None = None,
         policy: Policy | None = None,
         record: bool = True,
-    ) -> dict:
+    ) -> Report:
         """Where every byte goes, what the policy (default: :meth:`config`) would remove of the
-        files, runaways by its ``[runaway]`` limits (``schemas/report.json``). Zombies by the
+        files, runaways by its ``[runaway]`` limits: a :class:`report_types.Report`, read by
+        attribute; its ``to_dict()`` is the JSON of ``schemas/report.json``. Zombies by the
         policy's ``zombie_after`` unless ``zombie_after_s`` is given: the report and the run agree.
         Reads state.db only; its figures go to :attr:`history` unless ``record`` is false."""
         policy = policy or self.config()

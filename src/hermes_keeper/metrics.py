@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from hermes_keeper.errors import KeeperError
+
+if TYPE_CHECKING:
+    from hermes_keeper.report_types import Report
 
 PREFIX = "hermes_keeper_"
 DAY = 86400.0
@@ -38,33 +42,30 @@ class Metrics:
             self._gauges[name] = gauge
         (gauge.labels(**labels) if labels else gauge).set(value)
 
-    def report(self, rep: dict) -> None:
-        """The figures of ``report`` (``build_report``'s dict) for one profile."""
-        p = rep["profile"]
-        self.set("report_timestamp_seconds", "When the report was made.", rep["generated_at"], profile=p)
-        self.set("db_bytes", "state.db file size.", rep["disk"]["state_db"], profile=p)
-        self.set("wal_bytes", "state.db-wal file size.", rep["disk"]["wal"], profile=p)
-        for group, n in rep["database"]["groups"].items():
+    def report(self, rep: Report) -> None:
+        """The figures of ``report`` (``build_report``'s :class:`Report`) for one profile."""
+        p = rep.profile
+        self.set("report_timestamp_seconds", "When the report was made.", rep.generated_at, profile=p)
+        self.set("db_bytes", "state.db file size.", rep.disk.state_db, profile=p)
+        self.set("wal_bytes", "state.db-wal file size.", rep.disk.wal, profile=p)
+        for group, n in rep.database.groups.items():
             self.set("db_group_bytes", "state.db bytes per table group.", n, profile=p, group=group)
         self.set(
-            "reclaimable_bytes",
-            "Free pages inside state.db.",
-            rep["database"]["reclaimable_bytes"],
-            profile=p,
+            "reclaimable_bytes", "Free pages inside state.db.", rep.database.reclaimable_bytes, profile=p
         )
-        s = rep["sessions"]
-        self.set("messages", "Messages in state.db.", s["messages"], profile=p)
-        for source, ages in s["by_source"].items():
+        s = rep.sessions
+        self.set("messages", "Messages in state.db.", s.messages, profile=p)
+        for source, ages in s.by_source.items():
             self.set("sessions", "Sessions in state.db by source.", ages["total"], profile=p, source=source)
-        for source in s["by_source"]:
-            n = s["zombies"]["by_source"].get(source, 0)
+        for source in s.by_source:
+            n = s.zombies.by_source.get(source, 0)
             self.set("zombie_sessions", "Open sessions idle past zombie_after.", n, profile=p, source=source)
-            n = sum(r["source"] == source for r in s["runaways"])
+            n = sum(r.source == source for r in s.runaways)
             self.set("runaway_sessions", "Sessions past a [runaway] limit.", n, profile=p, source=source)
-        per_day = rep["growth"]["last_7d"]["bytes_per_day"]
+        per_day = rep.growth.last_7d.bytes_per_day
         self.set("growth_bytes_per_second", "state.db growth, last 7 days' rate.", per_day / DAY, profile=p)
-        for kind, f in rep["files"]["sessions_dir"].items():
-            self.set("session_files_bytes", "sessions/ bytes by kind.", f["bytes"], profile=p, kind=kind)
+        for kind, f in rep.files.sessions_dir.items():
+            self.set("session_files_bytes", "sessions/ bytes by kind.", f.bytes, profile=p, kind=kind)
 
     def run(self, result) -> None:
         """A finished ``run`` (``RunResult``)."""

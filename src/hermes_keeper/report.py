@@ -1,8 +1,9 @@
 """Where every byte of a Hermes home goes, and what its sessions look like.
 
-``build_report`` turns a survey plus disk facts into a JSON-able dict whose shape is
-``schemas/report.json``; ``cli/render.py`` draws it for people and ``docs/report.md``
-explains every figure. Read-only throughout: a live Hermes keeps writing meanwhile.
+``build_report`` turns a survey plus disk facts into a :class:`report_types.Report`, whose
+``to_dict()`` is the shape of ``schemas/report.json``; ``cli/render.py`` draws it for people and
+``docs/report.md`` explains every figure. Read-only throughout: a live Hermes keeps writing
+meanwhile.
 """
 
 from __future__ import annotations
@@ -15,10 +16,31 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hermes_keeper.archive.retention import place_archive_usage
-from hermes_keeper.facts import Breakdown, bounded_check, last_check, record_objects, recorded_objects
+from hermes_keeper.facts import Breakdown, Check, bounded_check, last_check, record_objects, recorded_objects
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.place import Place
+from hermes_keeper.report_types import (
+    AutoPruneSection,
+    CheckpointsRow,
+    DatabaseSection,
+    DiskSection,
+    FilesSection,
+    FolderRow,
+    GrowthSection,
+    HoldersSection,
+    Largest,
+    MalformedCopy,
+    Projection,
+    Report,
+    Runaway,
+    SchemaSection,
+    SessionsSection,
+    SessionSummary,
+    Usage,
+    Window,
+    Zombies,
+)
 from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
 from hermes_keeper.run.files import KINDS as FILE_KINDS
 from hermes_keeper.run.message_stats import RECENT_DAYS
@@ -156,86 +178,84 @@ def _message_windows(survey: Survey) -> dict:
     return out
 
 
-def db_usage(objects: Breakdown | None, schema: SchemaInfo) -> dict:
+def db_usage(objects: Breakdown | None, schema: SchemaInfo) -> DatabaseSection:
     """Bytes per group and per object, and the free pages a vacuum would give back."""
     sizes = objects.sizes if objects else {}
     groups: Counter = Counter()
     for name, size in sizes.items():
         groups[table_group(name)] += size
     groups["free"] = schema.free_bytes
-    return {
-        "page_size": schema.page_size,
-        "page_count": schema.page_count,
-        "bytes": schema.db_bytes,
-        "per_object": objects is not None,
-        "objects_measured_at": objects.at if objects else None,
-        "objects_estimated": bool(objects and objects.estimate),
-        "groups": {k: int(groups.get(k, 0)) for k in GROUPS},
-        "objects": dict(sorted(sizes.items(), key=lambda kv: -kv[1])),
-        "reclaimable_bytes": schema.free_bytes,
-    }
+    return DatabaseSection(
+        page_size=schema.page_size,
+        page_count=schema.page_count,
+        bytes=schema.db_bytes,
+        per_object=objects is not None,
+        objects_measured_at=objects.at if objects else None,
+        objects_estimated=bool(objects and objects.estimate),
+        groups={k: int(groups.get(k, 0)) for k in GROUPS},
+        objects=dict(sorted(sizes.items(), key=lambda kv: -kv[1])),
+        reclaimable_bytes=schema.free_bytes,
+    )
 
 
-def files_usage(home: Path, survey: Survey, policy: Policy, now: float) -> dict:
-    kinds: dict[str, dict] = defaultdict(lambda: {"bytes": 0, "files": 0})
-    orphans = {"bytes": 0, "files": 0}
+def files_usage(home: Path, survey: Survey, policy: Policy, now: float) -> FilesSection:
+    kinds: dict[str, Counter] = defaultdict(Counter)
+    orphans: Counter = Counter()
     for f in survey.files:
-        k = kinds[f.kind]
-        k["bytes"] += f.size
-        k["files"] += 1
+        kinds[f.kind].update(bytes=f.size, files=1)
         if f.orphan:
-            orphans["bytes"] += f.size
-            orphans["files"] += 1
-    other = {d: dir_usage(home / d, home) for d in OTHER_DIRS}
+            orphans.update(bytes=f.size, files=1)
+    other = {d: Usage(**dir_usage(home / d, home)) for d in OTHER_DIRS}
     malformed = [
-        {"name": f.parts[-1], "bytes": f.bytes} for f in survey.folders.found if f.kind == MALFORMED_COPY
+        MalformedCopy(f.parts[-1], f.bytes) for f in survey.folders.found if f.kind == MALFORMED_COPY
     ]
-    return {
-        "sessions_dir": dict(sorted(kinds.items())),
-        "orphans": orphans,
-        "other": other,
-        "malformed_copies": sorted(malformed, key=lambda m: m["name"]),
-        "policy": folders_policy(survey, policy, now, other["checkpoints"]),
-    }
+    return FilesSection(
+        sessions_dir={k: Usage(c["bytes"], c["files"]) for k, c in sorted(kinds.items())},
+        orphans=Usage(orphans["bytes"], orphans["files"]),
+        other=other,
+        malformed_copies=sorted(malformed, key=lambda m: m.name),
+        policy=folders_policy(survey, policy, now, other["checkpoints"]),
+    )
 
 
-def folders_policy(survey: Survey, policy: Policy, now: float, checkpoints: dict) -> list[dict]:
+def folders_policy(
+    survey: Survey, policy: Policy, now: float, checkpoints: Usage
+) -> list[FolderRow | CheckpointsRow]:
     """Each kind of growing file: what is there, the rule, and what a run would remove or keep from
     it (the plan's own :func:`plan_folders`); ``checkpoints/`` last, never removed."""
     remove, kept = plan_folders(survey.folders, policy, survey.profile.home, now)
-    rows = []
+    rows: list[FolderRow | CheckpointsRow] = []
     for kind in FILE_KINDS:
         found = [f for f in survey.folders.found if f.kind == kind]
         gone = [a for a in remove if a.kind == kind]
         rows.append(
-            {
-                "kind": kind,
-                "where": WHERE[kind],
-                "entries": len(found),
-                "files": sum(f.files for f in found),
-                "bytes": sum(f.bytes for f in found),
-                "rule": rule(kind, policy),
-                "remove_entries": len(gone),
-                "remove_bytes": sum(a.bytes for a in gone),
-                "kept": sum(1 for a in kept if a.kind == kind),
-            }
+            FolderRow(
+                kind=kind,
+                where=WHERE[kind],
+                entries=len(found),
+                files=sum(f.files for f in found),
+                bytes=sum(f.bytes for f in found),
+                rule=rule(kind, policy),
+                remove_entries=len(gone),
+                remove_bytes=sum(a.bytes for a in gone),
+                kept=sum(1 for a in kept if a.kind == kind),
+            )
         )
     rows.append(
-        {
-            "kind": "checkpoints",
-            "where": "checkpoints/",
-            "entries": checkpoints["files"],
-            **checkpoints,
-            "rule": CHECKPOINTS_RULE,
-            "remove_entries": 0,
-            "remove_bytes": 0,
-            "kept": 0,
-        }
+        CheckpointsRow(
+            kind="checkpoints",
+            where="checkpoints/",
+            entries=checkpoints.files,
+            bytes=checkpoints.bytes,
+            files=checkpoints.files,
+            rule=CHECKPOINTS_RULE,
+        )
     )
     return rows
 
 
-def _session_summary(s: SessionRow) -> dict:
+def _summary_fields(s: SessionRow) -> dict:
+    """What a top list shows of ``s``: :class:`SessionSummary`'s fields (a runaway's too)."""
     return {
         "id": shown(s.id),
         "source": s.source,
@@ -277,9 +297,41 @@ def runaway_reasons(s: SessionRow, limits: dict) -> list[str]:
     return why
 
 
+def _largest(rows: list[SessionRow], top: int) -> Largest:
+    """The ``top`` largest sessions by messages, text bytes, tokens and cost (none with 0)."""
+
+    def by(fn) -> list[SessionSummary]:
+        return [
+            SessionSummary(**_summary_fields(s))
+            for s in sorted(rows, key=fn, reverse=True)[:top]
+            if fn(s) > 0
+        ]
+
+    return Largest(
+        messages=by(lambda s: s.messages),
+        bytes=by(lambda s: s.content_bytes),
+        tokens=by(lambda s: s.input_tokens + s.output_tokens),
+        cost=by(lambda s: s.cost_usd),
+    )
+
+
+def _runaways(rows: list[SessionRow], limits: dict) -> list[Runaway]:
+    """Sessions past a ``[runaway]`` limit, most messages first, with their span and each limit passed."""
+    runaways = [
+        Runaway(
+            **_summary_fields(s),
+            seconds=round((s.last_message_at or s.started_at) - (s.first_message_at or s.started_at), 1),
+            why=why,
+        )
+        for s in rows
+        if (why := runaway_reasons(s, limits))
+    ]
+    return sorted(runaways, key=lambda r: -r.messages)
+
+
 def sessions_section(
     survey: Survey, now: float, zombie_after_s: float, top: int, runaway: dict | None = None
-) -> dict:
+) -> SessionsSection:
     rows = list(survey.sessions.values())
     by_source: dict[str, Counter] = defaultdict(Counter)
     zombies: Counter = Counter()
@@ -287,49 +339,32 @@ def sessions_section(
         by_source[s.source][age_bucket(now - s.last_activity)] += 1
         if s.is_open and now - s.last_activity >= zombie_after_s:
             zombies[s.source] += 1
-    largest = {
-        key: [_session_summary(s) for s in sorted(rows, key=fn, reverse=True)[:top] if fn(s) > 0]
-        for key, fn in (
-            ("messages", lambda s: s.messages),
-            ("bytes", lambda s: s.content_bytes),
-            ("tokens", lambda s: s.input_tokens + s.output_tokens),
-            ("cost", lambda s: s.cost_usd),
-        )
-    }
-    limits = Policy().runaway if runaway is None else runaway
-    runaways = [
-        _session_summary(s)
-        | {"seconds": round((s.last_message_at or s.started_at) - (s.first_message_at or s.started_at), 1)}
-        | {"why": why}
-        for s in rows
-        if (why := runaway_reasons(s, limits))
-    ]
-    return {
-        "total": len(rows),
-        "messages": survey.message_total,
-        "open": sum(s.is_open for s in rows),
-        "ended": sum(not s.is_open for s in rows),
-        "archived": sum(s.archived for s in rows),
-        "auto_archived": sum(s.auto_archived for s in rows),
-        "hidden": sum(s.hidden for s in rows),
-        "titled": sum(bool(s.title) for s in rows),
-        "routed": sum(s.routed for s in rows),
-        "routing_unknown": survey.routing_problem,
-        "future": sum(s.last_activity > now + FUTURE_SLACK_S for s in rows),
-        "zombie_after_s": zombie_after_s,
-        "zombies": {"total": sum(zombies.values()), "by_source": dict(sorted(zombies.items()))},
-        "by_source": {
+    return SessionsSection(
+        total=len(rows),
+        messages=survey.message_total,
+        open=sum(s.is_open for s in rows),
+        ended=sum(not s.is_open for s in rows),
+        archived=sum(s.archived for s in rows),
+        auto_archived=sum(s.auto_archived for s in rows),
+        hidden=sum(s.hidden for s in rows),
+        titled=sum(bool(s.title) for s in rows),
+        routed=sum(s.routed for s in rows),
+        routing_unknown=survey.routing_problem,
+        future=sum(s.last_activity > now + FUTURE_SLACK_S for s in rows),
+        zombie_after_s=zombie_after_s,
+        zombies=Zombies(total=sum(zombies.values()), by_source=dict(sorted(zombies.items()))),
+        by_source={
             src: {b: int(c.get(b, 0)) for b, _ in AGE_BUCKETS} | {"total": sum(c.values())}
             for src, c in sorted(by_source.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
         },
-        "largest": largest,
-        "runaways": sorted(runaways, key=lambda d: -d["messages"]),
-    }
+        largest=_largest(rows, top),
+        runaways=_runaways(rows, Policy().runaway if runaway is None else runaway),
+    )
 
 
 def growth_section(
     started: Iterable[float], windows: dict, now: float, db_bytes: int, free_bytes: int
-) -> dict:
+) -> GrowthSection:
     """Growth over the last 7 and 30 days and a linear projection of state.db's size.
 
     SQLite does not attribute pages to rows, so disk bytes per day are the message text
@@ -340,42 +375,79 @@ def growth_section(
     started = list(started)
     used = max(0, db_bytes - free_bytes)
     per_text_byte = used / windows["text_bytes"] if windows["text_bytes"] else 0.0
-    out: dict = {}
+    out: dict[str, Window] = {}
     for days in GROWTH_WINDOWS:
         n = sum(1 for t in started if t >= now - days * DAY)
         w = windows[days]
-        out[f"last_{days}d"] = {
-            "sessions": n,
-            "messages": w["messages"],
-            "sessions_per_day": round(n / days, 2),
-            "messages_per_day": round(w["messages"] / days, 1),
-            "bytes_per_day": int(w["text_bytes"] * per_text_byte / days),
-        }
-    rate = out[f"last_{GROWTH_WINDOWS[-1]}d"]["bytes_per_day"]
-    out["projection"] = {
-        "bytes_per_text_byte": round(per_text_byte, 2),
+        out[f"last_{days}d"] = Window(
+            sessions=n,
+            messages=w["messages"],
+            sessions_per_day=round(n / days, 2),
+            messages_per_day=round(w["messages"] / days, 1),
+            bytes_per_day=int(w["text_bytes"] * per_text_byte / days),
+        )
+    rate = out[f"last_{GROWTH_WINDOWS[-1]}d"].bytes_per_day
+    projection = Projection(
+        bytes_per_text_byte=round(per_text_byte, 2),
         **{f"in_{d}d_bytes": int(max(db_bytes, used + d * rate)) for d in PROJECTION_DAYS},
-        "method": (
+        method=(
             f"linear at the last-{GROWTH_WINDOWS[-1]}-day rate: message text written per day x "
             "used db bytes per text byte; free pages are filled first"
         ),
-    }
-    return out
+    )
+    return GrowthSection(**out, projection=projection)
 
 
-def auto_prune_section(survey: Survey, now: float) -> dict:
+def auto_prune_section(survey: Survey, now: float) -> AutoPruneSection:
     """Hermes's own startup auto-prune: its settings, when it may next run, what it will delete
     (with no archive) and how many of those sessions are titled."""
     ap = survey.auto_prune
     tails = pinned_tails(survey)
     doomed = [s for s in survey.sessions.values() if hermes_auto_prunes(s, survey, now, tails)]
-    return {
+    return AutoPruneSection(
         **ap.to_dict(),
-        "next_run": ap.next_run(now),
-        "deletes": len(doomed),
-        "deletes_messages": sum(s.messages for s in doomed),
-        "deletes_titled": sum(1 for s in doomed if s.title),
-    }
+        next_run=ap.next_run(now),
+        deletes=len(doomed),
+        deletes_messages=sum(s.messages for s in doomed),
+        deletes_titled=sum(1 for s in doomed if s.title),
+    )
+
+
+def _schema_section(schema: SchemaInfo, check: Check | None) -> SchemaSection:
+    """What kind of database state.db is, and its quick_check: this report's own, or the last on
+    record ("unknown" with none)."""
+    return SchemaSection(
+        status=schema.status,
+        reason=schema.reason,
+        schema_version=schema.schema_version,
+        journal_mode=schema.journal_mode,
+        auto_vacuum=schema.auto_vacuum,
+        timestamp_problems=schema.timestamp_problems,
+        generation=generation(schema.schema_version),
+        protections=schema_protections(schema),
+        quick_check=check.result if check else "unknown",
+        quick_check_at=check.at if check else None,
+    )
+
+
+def _disk_section(db_path: Path) -> DiskSection:
+    wal, shm = (db_path.with_name(db_path.name + s) for s in ("-wal", "-shm"))
+    return DiskSection(state_db=_size(db_path), wal=_size(wal), shm=_size(shm))
+
+
+def _read_inside(
+    profile: Place, schema: SchemaInfo, survey: Survey, now: float, stalls: bool
+) -> Breakdown | None:
+    """The bytes per object, and (into ``schema``) the columns' timestamp problems, messages'
+    from the survey's statistics: one read transaction, apart from the survey's."""
+    conn = connect_ro(profile.db_path)
+    try:
+        with read_txn(conn):
+            objects = object_sizes(profile, conn, schema.used_bytes, now, measure=not stalls)
+            schema.timestamp_problems = timestamp_problems(conn, schema.tables, survey.odd_message_stamps)
+    finally:
+        conn.close()
+    return objects
 
 
 def build_report(
@@ -384,10 +456,13 @@ def build_report(
     zombie_after_s: float = DAY,
     top: int = 10,
     policy: Policy | None = None,
-) -> dict:
+) -> Report:
     """The whole report for one profile (raises KeeperError if state.db is not readable);
     ``policy`` (default: the defaults) says what a run would do with the files and which
-    sessions are runaways."""
+    sessions are runaways.
+
+    Beside a process that holds a rollback-journal state.db, nothing reads the whole file
+    (quick_check, dbstat): that would hold its commits; what is on record stands in."""
     now = time.time() if now is None else now
     policy = policy or Policy()
     schema = inspect(profile.db_path, check_timestamps=False)  # messages' from the survey's statistics
@@ -396,49 +471,23 @@ def build_report(
     stalls = long_reads_stall_hermes(schema.journal_mode, holders)
     check = last_check(profile.fs) if stalls else bounded_check(profile.fs, profile.db_path, CHECK_BUDGET_S)
     survey = survey_profile(profile, schema, now, holders, lambda: check, CHECK_BUDGET_S, cached=True)
-    conn = connect_ro(profile.db_path)
-    try:
-        with read_txn(conn):
-            objects = object_sizes(profile, conn, schema.used_bytes, now, measure=not stalls)
-            schema.timestamp_problems = timestamp_problems(conn, schema.tables, survey.odd_message_stamps)
-    finally:
-        conn.close()
+    objects = _read_inside(profile, schema, survey, now, stalls)
     windows = _message_windows(survey)
     db = db_usage(objects, schema)
-    wal, shm = (profile.db_path.with_name(profile.db_path.name + s) for s in ("-wal", "-shm"))
-    disk = {"state_db": _size(profile.db_path), "wal": _size(wal), "shm": _size(shm)}
-    return {
-        "report_version": REPORT_VERSION,
-        "profile": profile.name,
-        "home": str(profile.home),
-        "generated_at": now,
-        "schema": {
-            "status": schema.status,
-            "reason": schema.reason,
-            "schema_version": schema.schema_version,
-            "journal_mode": schema.journal_mode,
-            "auto_vacuum": schema.auto_vacuum,
-            "timestamp_problems": schema.timestamp_problems,
-            "generation": generation(schema.schema_version),
-            "protections": schema_protections(schema),
-            "quick_check": check.result if check else "unknown",
-            "quick_check_at": check.at if check else None,
-        },
-        "hermes_auto_prune": auto_prune_section(survey, now),
-        "disk": disk,
-        "database": db,
-        "files": files_usage(profile.home, survey, policy, now),
-        "sessions": sessions_section(survey, now, zombie_after_s, top, policy.runaway),
-        "growth": growth_section(
-            (s.started_at for s in survey.sessions.values()),
-            windows,
-            now,
-            db["bytes"],
-            db["reclaimable_bytes"],
-        ),
-        "holders": {
-            "processes": [h.to_dict() for h in survey.holders],
-            "gateway_pid": gateway_pid(profile.home),
-        },
-        "archive": place_archive_usage(profile, policy, now).to_dict(),
-    }
+    disk = _disk_section(profile.db_path)
+    started = (s.started_at for s in survey.sessions.values())
+    return Report(
+        report_version=REPORT_VERSION,
+        profile=profile.name,
+        home=str(profile.home),
+        generated_at=now,
+        schema=_schema_section(schema, check),
+        hermes_auto_prune=auto_prune_section(survey, now),
+        disk=disk,
+        database=db,
+        files=files_usage(profile.home, survey, policy, now),
+        sessions=sessions_section(survey, now, zombie_after_s, top, policy.runaway),
+        growth=growth_section(started, windows, now, db.bytes, db.reclaimable_bytes),
+        holders=HoldersSection(processes=list(survey.holders), gateway_pid=gateway_pid(profile.home)),
+        archive=place_archive_usage(profile, policy, now),
+    )

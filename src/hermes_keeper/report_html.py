@@ -22,6 +22,7 @@ from hermes_keeper.fs import check_export_target, open_private
 from hermes_keeper.history import Entry
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.report import AGE_BUCKETS
+from hermes_keeper.report_types import Report
 
 DAY = 86400.0
 PROJECTION_DAYS = 365
@@ -67,14 +68,14 @@ svg { display: block; margin: 8px 0; } svg text { font: 11px system-ui, sans-ser
 class ProfilePage:
     """What one profile's section is drawn from."""
 
-    report: dict
+    report: Report
     plan: dict  # Plan.to_dict()
     retention_days: float  # the policy's longest retention: how long new text can stay
     max_db_bytes: int | None  # the disk budget's low-water mark, where a run prunes down to
     history: list[Entry]
 
     @classmethod
-    def of(cls, report: dict, policy: Policy, plan: dict, history: list[Entry]) -> ProfilePage:
+    def of(cls, report: Report, policy: Policy, plan: dict, history: list[Entry]) -> ProfilePage:
         """The page of a fresh ``report`` beside the profile's policy, plan and history."""
         return cls(
             report,
@@ -89,12 +90,12 @@ def projection(page: ProfilePage, days: int = PROJECTION_DAYS) -> dict[str, list
     """state.db bytes over the next ``days``: without the keeper (the report's linear projection:
     the file, free pages filled first) and, at most, with its policy (the plan's prune set gone
     after the next run; new text stays no longer than the longest retention; the disk budget)."""
-    db, growth = page.report["database"], page.report["growth"]
-    used = max(0, db["bytes"] - db["reclaimable_bytes"])
-    rate = growth["last_30d"]["bytes_per_day"]
+    db = page.report.database
+    used = max(0, db.bytes - db.reclaimable_bytes)
+    rate = page.report.growth.last_30d.bytes_per_day
     after = max(0, used - page.plan["prune"]["est_bytes"])
     steps = sorted({0, *range(0, days + 1, max(1, days // 60)), min(days, int(page.retention_days)), days})
-    without = [(d, float(max(db["bytes"], used + d * rate))) for d in steps]
+    without = [(d, float(max(db.bytes, used + d * rate))) for d in steps]
     kept = []
     for d in steps:
         size = after + rate * min(d, page.retention_days)
@@ -256,18 +257,18 @@ def lines(title: str, series: dict[str, list[tuple[float, float]]], x_label: str
 
 def _section(page: ProfilePage) -> str:
     rep = page.report
-    db, sessions, growth = rep["database"], rep["sessions"], rep["growth"]
-    out = [f"<h2>Profile {escape(rep['profile'])}</h2>"]
-    out.append(f'<p class="note">{escape(rep["home"])} · report of {escape(_day(rep["generated_at"]))}</p>')
+    sessions = rep.sessions
+    out = [f"<h2>Profile {escape(rep.profile)}</h2>"]
+    out.append(f'<p class="note">{escape(rep.home)} · report of {escape(_day(rep.generated_at))}</p>')
     facts = [
-        ("state.db", units.size(rep["disk"]["state_db"])),
-        ("WAL", units.size(rep["disk"]["wal"])),
-        ("free pages (reclaimable)", units.size(db["reclaimable_bytes"])),
-        ("sessions", f"{sessions['total']:,}"),
-        ("messages", f"{sessions['messages']:,}"),
-        ("zombies", f"{sessions['zombies']['total']:,}"),
-        ("runaways", f"{len(sessions['runaways']):,}"),
-        ("growth (30-day rate)", units.size(growth["last_30d"]["bytes_per_day"]) + "/day"),
+        ("state.db", units.size(rep.disk.state_db)),
+        ("WAL", units.size(rep.disk.wal)),
+        ("free pages (reclaimable)", units.size(rep.database.reclaimable_bytes)),
+        ("sessions", f"{sessions.total:,}"),
+        ("messages", f"{sessions.messages:,}"),
+        ("zombies", f"{sessions.zombies.total:,}"),
+        ("runaways", f"{len(sessions.runaways):,}"),
+        ("growth (30-day rate)", units.size(rep.growth.last_30d.bytes_per_day) + "/day"),
         (
             "the next run prunes",
             f"{page.plan['prune']['sessions']:,} sessions, ~{units.size(page.plan['prune']['est_bytes'])}",
@@ -287,7 +288,7 @@ def _section(page: ProfilePage) -> str:
     )
 
     ages = [b for b, _ in AGE_BUCKETS]
-    bars = [(src, {b: counts.get(b, 0) for b in ages}) for src, counts in sessions["by_source"].items()]
+    bars = [(src, {b: counts.get(b, 0) for b in ages}) for src, counts in sessions.by_source.items()]
     out.append("<h3>Sessions by source and age of last activity</h3>")
     out.append(horizontal_bars("sessions by source and age", bars, ages))
 

@@ -15,8 +15,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from hermes_keeper import units
+from hermes_keeper.archive.retention import ArchiveUsage
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.report import AGE_BUCKETS
+from hermes_keeper.report_types import (
+    CheckpointsRow,
+    DatabaseSection,
+    FilesSection,
+    FolderRow,
+    GrowthSection,
+    HoldersSection,
+    Report,
+    SchemaSection,
+    SessionsSection,
+)
 from hermes_keeper.run.files import CHECKPOINTS_NOTE
 
 GROUP_LABELS = {
@@ -64,89 +76,89 @@ def heading(c: Console, text: str) -> None:
         c.print(f"== {text} ==")
 
 
-def _database_table(rep: dict) -> Table:
-    db, disk = rep["database"], rep["disk"]
-    t = Table(title=f"state.db: {units.size(db['bytes'])} in {db['page_count']} pages of {db['page_size']} B")
+def _database_table(rep: Report) -> Table:
+    db, disk = rep.database, rep.disk
+    t = Table(title=f"state.db: {units.size(db.bytes)} in {db.page_count} pages of {db.page_size} B")
     t.add_column("what")
     t.add_column("bytes", justify="right")
     t.add_column("share", justify="right")
-    total = max(1, db["bytes"])
+    total = max(1, db.bytes)
     for key, label in GROUP_LABELS.items():
-        n = db["groups"][key]
+        n = db.groups[key]
         t.add_row(label, units.size(n), f"{100 * n / total:.0f}%")
     t.add_section()
-    t.add_row("state.db-wal (write-ahead log)", units.size(disk["wal"]), "")
-    t.add_row("state.db-shm (WAL index)", units.size(disk["shm"]), "")
+    t.add_row("state.db-wal (write-ahead log)", units.size(disk.wal), "")
+    t.add_row("state.db-shm (WAL index)", units.size(disk.shm), "")
     return t
 
 
-def _files_table(files: dict) -> Table:
+def _files_table(files: FilesSection) -> Table:
     t = Table(title="Files beside state.db")
     t.add_column("where")
     t.add_column("files", justify="right")
     t.add_column("bytes", justify="right")
-    for kind, v in files["sessions_dir"].items():
-        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v["files"]), units.size(v["bytes"]))
-    o = files["orphans"]
-    t.add_row("  of these: orphans (session gone)", str(o["files"]), units.size(o["bytes"]))
-    for d, v in files["other"].items():
-        if v["files"]:
-            t.add_row(cell(f"{d}/"), str(v["files"]), units.size(v["bytes"]))
-    if copies := files["malformed_copies"]:
+    for kind, v in files.sessions_dir.items():
+        t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v.files), units.size(v.bytes))
+    o = files.orphans
+    t.add_row("  of these: orphans (session gone)", str(o.files), units.size(o.bytes))
+    for d, v in files.other.items():
+        if v.files:
+            t.add_row(cell(f"{d}/"), str(v.files), units.size(v.bytes))
+    if copies := files.malformed_copies:
         t.add_row(
             "state.db.malformed-backup-* (never removed)",
             str(len(copies)),
-            units.size(sum(m["bytes"] for m in copies)),
+            units.size(sum(m.bytes for m in copies)),
         )
     return t
 
 
-def _folders_table(rows: list[dict]) -> Table:
+def _folders_table(rows: list[FolderRow | CheckpointsRow]) -> Table:
     """Each kind of growing file with the policy's rule and what `run` would remove of it."""
     t = Table(title="Files that grow, and what `run` does with them (\\[files] in keeper.toml)")
     for col in ("where", "entries", "bytes", "policy", "run removes"):
         t.add_column(col, justify="right" if col in ("entries", "bytes") else "left", overflow="fold")
     for r in rows:
-        removes = f"{r['remove_entries']} ({units.size(r['remove_bytes'])})" if r["remove_entries"] else "-"
-        if r["kept"]:
-            removes += f"; keeps {r['kept']} (symlink, last readable)"
-        t.add_row(cell(r["where"]), str(r["entries"]), units.size(r["bytes"]), cell(r["rule"]), removes)
+        removes = f"{r.remove_entries} ({units.size(r.remove_bytes)})" if r.remove_entries else "-"
+        if r.kept:
+            removes += f"; keeps {r.kept} (symlink, last readable)"
+        t.add_row(cell(r.where), str(r.entries), units.size(r.bytes), cell(r.rule), removes)
     return t
 
 
-def _sources_table(s: dict) -> Table:
-    t = Table(title=f"Sessions by source and last activity ({s['total']} sessions, {s['messages']} messages)")
+def _sources_table(s: SessionsSection) -> Table:
+    t = Table(title=f"Sessions by source and last activity ({s.total} sessions, {s.messages} messages)")
     t.add_column("source")
     for name, _ in AGE_BUCKETS:
         t.add_column(name, justify="right")
     t.add_column("total", justify="right")
     t.add_column("zombies", justify="right")
-    for src, row in s["by_source"].items():
+    for src, row in s.by_source.items():
         t.add_row(
             cell(src),
             *(str(row[b]) for b, _ in AGE_BUCKETS),
             str(row["total"]),
-            str(s["zombies"]["by_source"].get(src, 0)),
+            str(s.zombies.by_source.get(src, 0)),
         )
     return t
 
 
-def _largest_table(s: dict, now: float) -> Table:
+def _largest_table(s: SessionsSection, now: float) -> Table:
     """Top sessions by messages (as many as ``--top`` asked); token and cost columns only where
     Hermes recorded any."""
-    rows = s["largest"]["messages"]
+    rows = s.largest.messages
     cells = {
-        "id": lambda r: cell(r["id"]),
-        "source": lambda r: cell(r["source"]),
-        "messages": lambda r: str(r["messages"]),
-        "text": lambda r: units.size(r["bytes"]),
-        "tokens": lambda r: str(r["tokens"]),
-        "cost": lambda r: f"${r['cost_usd']:.2f}",
-        "last activity": lambda r: units.ago(r["last_activity"], now),
+        "id": lambda r: cell(r.id),
+        "source": lambda r: cell(r.source),
+        "messages": lambda r: str(r.messages),
+        "text": lambda r: units.size(r.bytes),
+        "tokens": lambda r: str(r.tokens),
+        "cost": lambda r: f"${r.cost_usd:.2f}",
+        "last activity": lambda r: units.ago(r.last_activity, now),
     }
-    if not any(r["tokens"] for r in rows):
+    if not any(r.tokens for r in rows):
         del cells["tokens"]
-    if not any(r["cost_usd"] for r in rows):
+    if not any(r.cost_usd for r in rows):
         del cells["cost"]
     t = Table(title="Largest sessions (by messages)")
     for col in cells:
@@ -156,29 +168,35 @@ def _largest_table(s: dict, now: float) -> Table:
     return t
 
 
-def _growth_table(g: dict) -> Table:
+def _growth_table(g: GrowthSection) -> Table:
     t = Table(title="Growth (by start of session / message time)")
     for col in ("window", "sessions/day", "messages/day", "state.db/day"):
         t.add_column(col, justify="right")
-    for key in ("last_7d", "last_30d"):
-        w = g[key]
+    for label, w in (("last 7d", g.last_7d), ("last 30d", g.last_30d)):
         t.add_row(
-            key.replace("_", " "),
-            f"{w['sessions_per_day']:g}",
-            f"{w['messages_per_day']:g}",
-            units.size(w["bytes_per_day"]),
+            label,
+            f"{w.sessions_per_day:g}",
+            f"{w.messages_per_day:g}",
+            units.size(w.bytes_per_day),
         )
     return t
 
 
 def auto_prune_line(ap: dict, now: float, what: str) -> str:
+    """:func:`auto_prune_text` of the plan's ``hermes_auto_prune`` (its JSON: a dict)."""
+    return auto_prune_text(ap["enabled"], ap["origin"], ap["retention_days"], ap["next_run"], now, what)
+
+
+def auto_prune_text(
+    enabled: bool, origin: str, retention_days: float, next_run: float | None, now: float, what: str
+) -> str:
     """One line on Hermes's own auto-prune: on or off (and why), and when it runs with ``what``
     it deletes without an archive."""
-    if not ap["enabled"]:
-        return f"Hermes's own auto-prune: off ({ap['origin']})"
-    when = "at the next Hermes start" if ap["next_run"] <= now else f"after {local_time(ap['next_run'])}"
+    if not enabled:
+        return f"Hermes's own auto-prune: off ({origin})"
+    when = "at the next Hermes start" if next_run <= now else f"after {local_time(next_run)}"
     return (
-        f"[yellow]Hermes's own auto-prune: on ({ap['origin']}), {ap['retention_days']:g} days; "
+        f"[yellow]Hermes's own auto-prune: on ({origin}), {retention_days:g} days; "
         f"{when} it deletes {what}, with no archive. `hermes-keeper adopt` hands retention to the keeper[/]"
     )
 
@@ -187,56 +205,83 @@ def local_time(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def _archive_line(a: dict, now: float, c: Console) -> None:
+def _archive_line(a: ArchiveUsage, now: float, c: Console) -> None:
     """The archive's size against ``[archive] max_bytes`` / ``keep``; red when over its budget."""
-    if a["problem"]:
-        c.print(f"[yellow]archive: {escape(term(a['problem']))}[/]")
-    if not a["files"]:
+    if a.problem:
+        c.print(f"[yellow]archive: {escape(term(a.problem))}[/]")
+    if not a.files:
         return
-    budget = f" of a {units.size(a['budget'])} budget" if a["budget"] is not None else ""
-    oldest = f", oldest active {units.ago(a['oldest'], now)}" if a["oldest"] is not None else ""
+    budget = f" of a {units.size(a.budget)} budget" if a.budget is not None else ""
+    oldest = f", oldest active {units.ago(a.oldest, now)}" if a.oldest is not None else ""
     c.print(
-        f"archive: {units.size(a['bytes'])}{budget} in {a['files']} files, {a['entries']} entries{oldest}",
+        f"archive: {units.size(a.bytes)}{budget} in {a.files} files, {a.entries} entries{oldest}",
         markup=False,
     )
-    if a["over_budget"]:
+    if a.over_budget:
         c.print(
             "[red]archive over its budget (archive.max_bytes): the next run drops the oldest conversations[/]"
         )
-    if a["expired"]:
-        c.print(f"[yellow]{a['expired']} archive entries older than archive.keep: the next run drops them[/]")
+    if a.expired:
+        c.print(f"[yellow]{a.expired} archive entries older than archive.keep: the next run drops them[/]")
 
 
-def render_report(rep: dict, c: Console | None = None) -> None:
+def render_report(rep: Report, c: Console | None = None) -> None:
+    """The report for people: each part of :class:`Report` in its table or lines, in order."""
     c = c or console()
-    now = rep["generated_at"]
-    sch = rep["schema"]
-    heading(c, f"[bold]{rep['profile']}[/] {escape(term(rep['home']))}")
-    c.print(f"schema: {sch['reason']} · journal {sch['journal_mode']} · auto_vacuum {sch['auto_vacuum']}")
-    c.print(f"Hermes: {sch['generation']} · protections: {', '.join(sch['protections']) or 'none'}")
-    for p in sch["timestamp_problems"]:
+    now = rep.generated_at
+    heading(c, f"[bold]{rep.profile}[/] {escape(term(rep.home))}")
+    _schema_lines(rep.schema, now, c)
+    c.print(_database_table(rep))
+    _breakdown_lines(rep.database, now, c)
+    c.print(_files_table(rep.files))
+    c.print(_folders_table(rep.files.policy))
+    if rep.files.checkpoints.files:
+        c.print(CHECKPOINTS_NOTE)
+    _sessions_lines(rep.sessions, now, c)
+    g = rep.growth
+    c.print(_growth_table(g))
+    c.print(
+        f"projected state.db: {units.size(g.projection.in_30d_bytes)} in 30 days, "
+        f"{units.size(g.projection.in_365d_bytes)} in a year (if nothing is pruned)"
+    )
+    _archive_line(rep.archive, now, c)
+    ap = rep.hermes_auto_prune
+    what = f"{ap.deletes} sessions ({ap.deletes_messages} messages, {ap.deletes_titled} titled)"
+    c.print(auto_prune_text(ap.enabled, ap.origin, ap.retention_days, ap.next_run, now, what))
+    _holders_line(rep.holders, c)
+    c.print(f"[dim]report taken {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}[/]")
+
+
+def _schema_lines(sch: SchemaSection, now: float, c: Console) -> None:
+    """What Hermes wrote this database and what it lets the keeper protect; in red what makes
+    the report unreliable or the database damaged, and the age of a quick_check on record."""
+    c.print(f"schema: {sch.reason} · journal {sch.journal_mode} · auto_vacuum {sch.auto_vacuum}")
+    c.print(f"Hermes: {sch.generation} · protections: {', '.join(sch.protections) or 'none'}")
+    for p in sch.timestamp_problems:
         c.print(f"[red]timestamps: {p}[/]")
-    if sch["timestamp_problems"]:
+    if sch.timestamp_problems:
         c.print("[red]ages and growth below are unreliable; maintenance refuses this profile[/]")
-    if sch["quick_check"] == "unknown":
+    if sch.quick_check == "unknown":
         c.print(
             "[yellow]quick_check: not finished within report's time and none on record; "
             "`hermes-keeper plan` runs a full one[/]"
         )
-    elif sch["quick_check_at"] is not None and now - sch["quick_check_at"] > 60:
+    elif sch.quick_check_at is not None and now - sch.quick_check_at > 60:
         c.print(
-            f"quick_check: {escape(sch['quick_check'])} at {local_time(sch['quick_check_at'])}"
-            " (last full check)"
+            f"quick_check: {escape(sch.quick_check)} at {local_time(sch.quick_check_at)} (last full check)"
         )
-    if sch["quick_check"] not in ("ok", "unknown"):
+    if sch.quick_check not in ("ok", "unknown"):
         c.print(
-            f"[red]state.db fails quick_check ({escape(sch['quick_check'])}): a damaged page; compact "
+            f"[red]state.db fails quick_check ({escape(sch.quick_check)}): a damaged page; compact "
             "refuses to write; restore a backup (hermes-keeper restore --latest)[/]"
         )
 
-    c.print(_database_table(rep))
-    measured = rep["database"]["objects_measured_at"]
-    if rep["database"]["objects_estimated"]:
+
+def _breakdown_lines(db: DatabaseSection, now: float, c: Console) -> None:
+    """Where the bytes per table come from when not measured now: an estimate, an earlier
+    measurement, or none at all (and why)."""
+    measured = db.objects_measured_at
+    if db.objects_estimated:
         c.print(
             f"[yellow]bytes per table estimated: measured at {local_time(measured)}"
             f" ({units.ago(measured, now)}), when the used pages differed by more than 10%, scaled to"
@@ -245,61 +290,49 @@ def render_report(rep: dict, c: Console | None = None) -> None:
         )
     elif measured is not None and now - measured > 60:
         c.print(f"bytes per table as measured at {local_time(measured)}, scaled to today's used pages")
-    if not rep["database"]["per_object"]:
+    if not db.per_object:
         c.print(
             "[yellow]bytes per table unknown: none on record, and this SQLite has no dbstat, reading"
             " every page takes longer than report's time, or a process holds this DELETE-mode"
             " state.db and that read would hold its writes[/]"
         )
-    c.print(_files_table(rep["files"]))
-    c.print(_folders_table(rep["files"]["policy"]))
-    if rep["files"]["other"]["checkpoints"]["files"]:
-        c.print(CHECKPOINTS_NOTE)
 
-    s = rep["sessions"]
+
+def _sessions_lines(s: SessionsSection, now: float, c: Console) -> None:
+    """Sessions by source and age, their states, the largest, the first runaways."""
     c.print(_sources_table(s))
     c.print(
-        f"open {s['open']} · ended {s['ended']} · "
-        + (f"[yellow]zombies {s['zombies']['total']}[/]" if s["zombies"]["total"] else "zombies 0")
+        f"open {s.open} · ended {s.ended} · "
+        + (f"[yellow]zombies {s.zombies.total}[/]" if s.zombies.total else "zombies 0")
         + " "
-        f"(open, idle >= {units.duration(s['zombie_after_s'])}) · routed {s['routed']} · "
-        f"titled {s['titled']} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
-        f"{s['archived']}, by its idle sweep {s['auto_archived']}, left out of its listing {s['hidden']}"
+        f"(open, idle >= {units.duration(s.zombie_after_s)}) · routed {s.routed} · "
+        f"titled {s.titled} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
+        f"{s.archived}, by its idle sweep {s.auto_archived}, left out of its listing {s.hidden}"
     )
-    if s["routing_unknown"]:
+    if s.routing_unknown:
         c.print(
-            f"[yellow]routing unknown: {escape(term(s['routing_unknown']))}; plan and run keep every "
+            f"[yellow]routing unknown: {escape(term(s.routing_unknown))}; plan and run keep every "
             "session the gateway could route to[/]"
         )
-    if s["future"]:
-        c.print(f"[yellow]{s['future']} sessions dated in the future: kept, their age is unknown[/]")
-    if s["largest"]["messages"]:
+    if s.future:
+        c.print(f"[yellow]{s.future} sessions dated in the future: kept, their age is unknown[/]")
+    if s.largest.messages:
         c.print(_largest_table(s, now))
-    for r in s["runaways"][:RUNAWAYS_SHOWN]:
+    for r in s.runaways[:RUNAWAYS_SHOWN]:
         c.print(
-            f"[yellow]runaway:[/] {escape(term(r['id']))} ({escape(term(r['source']))}): "
-            f"{escape(term('; '.join(r['why'])))}"
-            + (" [yellow](open: only reported)[/]" if r["open"] else "")
+            f"[yellow]runaway:[/] {escape(term(r.id))} ({escape(term(r.source))}): "
+            f"{escape(term('; '.join(r.why)))}" + (" [yellow](open: only reported)[/]" if r.open else "")
         )
-    if len(s["runaways"]) > RUNAWAYS_SHOWN:
-        c.print(f"[yellow]... and {len(s['runaways']) - RUNAWAYS_SHOWN} more runaways (--json lists all)[/]")
+    if len(s.runaways) > RUNAWAYS_SHOWN:
+        c.print(f"[yellow]... and {len(s.runaways) - RUNAWAYS_SHOWN} more runaways (--json lists all)[/]")
 
-    g = rep["growth"]
-    c.print(_growth_table(g))
-    c.print(
-        f"projected state.db: {units.size(g['projection']['in_30d_bytes'])} in 30 days, "
-        f"{units.size(g['projection']['in_365d_bytes'])} in a year (if nothing is pruned)"
-    )
-    _archive_line(rep["archive"], now, c)
-    ap = rep["hermes_auto_prune"]
-    what = f"{ap['deletes']} sessions ({ap['deletes_messages']} messages, {ap['deletes_titled']} titled)"
-    c.print(auto_prune_line(ap, now, what))
-    h = rep["holders"]
-    who = [f"pid {p['pid']} ({escape(term(p['name']))})" for p in h["processes"]]
-    if h["gateway_pid"] and h["gateway_pid"] not in {p["pid"] for p in h["processes"]}:
-        who.append(f"gateway pid {h['gateway_pid']}")
+
+def _holders_line(h: HoldersSection, c: Console) -> None:
+    """Who holds state.db: the processes found, and the gateway by its pid file if not among them."""
+    who = [f"pid {p.pid} ({escape(term(p.name))})" for p in h.processes]
+    if h.gateway_pid and h.gateway_pid not in {p.pid for p in h.processes}:
+        who.append(f"gateway pid {h.gateway_pid}")
     if who:
         c.print(f"[bold]Hermes is running:[/] {', '.join(who)}")
     else:
         c.print("no process holds state.db")
-    c.print(f"[dim]report taken {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}[/]")

@@ -85,7 +85,6 @@ def report(profiles, as_json, zombie_after, top, html_path, quiet, textfile):
                 action,
                 as_json,
                 lambda _p, rep: quiet or render_report(rep),
-                to_dict=lambda rep: rep,
             )
         finally:  # also when some profile failed: the page shows the others
             if pages:

@@ -402,121 +402,171 @@ def survey_profile(
     """
     schema = schema or inspect(profile.db_path)
     schema.require_readable()
-    taken_at = time.time() if now is None else now
-    survey = Survey(profile, schema, taken_at)
+    survey = Survey(profile, schema, time.time() if now is None else now)
+    rows, stats, around = _read_db(survey, cached)
+    _read_beside_db(survey, around)
+    for r in rows:
+        _add_session(survey, r, stats.get(r["id"], Stats()), around)
+    _add_turn_leases(survey, around.turns)
+    _scan_beside_db(survey, holders, db_check, check_budget_s)
+    return survey
+
+
+@dataclass
+class _Around:
+    """What protects a session besides its own row: the protection tables, read in the survey's
+    transaction, and the files beside state.db (read after it)."""
+
+    routed: set[str]  # gateway_routing, then sessions/sessions.json
+    locks: dict[str, tuple]  # compression_locks: session -> (holder, expires_at)
+    turns: dict[str, tuple]  # session_turn_leases: lineage root -> (holder, expires_at)
+    topic: set[str]  # telegram_dm_topic_bindings
+    pending: set[str]  # async_delegations not yet delivered
+    last_auto_prune: float | None  # state_meta
+    leased: set[str] | None = None  # runtime/active_sessions.json; None: unreadable
+    kept: dict[str, float] = field(default_factory=dict)  # keeper/kept.json
+
+
+def _read_db(survey: Survey, cached: bool) -> tuple[list[dict], dict[str, Stats], _Around]:
+    """The sessions, their message statistics and the protection tables in one read transaction;
+    in a rollback-journal database the statistics after it, in short steps: a reader there holds
+    every commit of Hermes's while it reads."""
+    profile, schema = survey.profile, survey.schema
     conn = connect_ro(profile.db_path)
     conn.text_factory = lossless_text
     try:
         stepped = schema.journal_mode != "wal"
-
-        def read_stats() -> dict[str, Stats]:
-            if cached:
-                counts = {r["id"]: r["message_count"] for r in rows}
-                return StatsCache(profile.fs, profile.db_path).stats(conn, schema, counts, taken_at, stepped)
-            read = message_stats_in_steps if stepped else message_stats
-            return read(conn, schema, recent_since(taken_at))
-
         with read_txn(conn):
             rows = _select_sessions(conn, schema)
-            stats = {} if stepped else read_stats()
-            routed = _routed_from_db(conn, schema)
-            unreadable = survey.unreadable
-            guard = ("holder", "expires_at")
-            locks = {
-                r[0]: r[1:]
-                for r in _guard_rows(conn, schema, "compression_locks", ("session_id", *guard), unreadable)
-            }
-            turns = {
-                r[0]: r[1:]
-                for r in _guard_rows(
-                    conn, schema, "session_turn_leases", ("conversation_id", *guard), unreadable
-                )
-            }
-            last_auto_prune = None
-            if schema.has("state_meta", "value"):
-                row = conn.execute("SELECT value FROM state_meta WHERE key = 'last_auto_prune'").fetchone()
-                last_auto_prune = seconds(row[0]) if row else None
-            survey.heartbeats = [
-                (seconds(a) or 0.0, seconds(b) or 0.0)
-                for a, b in _guard_rows(
-                    conn, schema, "gateway_heartbeats", ("started_at", "last_heartbeat"), unreadable
-                )
-            ]
-            topic = _ids(conn, schema, "telegram_dm_topic_bindings", "session_id")
-            pending = set()
-            if schema.has("async_delegations", "delivery_state"):
-                for col in ("origin_session", "origin_session_id", "parent_session_id"):
-                    pending |= _ids(
-                        conn,
-                        schema,
-                        "async_delegations",
-                        col,
-                        "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
-                    )
+            stats = {} if stepped else _read_stats(survey, conn, rows, cached, stepped)
+            around = _read_protections(conn, survey)
         if stepped:
-            stats = read_stats()
+            stats = _read_stats(survey, conn, rows, cached, stepped)
     finally:
         conn.close()
+    return rows, stats, around
+
+
+def _read_stats(
+    survey: Survey, conn: sqlite3.Connection, rows: list[dict], cached: bool, stepped: bool
+) -> dict[str, Stats]:
+    """Each session's message statistics: through ``keeper/stats.db`` when ``cached`` (the
+    report), else read fresh (the plan deletes on them)."""
+    profile, schema, taken_at = survey.profile, survey.schema, survey.taken_at
+    if cached:
+        counts = {r["id"]: r["message_count"] for r in rows}
+        return StatsCache(profile.fs, profile.db_path).stats(conn, schema, counts, taken_at, stepped)
+    read = message_stats_in_steps if stepped else message_stats
+    return read(conn, schema, recent_since(taken_at))
+
+
+def _read_protections(conn: sqlite3.Connection, survey: Survey) -> _Around:
+    """The tables that protect sessions (and the gateway's heartbeats, into ``survey``); a table
+    that exists but cannot be read goes to ``survey.unreadable``: the plan then changes nothing."""
+    schema, unreadable = survey.schema, survey.unreadable
+    routed = _routed_from_db(conn, schema)
+    guard = ("holder", "expires_at")
+    locks = {
+        r[0]: r[1:]
+        for r in _guard_rows(conn, schema, "compression_locks", ("session_id", *guard), unreadable)
+    }
+    turns = {
+        r[0]: r[1:]
+        for r in _guard_rows(conn, schema, "session_turn_leases", ("conversation_id", *guard), unreadable)
+    }
+    last_auto_prune = None
+    if schema.has("state_meta", "value"):
+        row = conn.execute("SELECT value FROM state_meta WHERE key = 'last_auto_prune'").fetchone()
+        last_auto_prune = seconds(row[0]) if row else None
+    survey.heartbeats = [
+        (seconds(a) or 0.0, seconds(b) or 0.0)
+        for a, b in _guard_rows(
+            conn, schema, "gateway_heartbeats", ("started_at", "last_heartbeat"), unreadable
+        )
+    ]
+    topic = _ids(conn, schema, "telegram_dm_topic_bindings", "session_id")
+    pending = set()
+    if schema.has("async_delegations", "delivery_state"):
+        for col in ("origin_session", "origin_session_id", "parent_session_id"):
+            pending |= _ids(
+                conn,
+                schema,
+                "async_delegations",
+                col,
+                "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
+            )
+    return _Around(routed, locks, turns, topic, pending, last_auto_prune)
+
+
+def _read_beside_db(survey: Survey, around: _Around) -> None:
+    """The files beside state.db that protect sessions or say what Hermes will do: the gateway's
+    routing mirror, Hermes's auto-prune settings, runtime leases, the keeper's restored sessions."""
+    profile = survey.profile
     try:
-        routed |= routed_from_sessions_json(profile.sessions_dir)
+        around.routed |= routed_from_sessions_json(profile.sessions_dir)
     except RoutingUnknown as exc:
         survey.routing_problem = str(exc)
-    survey.auto_prune = read_auto_prune(profile.home, schema.schema_version, last_auto_prune)
-    leased = runtime_leases(profile.home)
-    if leased is None:
+    survey.auto_prune = read_auto_prune(profile.home, survey.schema.schema_version, around.last_auto_prune)
+    around.leased = runtime_leases(profile.home)
+    if around.leased is None:
         survey.unreadable.append("runtime/active_sessions.json")
     try:
-        kept = read_kept(profile)
+        around.kept = read_kept(profile)
     except KeptUnreadable as exc:
-        kept = {}
         survey.unreadable.append(str(exc))
-    for r in rows:
-        lock_holder, lock_expires = locks.get(r["id"], (None, None))
-        delegate, branch, reset = model_config_links(r.get("model_config"))
-        sid = r["id"]
-        msgs = stats.get(sid, Stats())
-        recent_messages, recent_bytes = msgs.windows(taken_at)
-        survey.message_total += msgs.messages
-        survey.odd_message_stamps = add_counts(survey.odd_message_stamps, msgs.odd_stamps)
-        survey.sessions[sid] = SessionRow(
-            id=sid,
-            source=shown(r["source"]) or "unknown",
-            started_at=seconds(r["started_at"]) or 0.0,
-            ended_at=seconds(r["ended_at"]),
-            end_reason=shown(r["end_reason"]),
-            parent_id=r["parent_session_id"],
-            title=shown(r["title"]),
-            archived=bool(r["archived"]),
-            pinned=bool(r["pinned"]),
-            hidden=bool(r["hidden"]),
-            auto_archived=bool(r["auto_archived"]),
-            session_key=r["session_key"],
-            delegate_from=delegate,
-            branched_from=branch,
-            reset_from=reset,
-            messages=msgs.messages,
-            inactive_messages=msgs.inactive,
-            content_bytes=msgs.bytes,
-            recent_messages=recent_messages,
-            recent_bytes=recent_bytes,
-            first_message_at=seconds(msgs.first_at),
-            first_message_id=msgs.first_id,
-            last_message_at=seconds(msgs.last_at),
-            last_activity_at=seconds(r["last_activity_at"]),
-            input_tokens=r["input_tokens"] or 0,
-            output_tokens=r["output_tokens"] or 0,
-            cost_usd=float(r["cost_usd"] or 0),
-            routed=sid in routed,
-            lease_expires_at=seconds(lock_expires),
-            lease_holder_dead=lock_expires is not None and lease_holder_dead(lock_holder),
-            runtime_lease=sid in (leased or ()),
-            restored_until=kept.get(sid),
-            handoff_state=r["handoff_state"],
-            topic_bound=sid in topic,
-            pending_delegation=sid in pending,
-            maybe_routed=survey.routing_problem is not None
-            and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
-        )
+
+
+def _add_session(survey: Survey, r: dict, msgs: Stats, around: _Around) -> None:
+    """One ``sessions`` row with its message statistics and every protection found for it."""
+    sid = r["id"]
+    lock_holder, lock_expires = around.locks.get(sid, (None, None))
+    delegate, branch, reset = model_config_links(r.get("model_config"))
+    recent_messages, recent_bytes = msgs.windows(survey.taken_at)
+    survey.message_total += msgs.messages
+    survey.odd_message_stamps = add_counts(survey.odd_message_stamps, msgs.odd_stamps)
+    survey.sessions[sid] = SessionRow(
+        id=sid,
+        source=shown(r["source"]) or "unknown",
+        started_at=seconds(r["started_at"]) or 0.0,
+        ended_at=seconds(r["ended_at"]),
+        end_reason=shown(r["end_reason"]),
+        parent_id=r["parent_session_id"],
+        title=shown(r["title"]),
+        archived=bool(r["archived"]),
+        pinned=bool(r["pinned"]),
+        hidden=bool(r["hidden"]),
+        auto_archived=bool(r["auto_archived"]),
+        session_key=r["session_key"],
+        delegate_from=delegate,
+        branched_from=branch,
+        reset_from=reset,
+        messages=msgs.messages,
+        inactive_messages=msgs.inactive,
+        content_bytes=msgs.bytes,
+        recent_messages=recent_messages,
+        recent_bytes=recent_bytes,
+        first_message_at=seconds(msgs.first_at),
+        first_message_id=msgs.first_id,
+        last_message_at=seconds(msgs.last_at),
+        last_activity_at=seconds(r["last_activity_at"]),
+        input_tokens=r["input_tokens"] or 0,
+        output_tokens=r["output_tokens"] or 0,
+        cost_usd=float(r["cost_usd"] or 0),
+        routed=sid in around.routed,
+        lease_expires_at=seconds(lock_expires),
+        lease_holder_dead=lock_expires is not None and lease_holder_dead(lock_holder),
+        runtime_lease=sid in (around.leased or ()),
+        restored_until=around.kept.get(sid),
+        handoff_state=r["handoff_state"],
+        topic_bound=sid in around.topic,
+        pending_delegation=sid in around.pending,
+        maybe_routed=survey.routing_problem is not None
+        and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
+    )
+
+
+def _add_turn_leases(survey: Survey, turns: dict[str, tuple]) -> None:
+    """A turn lease is keyed by the lineage's root: every session of that lineage holds it."""
     for sid, row in survey.sessions.items():
         turn_holder, turn_expires = turns.get(lineage_root(sid, survey.sessions), (None, None))
         if turn_expires is not None:
@@ -525,12 +575,23 @@ def survey_profile(
                 turn_lease_expires_at=seconds(turn_expires),
                 turn_lease_holder_dead=lease_holder_dead(turn_holder),
             )
+
+
+def _scan_beside_db(
+    survey: Survey,
+    holders: list[Holder] | None,
+    db_check: Callable[[], Check | None] | None,
+    check_budget_s: float | None,
+) -> None:
+    """The files under ``sessions/``, the processes holding state.db, the growing folders."""
+    profile = survey.profile
     survey.files = scan_files(profile.fs, set(survey.sessions))
     survey.holders = find_holders(profile.db_path) if holders is None else holders
     if db_check is None:
 
         def db_check() -> Check | None:
-            return checked_unless_it_stalls(profile.fs, profile.db_path, schema.journal_mode, survey.holders)
+            return checked_unless_it_stalls(
+                profile.fs, profile.db_path, survey.schema.journal_mode, survey.holders
+            )
 
     survey.folders = scan_folders(profile.fs, db_check, check_budget_s)
-    return survey
