@@ -13,10 +13,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hermes_keeper"
 #: Lowest first. A module may import its own floor or any lower one, never a higher one.
 FLOORS = (
     ("errors", "units", "fs", "place", "journal", "lock", "sqlite"),
-    ("model", "hermes_config", "kept", "facts", "metrics"),
+    ("model", "hermes_config", "kept", "facts"),
     ("archive.payload", "archive.store", "archive.query", "archive.hermes_import", "backup"),
     ("run", "archive"),
-    ("report", "check", "history", "report_html", "demo"),
+    ("report", "report_types", "check", "history", "metrics", "report_html", "demo"),
     ("home",),
     ("cli", "schedule", "__main__"),
 )
