@@ -84,8 +84,10 @@ def test_run_stops_cleanly_on_a_busy_database_and_the_next_run_finishes(home):
 
     run = subprocess.Popen(keeper_cmd(home, "run", "--quiet"), stderr=subprocess.PIPE, text=True)
     journal = home / "keeper" / JOURNAL_NAME
+    deadline = time.monotonic() + 120
     while '"action": "pruned"' not in (journal.read_text() if journal.exists() else ""):
         assert run.poll() is None, "the run ended before it pruned anything"
+        assert time.monotonic() < deadline, "the run pruned nothing in 120 s"
         time.sleep(0.002)
     holder = _hold_lock(home / "state.db")  # mid-prune: the run's next step finds the database busy
     try:

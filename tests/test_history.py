@@ -154,21 +154,14 @@ def test_a_full_disk_under_the_keeper_folder_warns_and_the_report_succeeds(home)
         subprocess.run(["umount", str(keeper_dir)], check=True)
 
 
-def test_a_run_beside_a_holder_of_a_delete_mode_db_reads_no_whole_file_for_the_curve(home):
+def test_a_run_beside_a_holder_of_a_delete_mode_db_reads_no_whole_file_for_the_curve(home, hold_open):
     """dbstat reads every page in one read transaction, which in DELETE mode holds each Hermes
     commit: beside a holder the run's row takes the last recorded breakdown, or has none."""
     conn = sqlite3.connect(home / "state.db")
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
-    holder = subprocess.Popen(  # a process with state.db open, as a gateway has it
-        [
-            "python3",
-            "-c",
-            f"import sqlite3,time; c=sqlite3.connect({str(home / 'state.db')!r}); time.sleep(120)",
-        ]
-    )
+    holder = hold_open(home / "state.db", via_hermes=False)  # as a gateway has it open
     try:
-        time.sleep(0.5)
         assert keeper(home, "run", "--quiet").returncode == 0
         (run,) = History(Home(home).profile()).entries(kinds=["run"])
         comps = run.figures["components"]

@@ -111,7 +111,7 @@ def test_growth_windows_count_what_a_direct_query_counts(home):
     conn.close()
 
 
-def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home):
+def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home, hold_open):
     """quick_check and dbstat each read every page in one read transaction: in DELETE mode that
     holds every commit of the process that has the database open (a gateway), so the report
     shows what is on record instead, and says so."""
@@ -119,15 +119,8 @@ def test_beside_a_holder_of_a_delete_mode_db_the_report_reads_no_whole_file(home
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     keeper_folder(home)
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import sqlite3,time; c=sqlite3.connect({str(home / 'state.db')!r}); time.sleep(120)",
-        ]
-    )
+    holder = hold_open(home / "state.db", via_hermes=False)  # as a gateway has it open
     try:
-        time.sleep(0.5)
         profile = Home(home).profile()
         facts = home / "keeper" / "facts.json"
         assert "quick_check" not in " ".join(profile.plan().warnings)
