@@ -92,8 +92,9 @@ INSERT OR REPLACE INTO archive_meta VALUES ('layout', '{LAYOUT}');
 """
 
 
-class ArchiveDamaged(Exception):
-    """A payload whose sha256 or compression does not check out."""
+class ArchiveDamaged(KeeperError):
+    """A payload whose sha256 or compression does not check out: a refusal (one line, nothing
+    deleted), never a traceback."""
 
 
 @dataclass(frozen=True)
