@@ -21,8 +21,11 @@ from hermes_keeper.model.conversations import (
     DELEGATE,
     RESET,
     Facts,
+    continues,
     conversations,
+    lineage_root,
     link_kind,
+    seconds,
 )
 
 DAY = 86400.0
@@ -335,3 +338,88 @@ def test_a_gateway_chat_prunes_its_old_sessions_and_keeps_the_routed_one(tmp_pat
     assert _ids(home / "state.db", "SELECT id FROM sessions") == {"r3"}
     archived = _ids(home / "keeper" / ARCHIVE_NAME, "SELECT session_id FROM archived_sessions")
     assert archived == {"r1", "r2"}
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, None),
+        (5, 5),
+        (2.5, 2.5),
+        ("7", 7.0),
+        ("2026-01-01T00:00:00Z", 1767225600.0),
+        ("2026-01-01T00:00:00", 1767225600.0),  # no zone: UTC
+        ("2026-01-01T01:00:00+01:00", 1767225600.0),
+        (" 2026-01-01T00:00:00Z ", 1767225600.0),
+        ("yesterday", None),
+    ],
+)
+def test_seconds_reads_every_stored_timestamp_shape(value, expected, monkeypatch):
+    monkeypatch.setenv("TZ", "America/New_York")  # a date without a zone is UTC, not local time
+    time.tzset()
+    try:
+        assert seconds(value) == expected
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_facts_keep_text_and_drop_any_other_type():
+    text = Facts.of_row(
+        {"id": "s", "source": "telegram", "parent_session_id": "p", "end_reason": "idle", "session_key": "k"}
+    )
+    assert (text.source, text.parent_id, text.end_reason, text.session_key) == ("telegram", "p", "idle", "k")
+    odd = Facts.of_row({"id": "s", "source": 3, "parent_session_id": 4, "end_reason": 5, "session_key": 6})
+    assert (odd.source, odd.parent_id, odd.end_reason, odd.session_key) == (None, None, None, None)
+
+
+def test_a_child_started_the_moment_its_branched_parent_ended_is_a_branch():
+    assert link_kind(f("c", "p", start=5.0), f("p", end="branched", ended=5.0)) == BRANCH
+
+
+def test_lineage_root_follows_compression_only_and_survives_cycles():
+    chain = {
+        "a": f("a", end="compression", start=1),
+        "b": f("b", "a", end="compression", start=2),
+        "c": f("c", "b", start=3),
+        "x": f("x", "b", start=4, branch="b"),
+        "y": f("y", "z", end="compression", start=5),
+        "z": f("z", "y", end="compression", start=6),
+    }
+    assert [lineage_root(s, chain) for s in ("a", "b", "c", "x")] == ["a", "a", "a", "x"]
+    assert {lineage_root("y", chain), lineage_root("z", chain)} <= {"y", "z"}  # a cycle ends
+    chain["s"] = f("s", "y", start=7)  # a cycle above the start ends too
+    assert lineage_root("s", chain) in {"y", "z"}
+    assert continues(chain["c"], chain["b"]) and not continues(chain["x"], chain["b"])
+
+
+def test_a_delegate_marker_naming_a_session_not_given_is_no_link():
+    convs = conversations([f("p", start=1), f("d", "p", start=2, delegate="ghost")])
+    assert {(k.child, k.parent) for k in convs.links} == {("d", "p")}
+
+
+def test_parents_first_keeps_the_given_order_except_that_parents_come_first():
+    convs = conversations(
+        [
+            f("root2", start=1),
+            f("root1", start=0),
+            f("k2", "root1", start=5, branch="root1"),
+            f("k1", "k2", start=3, branch="k2"),
+            f("k0", "root1", start=2, branch="root1"),
+            f("k3", start=6),
+        ]
+    )
+    assert convs.parents_first() == ["root1", "root2", "k0", "k2", "k1", "k3"]
+
+
+def test_members_come_after_every_parent_in_the_order_they_were_given():
+    chain = conversations(  # started in the reverse order of the chain
+        [f("g", start=3, end="compression"), f("p", "g", start=2, end="compression"), f("c", "p", start=1)]
+    )
+    assert chain.members == {"g": ["g", "p", "c"]}
+    two = conversations([f("c", "aa", start=0, delegate="zz"), f("zz", start=1), f("aa", start=2)])
+    assert two.members == {"zz": ["zz", "aa", "c"]}  # parents by age, not by name
+    deep = conversations(
+        [f("c", "p", start=0), f("p", "aa", start=3, delegate="zz"), f("zz", start=1), f("aa", start=2)]
+    )
+    assert deep.members == {"zz": ["zz", "aa", "p", "c"]}  # a parent's own parents too

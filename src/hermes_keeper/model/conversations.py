@@ -49,7 +49,7 @@ def seconds(value) -> float | None:
     except (TypeError, ValueError):
         pass
     try:
-        dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        dt = datetime.fromisoformat(str(value).strip())  # 3.11+ reads a "Z" too
     except ValueError:
         return None
     return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
