@@ -11,7 +11,8 @@ Reads a JSON list of ops on stdin, applies them with Hermes's own ``SessionDB`` 
   ``synchronous=OFF`` for speed. Each session: ``id, source, started_at, messages:
   [[role, content, ts], ...], ended_at, end_reason, title, kwargs``.
 - ``{"op": "query", "sql": "...", "params": []}``: rows from Hermes's connection.
-- ``{"op": "fts_integrity"}``: FTS5 integrity-check of both indexes.
+- ``{"op": "fts_integrity"}``: FTS5 integrity-check of both indexes, and of the CJK one where
+  the database has it.
 """
 
 import inspect
@@ -105,7 +106,12 @@ def main():
                 out.append([list(r) for r in rows])
             elif kind == "fts_integrity":
                 res = {}
-                for table in ("messages_fts", "messages_fts_trigram"):
+                cjk = db._conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_cjk'"
+                ).fetchone()
+                for table in ("messages_fts", "messages_fts_trigram") + (
+                    ("messages_fts_cjk",) if cjk else ()
+                ):
                     try:
                         db._conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
                         res[table] = "ok"

@@ -65,22 +65,60 @@ def hermes_python(spec: str) -> Path:
     return python
 
 
+#: A Python whose sqlite3 can load extensions, for a virtualenv's packages where its own cannot
+#: (pyenv builds without ``--enable-loadable-sqlite-extensions`` have no ``enable_load_extension``).
+LOADING_PYTHON = "/usr/bin/python3"
+
+
+def can_load_extensions(python: str | Path) -> bool:
+    probe = "import sqlite3, sys; sys.exit(not hasattr(sqlite3.Connection, 'enable_load_extension'))"
+    return subprocess.run([str(python), "-c", probe]).returncode == 0
+
+
+def extension_python(python: Path) -> tuple[str, str | None]:
+    """An interpreter that runs ``python``'s virtualenv with SQLite extension loading, and the
+    PYTHONPATH it needs: ``python`` itself where it can load extensions, else
+    :data:`LOADING_PYTHON` with the virtualenv's site-packages (the same minor version, or the
+    compiled packages would not import). Raises where there is none: a test must not skip.
+    """
+    if can_load_extensions(python):
+        return str(python), None
+    ask = "import sys, sysconfig; print(sysconfig.get_path('purelib')); print(sys.version_info[:2])"
+    site, version = subprocess.run(
+        [str(python), "-c", ask], capture_output=True, text=True, check=True
+    ).stdout.split("\n")[:2]
+    mine = subprocess.run(
+        [LOADING_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+    )
+    if mine.returncode != 0 or mine.stdout.strip() != version or not can_load_extensions(LOADING_PYTHON):
+        raise RuntimeError(
+            f"{python} cannot load SQLite extensions and {LOADING_PYTHON} is not a Python {version} that can"
+        )
+    return LOADING_PYTHON, site
+
+
 class Hermes:
     """Runs operations against a home with the real Hermes ``SessionDB``.
 
     Each :meth:`run` is one process: a list of ops in, a list of results out
-    (see ``hermes_driver.py`` for the op vocabulary).
+    (see ``hermes_driver.py`` for the op vocabulary). ``loading_extensions``: by a Python that can
+    load SQLite extensions (:func:`extension_python`), as Hermes loads its CJK tokenizer.
     """
 
-    def __init__(self, spec: str = "0.19.0"):
+    def __init__(self, spec: str = "0.19.0", loading_extensions: bool = False):
         self.spec = spec
         self.python = hermes_python(spec)
+        self.interpreter, self.pythonpath = (
+            extension_python(self.python) if loading_extensions else (str(self.python), None)
+        )
 
     def run(self, home: Path, ops: list[dict], timeout: float = 600) -> list:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env["HERMES_HOME"] = str(home)
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
         proc = subprocess.run(
-            [str(self.python), str(DRIVER), str(home)],
+            [self.interpreter, str(DRIVER), str(home)],
             input=json.dumps(ops),
             capture_output=True,
             text=True,

@@ -17,9 +17,10 @@ from hermes_keeper.cli import main
 from hermes_keeper.home import select_profiles
 from hermes_keeper.run import compact as compact_mod
 from hermes_keeper.run.compact import WAL_LIMIT_BYTES, compact
-from hermes_keeper.sqlite.fts import FTS_TABLES
 from tests.conftest import tree_digest
 
+#: The FTS5 indexes of the homes here (Hermes 0.19: no CJK index, tests/test_cjk.py has one).
+FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 CONTENT = "SELECT id, session_id, role, content, timestamp, active FROM messages ORDER BY id"
 
 

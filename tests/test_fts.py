@@ -14,7 +14,6 @@ from hermes_keeper.cli import main
 from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.sqlite import fts
 from hermes_keeper.sqlite.fts import (
-    FTS_TABLES,
     HOLD_NAME,
     MERGE_EVERY_SEGMENTS,
     MERGE_GUARD_SEGMENTS,
@@ -27,6 +26,8 @@ from hermes_keeper.sqlite.schema import inspect
 from hermes_keeper.sqlite.writer import Budget, Writer
 
 NOW = time.time()
+#: The FTS5 indexes of the homes here (Hermes 0.19 and the demo: no CJK index, tests/test_cjk.py has one).
+FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 
 
 # --- an independent reader of FTS5's structure record (rowid 10 of <table>_data) ---------------

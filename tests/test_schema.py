@@ -29,7 +29,14 @@ def _hermes_like(path, version=22, started_at=1.7e9, ts=1.7e9):
 
 @pytest.mark.parametrize(
     "version, status",
-    [(11, schema.UNDERSTOOD), (22, schema.UNDERSTOOD), (30, schema.NEWER), (5, schema.FOREIGN)],
+    [
+        (11, schema.UNDERSTOOD),
+        (22, schema.UNDERSTOOD),
+        (30, schema.UNDERSTOOD),
+        (31, schema.UNDERSTOOD),
+        (32, schema.NEWER),
+        (5, schema.FOREIGN),
+    ],
 )
 def test_versions(tmp_path, version, status):
     db = tmp_path / "state.db"
@@ -90,7 +97,7 @@ def test_real_hermes_schema_is_understood(tmp_path, hermes):
     hermes.call(tmp_path, "create_session", "s1", "cli")
     info = schema.inspect(tmp_path / "state.db")
     assert info.status == schema.UNDERSTOOD, info.reason
-    assert info.schema_version == schema.NEWEST_KNOWN_VERSION
+    assert info.schema_version == schema.HERMES_019_VERSION
     assert info.journal_mode == "wal"
     assert info.actionable
 

@@ -26,6 +26,7 @@ from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR
 from hermes_keeper.report import OTHER_DIRS, dir_usage, object_sizes, table_group
 from hermes_keeper.sqlite.connect import connect_file, connect_ro, read_txn
+from hermes_keeper.sqlite.fts import fts_index
 from hermes_keeper.sqlite.holders import find_holders, long_reads_stall_hermes
 
 if TYPE_CHECKING:
@@ -186,8 +187,8 @@ def components(
     out = {"messages": 0}
     for name, size in sorted(objects.items()):
         group = table_group(name)
-        if group == "fts":  # each index with its shadow tables
-            group += ":messages_fts_trigram" if name.startswith("messages_fts_trigram") else ":messages_fts"
+        if group in ("fts", "fts_cjk"):  # each index with its shadow tables
+            group = f"fts:{fts_index(name)}"
         out[group] = out.get(group, 0) + size
     out |= {"free": free, "wal": wal}
     hermes_dirs = [d for d in OTHER_DIRS if d != KEEPER_DIR]

@@ -50,7 +50,7 @@ from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, compact_step, make_plan
 from hermes_keeper.run.survey import survey_profile
-from hermes_keeper.sqlite.holders import find_holders
+from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -119,6 +119,8 @@ class Profile(Place):
             plan.warnings.append(f"state.db fails quick_check ({check.result}): a damaged page")
         if schema.timestamp_problems:
             plan.warnings.append("timestamps are not unix seconds; a run would refuse this profile")
+        if missing := missing_tokenizer(schema):
+            plan.warnings.append(f"{missing}; a run would refuse this profile")
         return plan
 
     def run(

@@ -53,8 +53,9 @@ from hermes_keeper.run.survey import (
     survey_profile,
 )
 from hermes_keeper.sqlite.connect import connect_ro, interrupt_after, read_txn
+from hermes_keeper.sqlite.fts import fts_index
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid, long_reads_stall_hermes
-from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect, timestamp_problems
+from hermes_keeper.sqlite.schema import CJK_INDEX, SchemaInfo, generation, inspect, timestamp_problems
 
 REPORT_VERSION = 1
 DAY = 86400.0
@@ -79,7 +80,8 @@ OTHER_DIRS = (
     "moa-traces",
     "keeper",
 )
-GROUPS = ("messages", "fts", "sessions", "other", "free")
+#: ``fts_cjk`` (Hermes's CJK index) only where the database has it.
+GROUPS = ("messages", "fts", "fts_cjk", "sessions", "other", "free")
 #: How long report's own ``quick_check`` may read (it reads every page: ~10 s per GB cold); past
 #: it, the last full check on record (plan, compact) is shown with its age.
 CHECK_BUDGET_S = 1.0
@@ -119,8 +121,9 @@ def dir_usage(path: Path, home: Path) -> dict:
 
 def table_group(name: str) -> str:
     """Which group a table or index belongs to (FTS5 shadow tables share their table's prefix)."""
-    if name.startswith("messages_fts"):
-        return "fts"
+    index = fts_index(name)
+    if index:
+        return "fts_cjk" if index == CJK_INDEX else "fts"
     if name == "messages" or name.startswith(("idx_messages", "sqlite_autoindex_messages")):
         return "messages"
     if name == "sessions" or name.startswith(("idx_sessions", "sqlite_autoindex_sessions")):
@@ -192,7 +195,7 @@ def db_usage(objects: Breakdown | None, schema: SchemaInfo) -> DatabaseSection:
         per_object=objects is not None,
         objects_measured_at=objects.at if objects else None,
         objects_estimated=bool(objects and objects.estimate),
-        groups={k: int(groups.get(k, 0)) for k in GROUPS},
+        groups={k: int(groups.get(k, 0)) for k in GROUPS if k != "fts_cjk" or schema.has(CJK_INDEX)},
         objects=dict(sorted(sizes.items(), key=lambda kv: -kv[1])),
         reclaimable_bytes=schema.free_bytes,
     )

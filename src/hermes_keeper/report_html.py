@@ -46,6 +46,7 @@ COMPONENT_ORDER = (
     "messages",
     "fts:messages_fts",
     "fts:messages_fts_trigram",
+    "fts:messages_fts_cjk",
     "sessions",
     "other",
     "free",

@@ -34,6 +34,7 @@ from hermes_keeper.run.files import CHECKPOINTS_NOTE
 GROUP_LABELS = {
     "messages": "messages (rows + indexes)",
     "fts": "full-text indexes (2 x FTS5)",
+    "fts_cjk": "CJK full-text index (FTS5)",
     "sessions": "sessions (rows + indexes)",
     "other": "other tables",
     "free": "free pages (reclaimable)",
@@ -84,6 +85,8 @@ def _database_table(rep: Report) -> Table:
     t.add_column("share", justify="right")
     total = max(1, db.bytes)
     for key, label in GROUP_LABELS.items():
+        if key not in db.groups:  # the CJK index, where Hermes has none
+            continue
         n = db.groups[key]
         t.add_row(label, units.size(n), f"{100 * n / total:.0f}%")
     t.add_section()

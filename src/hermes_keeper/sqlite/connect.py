@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 BUSY_TIMEOUT_S = 2.0
+#: Hermes's CJK search tokenizer, a loadable SQLite extension in the home (``hermes_state_fts.py``
+#: ``load_fts5_cjk_extension``): an FTS5 table using it cannot be read or written, nor can a row
+#: its triggers index be deleted, on a connection without it.
+CJK_TOKENIZER = "cjk_unicode61"
+CJK_LIBRARY = ("lib", "libfts5_cjk.so")
 #: Longest one read of a scan in steps (:func:`id_steps`), and the first step's rows (the next are
 #: sized from the time it took).
 STEP_READ_MS, FIRST_STEP_ROWS = 20.0, 2000
@@ -53,6 +59,7 @@ def connect_ro(path: Path, query_only: bool = True) -> sqlite3.Connection:
         conn = sqlite3.connect(uri(path, "ro") + "&immutable=1", uri=True, isolation_level=None)
     if query_only:
         conn.execute("PRAGMA query_only=1")
+    load_tokenizer(conn, path)
     return conn
 
 
@@ -60,7 +67,65 @@ def connect_rw(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Co
     """A writer that refuses to create a missing database (``mode=rw``)."""
     conn = sqlite3.connect(uri(path, "rw"), uri=True, timeout=busy_timeout_s, isolation_level=None)
     conn.execute("PRAGMA foreign_keys=ON")
+    load_tokenizer(conn, path)
     return conn
+
+
+def cjk_library(db_path: Path) -> Path:
+    """Where Hermes loads its CJK tokenizer from: ``<home>/lib/libfts5_cjk.so``."""
+    return Path(db_path).parent.joinpath(*CJK_LIBRARY)
+
+
+def load_tokenizer(conn: sqlite3.Connection, db_path: Path) -> bool:
+    """Hermes's CJK tokenizer loaded into ``conn`` where its library is in the home, as Hermes
+    loads it; False where it is not (:func:`tokenizer_problem` says why). Not loaded, nothing
+    changes: what does not construct a table using it (``sqlite_master``, FTS5 shadow tables)
+    still reads.
+    """
+    library = cjk_library(db_path)
+    return library.exists() and _load(conn, library) is None
+
+
+def _load(conn: sqlite3.Connection, library: Path) -> str | None:
+    """``library`` loaded into ``conn``; else why not and what to do, as the end of a sentence
+    on the library ("which ...")."""
+    try:
+        st = library.stat()
+    except OSError:
+        return "is missing (hermes-agent's native/fts5_cjk/build.sh builds it)"
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o002:
+        return "is another user's or writable by anyone (the keeper loads no such code)"
+    if not hasattr(conn, "enable_load_extension"):
+        return (
+            f"this Python ({sys.executable}) cannot load, its sqlite3 module having no extension loading"
+            " (run the keeper with a Python that can load SQLite extensions, such as Debian's python3)"
+        )
+    try:
+        conn.enable_load_extension(True)
+        try:
+            conn.load_extension(str(library))
+        finally:
+            conn.enable_load_extension(False)
+    except sqlite3.Error as exc:
+        return f"could not be loaded: {exc} (rebuild it for this machine)"
+    return None
+
+
+def tokenizer_problem(db_path: Path) -> str | None:
+    """Why this process cannot use the CJK tokenizer of ``db_path``'s home (None: it can), as
+    :func:`_load` says it, or a library that registers no tokenizer of that name."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        problem = _load(conn, cjk_library(db_path))
+        if problem is None:
+            conn.execute(f"CREATE VIRTUAL TABLE temp.t USING fts5(x, tokenize='{CJK_TOKENIZER}')")
+        return problem
+    except sqlite3.Error as exc:
+        return (
+            f"registered no {CJK_TOKENIZER} tokenizer: {exc} (rebuild it from hermes-agent's native/fts5_cjk)"
+        )
+    finally:
+        conn.close()
 
 
 def connect_file(

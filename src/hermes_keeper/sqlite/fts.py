@@ -31,11 +31,12 @@ from hermes_keeper.errors import TryLater
 from hermes_keeper.fs import HomeFS, durable_rename, fsync_dir, open_private, private_dir
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import time_limit
-from hermes_keeper.sqlite.schema import SchemaInfo
+from hermes_keeper.sqlite.schema import CJK_INDEX, SchemaInfo
 from hermes_keeper.sqlite.writer import AdaptiveBatch, Writer
 
-#: Hermes's two FTS5 indexes (the trigram one since ~0.15).
-FTS_TABLES = ("messages_fts", "messages_fts_trigram")
+#: Hermes's FTS5 indexes: the trigram one since ~0.15, the CJK one (schema 23+, where its tokenizer
+#: library is in the home) in today's Hermes. Longest name last: :func:`fts_index` matches prefixes.
+FTS_TABLES = ("messages_fts", "messages_fts_trigram", CJK_INDEX)
 #: The settings a hold changes, with FTS5's defaults (used when the config table has no row).
 HELD = {"automerge": 4, "crisismerge": 16, "usermerge": 4}
 #: While held: automerge off; a level needs this many segments before FTS5 merges it by itself;
@@ -84,8 +85,23 @@ _STRUCTURE_V2 = b"\xff\x00\x00\x01"
 
 
 def fts5_tables(schema: SchemaInfo) -> list[str]:
-    """Hermes's FTS5 indexes present in this database (an FTS5 table has ``_data`` and ``_config``)."""
-    return [t for t in FTS_TABLES if schema.has(t) and schema.has(f"{t}_data") and schema.has(f"{t}_config")]
+    """Hermes's FTS5 indexes present in this database (an FTS5 table has ``_data`` and ``_config``)
+    that the keeper's writes reach: the CJK index only with its triggers (:attr:`SchemaInfo.cjk_live`;
+    without them Hermes rebuilds it whole, and touching it would need its tokenizer)."""
+    return [
+        t
+        for t in FTS_TABLES
+        if schema.has(t)
+        and schema.has(f"{t}_data")
+        and schema.has(f"{t}_config")
+        and (t != CJK_INDEX or schema.cjk_live)
+    ]
+
+
+def fts_index(name: str) -> str | None:
+    """The FTS index a table (the index itself or one of its shadow tables) belongs to, or None."""
+    found = [t for t in FTS_TABLES if name == t or name.startswith(f"{t}_")]
+    return max(found, key=len) if found else None
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:

@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 
 from hermes_keeper.errors import TryLater
-from hermes_keeper.sqlite.schema import SchemaInfo
+from hermes_keeper.sqlite.connect import cjk_library, tokenizer_problem
+from hermes_keeper.sqlite.schema import CJK_INDEX, SchemaInfo
 
 #: Above any pid a kernel hands out (Linux's pid_max is at most 2**22): a number read from a
 #: file is checked against it before it reaches psutil, which overflows on larger ones.
@@ -184,14 +185,37 @@ def hermes_maintenance(schema: SchemaInfo) -> str | None:
             return f"Hermes is running {what} ({db_path.name}{suffix} is held)"
     if schema.fts_rebuild_pending:
         return "Hermes is rebuilding its search index (deferred FTS rebuild in state_meta)"
+    if schema.fts_cjk_rebuild_pending:
+        return (
+            "Hermes is rebuilding its CJK search index (deferred backfill, fts_cjk_rebuild_* in state_meta,"
+            " which `hermes sessions optimize-storage` finishes)"
+        )
     return None
 
 
+def missing_tokenizer(schema: SchemaInfo) -> str | None:
+    """Why the keeper cannot write this database's ``messages`` (the triggers of Hermes's CJK index
+    need its tokenizer, which this process cannot load), in one sentence; None when it can."""
+    if not schema.cjk_live:
+        return None
+    problem = tokenizer_problem(Path(schema.path))
+    if problem is None:
+        return None
+    return (
+        f"{schema.path}: Hermes's CJK search index ({CJK_INDEX}) needs its tokenizer"
+        f" {cjk_library(Path(schema.path))}, which {problem}"
+    )
+
+
 def refuse_during_maintenance(schema: SchemaInfo) -> None:
-    """Raise :class:`TryLater` (one line, exit 75, nothing changed) while Hermes maintains the database."""
+    """Raise :class:`TryLater` (one line, exit 75, nothing changed) while Hermes maintains the
+    database, or where the keeper cannot load the tokenizer its writes need."""
     busy = hermes_maintenance(schema)
     if busy:
         raise TryLater(f"{busy}; nothing changed, run again later")
+    missing = missing_tokenizer(schema)
+    if missing:
+        raise TryLater(f"{missing}; nothing changed")
 
 
 def long_reads_stall_hermes(journal_mode: str, holders) -> bool:

