@@ -192,7 +192,7 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
     assert not {"plain", "turn_dead", "lock_dead", "leased_gone"} & set(rows)
     assert {"turn", "lock", "resumed", "reaped", "leased", "delegating", "pin_root", "pin_tail"} <= set(rows)
     assert result["zombies_closed"] == 1
-    closed = {sid for sid, (ended, reason) in rows.items() if reason == "keeper_zombie"}
+    closed = {sid for sid, (ended, reason) in rows.items() if reason == "idle_timeout"}
     assert closed == {"z_plain"}
     assert all(rows[z][0] is None for z in ("z_pinned", "z_turn", "z_tail", "z_beat"))
     with sqlite3.connect(tmp_path / "state.db") as c:
@@ -365,7 +365,7 @@ def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_pa
     assert result["pruned"] == 3 and set(_rows(copy)) == {"pinned", "fresh", "zombie"}
     with sqlite3.connect(copy / "state.db") as c:  # as the keeper's zombie close leaves it
         c.execute(
-            "UPDATE sessions SET ended_at = ?, end_reason = 'keeper_zombie' WHERE id = 'zombie'",
+            "UPDATE sessions SET ended_at = ?, end_reason = 'idle_timeout' WHERE id = 'zombie'",
             (now - 150 * DAY + 1,),
         )
     assert iot.call(copy, "prune_sessions", older_than_days=90, exclude_active_write_guards=True) == 1
@@ -514,4 +514,67 @@ def test_a_turn_lease_taken_after_the_plan_keeps_a_zombie_open(tmp_path, iot, mo
     monkeypatch.setattr(execute, "close_zombies", resume_then_close)
     assert _run(tmp_path)["zombies_closed"] == 1
     rows = _rows(tmp_path)
-    assert rows["tail"][0] is None and rows["other"][1] == "keeper_zombie"
+    assert rows["tail"][0] is None and rows["other"][1] == "idle_timeout"
+
+
+def test_a_zombie_the_keeper_closed_is_reopened_by_hermes_if_its_process_was_alive(tmp_path, iot):
+    """The keeper closes a zombie with an end reason Hermes treats as automatic (its own
+    ``is_automatic_end_reason``): if the process was alive after all, Hermes's next compression
+    clears the stamp and continues, as it does after its own reapers. The reason the keeper wrote
+    before (``keeper_zombie``) wedged that rotation ("Compression parent already ended")."""
+    from hermes_keeper.journal import read_journal
+
+    now = time.time()
+    specs = [_session("z", "tui", 5, now, end=None), _session("z_old", "tui", 5, now, end=None)]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    assert _run(tmp_path)["zombies_closed"] == 2
+    rows = _rows(tmp_path)
+    assert rows["z"][1] == rows["z_old"][1] == "idle_timeout"
+    # the keeper's own mark: which sessions it closed, with what, and what they held before
+    journal = read_journal(tmp_path / "keeper")
+    closing = next(r for r in journal if r["action"] == "zombies_closing")
+    closed = next(r for r in journal if r["action"] == "zombies_closed")
+    assert closing["previous"]["z"] == {"ended_at": None, "end_reason": None}
+    assert (closed["sessions"], closed["end_reason"], closed["kept_open"]) == (
+        ["z", "z_old"],
+        "idle_timeout",
+        [],
+    )
+    check = "import sys; from hermes_state_common import is_automatic_end_reason as a; print(a(sys.argv[1]))"
+    for reason, automatic in (("idle_timeout", "True"), ("keeper_zombie", "False")):
+        out = subprocess.run(
+            [str(iot.python), "-c", check, reason], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == automatic
+
+    # the process was alive: it compresses, under its lease, as Hermes's agent does
+    holder = _live_holder("compress=1")
+    publish = {
+        "op": "call",
+        "method": "publish_compression_child",
+        "kwargs": {
+            "parent_session_id": "z",
+            "child_session_id": "z_next",
+            "source": "tui",
+            "messages": [{"role": "user", "content": "summary of the turns so far"}],
+            "compression_lock_holder": holder,
+        },
+    }
+    lock = {
+        "op": "call",
+        "method": "try_acquire_compression_lock",
+        "args": ["z", holder],
+        "kwargs": {"ttl_seconds": 600},
+    }
+    assert iot.run(tmp_path, [lock, publish])[0] is True
+    rows = _rows(tmp_path)
+    assert rows["z"][1] == "compression" and rows["z_next"][0] is None
+    assert iot.call(tmp_path, "get_messages", "z_next")[0]["content"] == "summary of the turns so far"
+
+    # the stamp the keeper wrote before: Hermes refuses the same rotation
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("UPDATE sessions SET end_reason = 'keeper_zombie' WHERE id = 'z_old'")
+    lock["args"][0] = publish["kwargs"]["parent_session_id"] = "z_old"
+    publish["kwargs"]["child_session_id"] = "z_old_next"
+    with pytest.raises(RuntimeError, match="Compression parent already ended: z_old"):
+        iot.run(tmp_path, [lock, publish])
