@@ -578,3 +578,52 @@ def test_a_zombie_the_keeper_closed_is_reopened_by_hermes_if_its_process_was_ali
     publish["kwargs"]["child_session_id"] = "z_old_next"
     with pytest.raises(RuntimeError, match="Compression parent already ended: z_old"):
         iot.run(tmp_path, [lock, publish])
+
+
+def _peer(n: int, key: bool = True) -> dict:
+    """A Telegram DM's routing identity as the gateway stamps it on a row."""
+    ident = {"user_id": str(n), "chat_id": str(n), "chat_type": "dm"}
+    return ident | ({"session_key": f"agent:main:telegram:dm:{n}"} if key else {})
+
+
+def test_keeps_exactly_what_hermes_stale_route_recovery_would_resume(tmp_path, iot):
+    """A completed handoff's row (whatever end reason the source's teardown stamped) and a row found
+    by its chat's identity with no ``session_key`` are what Hermes's recovery resumes: kept. A
+    recoverable row a later reset of the same chat fences is one it passes over: pruned, as are
+    rows no recovery path reaches. Hermes's own ``find_latest_gateway_session_for_peer`` is asked,
+    before and after the run."""
+    now = time.time()
+    specs = [
+        _session("handed", "telegram", 200, now, end="cli_close", **_peer(1)),
+        _session("by_chat", "telegram", 200, now, end="agent_close", **_peer(2, key=False)),
+        _session("fenced", "telegram", 250, now, end="agent_close", **_peer(3)),
+        _session("reset", "telegram", 240, now, end="session_reset", **_peer(3)),
+        _session("closed", "telegram", 200, now, end="user_exit", **_peer(4)),
+    ]
+    iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": specs},
+            {"op": "call", "method": "request_handoff", "args": ["handed", "discord"]},
+            {"op": "call", "method": "claim_handoff", "args": ["handed"]},
+            {"op": "call", "method": "complete_handoff", "args": ["handed"]},
+        ],
+    )
+
+    def recovered() -> list:
+        def find(n: int, key: str) -> dict:
+            kwargs = {"source": "telegram", "session_key": key} | _peer(n, key=False)
+            return {"op": "call", "method": "find_latest_gateway_session_for_peer", "kwargs": kwargs}
+
+        ops = [find(1, "agent:main:telegram:dm:1"), find(2, "agent:main:telegram:dm:2")]
+        ops += [find(3, "agent:main:telegram:dm:3"), find(4, "agent:main:telegram:dm:4")]
+        return [row and row["id"] for row in iot.run(tmp_path, ops)]
+
+    assert recovered() == ["handed", "by_chat", None, None]
+    plan = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    decisions = {d["session_id"]: d for d in json.loads(plan.output)["profiles"][0]["decisions"]}
+    assert {s for s, d in decisions.items() if d["code"] == "gateway_recoverable"} == {"handed", "by_chat"}
+    assert {s for s, d in decisions.items() if d["action"] == "prune"} == {"fenced", "reset", "closed"}
+    assert _run(tmp_path)["pruned"] == 3
+    assert set(_rows(tmp_path)) == {"handed", "by_chat"}
+    assert recovered() == ["handed", "by_chat", None, None]

@@ -8,6 +8,7 @@ import pytest
 
 from hermes_keeper.home import Profile
 from hermes_keeper.model.conversations import conversations
+from hermes_keeper.model.gateway import Peer
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.run.plan import make_plan
 from hermes_keeper.run.survey import SessionFile, SessionRow, Survey
@@ -15,6 +16,7 @@ from hermes_keeper.sqlite.schema import UNDERSTOOD, SchemaInfo
 
 NOW = 1_800_000_000.0
 DAY = 86400.0
+TG = Peer("telegram", "1", "1", "dm", "")  # a Telegram DM's identity on a row
 
 
 def row(sid, source="cli", age=100, open_=False, idle=None, **kw):
@@ -236,6 +238,21 @@ def test_zombie_closing_respects_upstreams_heartbeat_gate(heartbeat, closed):
         ({"runtime_lease": True}, True),
         ({"session_key": "k", "end_reason": "superseded_by_resume"}, True),
         ({"session_key": "k", "end_reason": "startup_orphan_reap"}, True),
+        # a completed handoff owns the row whatever the source's teardown stamped
+        ({"session_key": "k", "end_reason": "cli_close", "handoff_state": "completed"}, True),
+        ({"session_key": "k", "end_reason": "cli_close", "handoff_state": "failed"}, False),
+        # the key path takes a row without messages (an empty keyed row beats minting a new one)
+        ({"session_key": "k", "end_reason": "agent_close", "messages": 0, "content_bytes": 0}, True),
+        # the chat path needs no key, but messages (Hermes's column counts too)
+        ({"end_reason": "agent_close", "peer": TG}, True),
+        ({"end_reason": "agent_close", "peer": TG, "messages": 0, "content_bytes": 0}, False),
+        ({"end_reason": "agent_close", "peer": TG, "messages": 0, "message_count": 2}, True),
+        ({"end_reason": "agent_close", "peer": Peer("cli", "", "", "", "")}, False),  # no chat to find
+        ({"end_reason": "user_exit", "peer": TG}, False),
+        # a later reset of the same key or chat passes it over (schema 31's fence)
+        ({"session_key": "k", "end_reason": "agent_close", "fenced_by_key": True}, False),
+        ({"session_key": "k", "end_reason": "agent_close", "peer": TG, "fenced_by_key": True}, True),
+        ({"end_reason": "agent_close", "peer": TG, "fenced_by_chat": True}, False),
     ],
 )
 def test_guards_by_upstreams_rules(kw, kept):

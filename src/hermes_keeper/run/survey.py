@@ -24,6 +24,13 @@ from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.kept import KeptUnreadable, read_kept
 from hermes_keeper.model.conversations import lineage_root, model_config_links, seconds
+from hermes_keeper.model.gateway import (
+    PEER_COLUMNS,
+    Peer,
+    fences,
+    peer_of,
+    recovery_candidate,
+)
 from hermes_keeper.model.policy import MESSAGING_SOURCES
 from hermes_keeper.place import Place
 from hermes_keeper.run.files import Folders, scan_folders
@@ -44,11 +51,6 @@ from hermes_keeper.sqlite.holders import (
 )
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
-#: ``end_reason`` values after which the gateway may still resume a keyed session
-#: (upstream's ``_RECOVERABLE_END_REASONS``, hermes_state_common.py).
-RECOVERABLE_END_REASONS = frozenset(
-    {"agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap"}
-)
 #: handoff states that mean a transfer is in flight.
 LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
 
@@ -57,6 +59,7 @@ LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
 SCHEMA_PROTECTIONS = (
     ("gateway routing", "gateway_routing", "entry_json"),
     ("gateway-recoverable rows", "sessions", "session_key"),
+    ("gateway-recoverable by chat identity", "sessions", "chat_id"),
     ("live compression locks", "compression_locks", "expires_at"),
     ("live turn leases", "session_turn_leases", "expires_at"),
     ("gateway heartbeats (zombie closing)", "gateway_heartbeats", "last_heartbeat"),
@@ -118,6 +121,12 @@ class SessionRow:
     topic_bound: bool = False
     pending_delegation: bool = False
     maybe_routed: bool = False  # sessions.json unreadable and the gateway could route to it
+    # What the gateway's stale-route recovery reads (model/gateway.py).
+    message_count: int = 0  # Hermes's own column: recovery counts a row with it as one with messages
+    peer: Peer | None = None  # its chat identity, where the database has the columns
+    profile_name: str | None = None
+    fenced_by_key: bool = False  # a later reset of the same key passes it over (schema 31+)
+    fenced_by_chat: bool = False  # likewise for its chat
 
     @property
     def is_open(self) -> bool:
@@ -142,12 +151,15 @@ class SessionRow:
 
     @property
     def gateway_recoverable(self) -> bool:
-        """Rows the gateway's stale-route recovery would pick up again (hermes_state)."""
-        return (
-            bool(self.session_key)
-            and self.messages > 0
-            and (self.ended_at is None or self.end_reason in RECOVERABLE_END_REASONS)
-        )
+        """A row the gateway's stale-route recovery could resume (model/gateway.py): open, ended by
+        an accident, or owned by a completed handoff; and found by its ``session_key``, or (with
+        messages) by its chat's identity with no key at all; and not fenced by a later reset."""
+        if not recovery_candidate(self.ended_at, self.end_reason, self.handoff_state):
+            return False
+        by_key = bool(self.session_key) and not self.fenced_by_key
+        has_messages = self.messages > 0 or self.message_count > 0
+        by_chat = self.peer is not None and self.peer.findable and has_messages and not self.fenced_by_chat
+        return by_key or by_chat
 
 
 @dataclass(frozen=True)
@@ -280,7 +292,8 @@ def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]
                {col("auto_archived", "0")}, {col("session_key")},
                {col("model_config")}, {col("last_activity_at")},
                {col("input_tokens", "0")}, {col("output_tokens", "0")}, {cost} AS cost_usd,
-               {col("handoff_state")}, {col("message_count")}
+               {col("handoff_state")}, {col("message_count")}, {col("profile_name")},
+               {", ".join(col(c) for c in PEER_COLUMNS)}
         FROM sessions
     """
     conn.row_factory = sqlite3.Row
@@ -408,6 +421,7 @@ def survey_profile(
     for r in rows:
         _add_session(survey, r, stats.get(r["id"], Stats()), around)
     _add_turn_leases(survey, around.turns)
+    _add_recovery_fences(survey)
     _scan_beside_db(survey, holders, db_check, check_budget_s)
     return survey
 
@@ -562,7 +576,18 @@ def _add_session(survey: Survey, r: dict, msgs: Stats, around: _Around) -> None:
         pending_delegation=sid in around.pending,
         maybe_routed=survey.routing_problem is not None
         and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
+        message_count=r["message_count"] if isinstance(r["message_count"], int) else 0,
+        peer=peer_of(r, r["source"]) if survey.schema.has("sessions", "chat_id") else None,
+        profile_name=r["profile_name"],
     )
+
+
+def _add_recovery_fences(survey: Survey) -> None:
+    """Rows a later reset boundary of the same key or chat passes over (model/gateway.py)."""
+    for sid, fence in fences(survey.sessions.values(), survey.schema.schema_version).items():
+        survey.sessions[sid] = replace(
+            survey.sessions[sid], fenced_by_key=fence.by_key, fenced_by_chat=fence.by_chat
+        )
 
 
 def _add_turn_leases(survey: Survey, turns: dict[str, tuple]) -> None:
