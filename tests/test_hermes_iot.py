@@ -627,3 +627,84 @@ def test_keeps_exactly_what_hermes_stale_route_recovery_would_resume(tmp_path, i
     assert _run(tmp_path)["pruned"] == 3
     assert set(_rows(tmp_path)) == {"handed", "by_chat"}
     assert recovered() == ["handed", "by_chat", None, None]
+
+
+_KEYS = """
+from gateway.config import Platform
+from gateway.session import SessionSource, build_session_key
+source = SessionSource(platform=Platform.TELEGRAM, chat_id="7", chat_type="dm", user_id="7")
+for profile in (None, "coder", "main"):
+    print(build_session_key(source, profile=profile))
+"""
+
+
+def test_a_multiplexed_gateways_routes_in_its_launch_home_protect_each_profile(tmp_path, iot):
+    """One gateway serving every profile keeps its routing for all of them in the launch home's
+    store, keyed by Hermes's own ``build_session_key(..., profile=...)``: a route there naming a
+    profile keeps that profile's session, one naming another profile does not, and a launch
+    home's routing that cannot be read is "routing unknown"."""
+    now = time.time()
+    default_key, coder_key, main_key = subprocess.run(
+        [str(iot.python), "-c", _KEYS], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert (default_key, coder_key, main_key) == (
+        "agent:main:telegram:dm:7",
+        "agent:coder:telegram:dm:7",
+        "agent:main~:telegram:dm:7",
+    )
+    coder, main_profile = tmp_path / "profiles" / "coder", tmp_path / "profiles" / "main"
+    for home, names in ((coder, ("chat", "mirror", "elsewhere", "old")), (main_profile, ("chat",))):
+        home.mkdir(parents=True)
+        specs = [_session(f"{home.name}_{n}", "telegram", 200, now) for n in names]
+        iot.run(home, [{"op": "build", "sessions": specs}])
+
+    def route(key: str, sid: str) -> dict:
+        entry = json.dumps({"session_key": key, "session_id": sid})
+        scope = str((tmp_path / "sessions").resolve())
+        return {
+            "op": "call",
+            "method": "save_gateway_routing_entry",
+            "args": [key, entry],
+            "kwargs": {"scope": scope},
+        }
+
+    # the launch home (the root): its own store holds every profile's routes
+    iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": [_session("root_chat", "telegram", 200, now)]},
+            route(coder_key, "coder_chat"),
+            route(main_key, "main_chat"),
+            route(default_key, "coder_elsewhere"),  # names the default profile: the root's row, not coder's
+        ],
+    )
+    (tmp_path / "sessions").mkdir(exist_ok=True)
+    (tmp_path / "sessions" / "sessions.json").write_text(
+        json.dumps({"_README": "legacy mirror", "agent:coder:telegram:dm:8": {"session_id": "coder_mirror"}})
+    )
+
+    def decisions(profile: str) -> dict:
+        res = CliRunner().invoke(
+            main, ["plan", "--home", str(tmp_path), "--profile", profile, "--json", "-v"]
+        )
+        assert res.exit_code == 0, res.output
+        return {
+            d["session_id"]: (d["action"], d["code"])
+            for d in json.loads(res.output)["profiles"][0]["decisions"]
+        }
+
+    assert decisions("coder") == {
+        "coder_chat": ("keep", "routed"),
+        "coder_mirror": ("keep", "routed"),
+        "coder_elsewhere": ("prune", "retention"),
+        "coder_old": ("prune", "retention"),
+    }
+    assert decisions("main") == {"main_chat": ("keep", "routed")}
+    assert decisions("default") == {"root_chat": ("prune", "retention")}
+    res = CliRunner().invoke(main, ["run", "--home", str(tmp_path), "--profile", "coder", "--json"])
+    assert res.exit_code == 0, res.output
+    assert set(_rows(coder)) == {"coder_chat", "coder_mirror"}
+
+    (tmp_path / "sessions" / "sessions.json").write_text("{cut short")
+    got = decisions("coder")
+    assert got == {"coder_chat": ("keep", "routed"), "coder_mirror": ("keep", "routing_unknown")}

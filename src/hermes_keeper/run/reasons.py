@@ -32,7 +32,7 @@ def days(seconds: float) -> str:
 ODD_ID = Reason("odd_id", "id is not valid UTF-8")
 NUL_ID = Reason("odd_id", "id holds a NUL byte")
 ROUTED = Reason("routed", "routed by the gateway")
-ROUTING_UNKNOWN = Reason("routing_unknown", "routing unknown (sessions/sessions.json unreadable)")
+ROUTING_UNKNOWN = Reason("routing_unknown", "routing unknown (the gateway's routing unreadable)")
 GATEWAY_RECOVERABLE = Reason("gateway_recoverable", "gateway-recoverable")
 COMPRESSION_LEASE = Reason("lease", "live compression lease")
 TURN_LEASE = Reason("lease", "live turn lease")

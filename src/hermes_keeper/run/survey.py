@@ -42,6 +42,7 @@ from hermes_keeper.run.message_stats import (
     message_stats_in_steps,
     recent_since,
 )
+from hermes_keeper.run.routing import launch_home_routes
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import (
     Holder,
@@ -514,12 +515,17 @@ def _read_protections(conn: sqlite3.Connection, survey: Survey) -> _Around:
 
 def _read_beside_db(survey: Survey, around: _Around) -> None:
     """The files beside state.db that protect sessions or say what Hermes will do: the gateway's
-    routing mirror, Hermes's auto-prune settings, runtime leases, the keeper's restored sessions."""
+    routing mirror and a multiplexed gateway's routes for this profile in its launch home (:mod:`routing`),
+    Hermes's auto-prune settings, runtime leases, the keeper's restored sessions."""
     profile = survey.profile
+    problems = []
     try:
         around.routed |= routed_from_sessions_json(profile.sessions_dir)
     except RoutingUnknown as exc:
-        survey.routing_problem = str(exc)
+        problems.append(str(exc))
+    routed, unknown = launch_home_routes(profile)  # a multiplexed gateway's routes for this profile
+    around.routed |= routed
+    survey.routing_problem = "; ".join(problems + unknown) or None
     survey.auto_prune = read_auto_prune(profile.home, survey.schema.schema_version, around.last_auto_prune)
     around.leased = runtime_leases(profile.home)
     if around.leased is None:
