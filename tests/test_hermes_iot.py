@@ -708,3 +708,74 @@ def test_a_multiplexed_gateways_routes_in_its_launch_home_protect_each_profile(t
     (tmp_path / "sessions" / "sessions.json").write_text("{cut short")
     got = decisions("coder")
     assert got == {"coder_chat": ("keep", "routed"), "coder_mirror": ("keep", "routing_unknown")}
+
+
+_SCHEDULES = """
+import json, sys, time
+from hermes_cli.heartbeat import HeartbeatState, load_heartbeat, save_heartbeat
+from hermes_cli.loops import LoopState, list_active_loops, save_loop
+if sys.argv[1:] == ["set"]:
+    now = time.time()
+    for sid, every in (("looping", 3600), ("looping_open", 600)):
+        save_loop(sid, LoopState(prompt="check the build", interval_seconds=every, next_due_at=now + every))
+    save_heartbeat("paused", HeartbeatState(prompt="ping", interval_seconds=600, status="paused"))
+paused = load_heartbeat("paused")
+print(json.dumps({"loops": sorted(s for s, _ in list_active_loops()), "paused": paused and paused.status}))
+"""
+
+
+def test_live_schedules_are_kept_and_every_session_meta_key_goes_and_comes_back_with_its_session(
+    tmp_path, iot
+):
+    """A session that drives a live ``/loop`` or ``/heartbeat`` (Hermes's own ``save_loop``) is kept
+    and not closed, as Hermes's idle reaper spares it. A pruned session's ``goal:``, ``loop:`` and
+    ``heartbeat:`` keys are archived, deleted with it, and put back by ``archive restore``, where
+    Hermes's own loaders read them again."""
+    now = time.time()
+    specs = [
+        _session("looping", "cli", 200, now),
+        _session("paused", "cli", 200, now),
+        _session("goal", "cli", 200, now),
+        _session("looping_open", "tui", 5, now, end=None),
+    ]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    iot.call(
+        tmp_path, "set_meta", "goal:goal", json.dumps({"goal": "learn walrus facts", "status": "active"})
+    )
+
+    def schedules(*args: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {
+            "HERMES_HOME": str(tmp_path)
+        }
+        out = subprocess.run(
+            [str(iot.python), "-c", _SCHEDULES, *args], capture_output=True, text=True, env=env, check=True
+        )
+        return json.loads(out.stdout.splitlines()[-1])
+
+    assert schedules("set") == {"loops": ["looping", "looping_open"], "paused": "paused"}
+
+    def meta() -> list:
+        sql = (
+            "SELECT key FROM state_meta WHERE "
+            + "key LIKE 'goal:%' OR key LIKE 'loop:%' OR key LIKE 'heartbeat:%'"
+        )
+        return sorted(r[0] for r in iot.run(tmp_path, [{"op": "query", "sql": sql}])[0])
+
+    keys = meta()
+    assert keys == ["goal:goal", "heartbeat:paused", "loop:looping", "loop:looping_open"]
+    plan = json.loads(CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"]).output)
+    plan = plan["profiles"][0]
+    decisions = {d["session_id"]: (d["action"], d["code"]) for d in plan["decisions"]}
+    assert decisions["looping"] == ("keep", "schedule")
+    assert decisions["looping_open"] == ("keep", "open") and plan["zombies"] == []  # idle 5 days, not closed
+    result = _run(tmp_path)
+    assert result["pruned"] == 2 and result["zombies_closed"] == 0
+    assert set(_rows(tmp_path)) == {"looping", "looping_open"}
+    assert meta() == ["loop:looping", "loop:looping_open"]  # not one key left without its session
+    assert schedules() == {"loops": ["looping", "looping_open"], "paused": None}
+
+    res = CliRunner().invoke(main, ["archive", "restore", "paused", "goal", "--home", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert meta() == keys
+    assert schedules() == {"loops": ["looping", "looping_open"], "paused": "paused"}
+    assert json.loads(iot.call(tmp_path, "get_meta", "goal:goal"))["goal"] == "learn walrus facts"

@@ -65,6 +65,7 @@ def in_use(s: SessionRow, now: float) -> list[Reason]:
         (s.handoff_state in LIVE_HANDOFF_STATES, why.HANDOFF),
         (s.topic_bound, why.TOPIC_BINDING),
         (s.pending_delegation, why.PENDING_DELEGATION),
+        (s.live_schedule, why.SCHEDULE),
     )
     return [reason for hit, reason in checks if hit]
 

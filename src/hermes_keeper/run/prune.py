@@ -35,7 +35,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from hermes_keeper.archive import store as arch
-from hermes_keeper.archive.payload import canonical_bytes, decode_value, read_payload, sql_placeholder
+from hermes_keeper.archive.payload import (
+    canonical_bytes,
+    decode_value,
+    read_payload,
+    session_meta_keys,
+    sql_placeholder,
+)
 from hermes_keeper.journal import Journal
 from hermes_keeper.model.conversations import Facts, conversations
 from hermes_keeper.place import Place
@@ -284,7 +290,7 @@ def _finish_sessions(c: sqlite3.Connection, schema: SchemaInfo, sids: list[str])
     if schema.has("session_model_usage"):
         c.execute(f"DELETE FROM session_model_usage WHERE session_id {sql}", arg)
     if schema.has("state_meta"):
-        keys = json.dumps([f"goal:{sid}" for sid in sids])
+        keys = json.dumps([key for sid in sids for key in session_meta_keys(sid)])
         c.execute("DELETE FROM state_meta WHERE key IN (SELECT value FROM json_each(?))", (keys,))
     if schema.has("compression_locks"):
         c.execute(

@@ -40,6 +40,7 @@ CHAT_SURFACE = Reason("chat_surface", "open chat surface (runtime/active_session
 HANDOFF = Reason("handoff", "handoff in flight")
 TOPIC_BINDING = Reason("topic_binding", "telegram topic binding")
 PENDING_DELEGATION = Reason("pending_delegation", "pending delegation")
+SCHEDULE = Reason("schedule", "live /loop or /heartbeat schedule")
 
 # The other protections (plan.protections): kept whatever its age.
 OPEN = Reason("open", "open")

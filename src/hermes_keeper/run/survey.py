@@ -68,6 +68,7 @@ SCHEMA_PROTECTIONS = (
     ("handoffs in flight", "sessions", "handoff_state"),
     ("telegram topic bindings", "telegram_dm_topic_bindings", "session_id"),
     ("pending delegations", "async_delegations", "delivery_state"),
+    ("live /loop and /heartbeat schedules", "state_meta", "value"),
     ("activity column for ages", "sessions", "last_activity_at"),
     ("conversation generations, never deleted", "conversation_generations", None),
 )
@@ -121,6 +122,7 @@ class SessionRow:
     handoff_state: str | None = None
     topic_bound: bool = False
     pending_delegation: bool = False
+    live_schedule: bool = False  # an active /loop or /heartbeat in state_meta
     maybe_routed: bool = False  # sessions.json unreadable and the gateway could route to it
     # What the gateway's stale-route recovery reads (model/gateway.py).
     message_count: int = 0  # Hermes's own column: recovery counts a row with it as one with messages
@@ -440,6 +442,7 @@ class _Around:
     last_auto_prune: float | None  # state_meta
     leased: set[str] | None = None  # runtime/active_sessions.json; None: unreadable
     kept: dict[str, float] = field(default_factory=dict)  # keeper/kept.json
+    scheduled: set[str] = field(default_factory=set)  # state_meta: a live /loop or /heartbeat
 
 
 def _read_db(survey: Survey, cached: bool) -> tuple[list[dict], dict[str, Stats], _Around]:
@@ -510,7 +513,39 @@ def _read_protections(conn: sqlite3.Connection, survey: Survey) -> _Around:
                 col,
                 "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
             )
-    return _Around(routed, locks, turns, topic, pending, last_auto_prune)
+    around = _Around(routed, locks, turns, topic, pending, last_auto_prune)
+    around.scheduled = _live_schedules(conn, schema)
+    return around
+
+
+#: The ``state_meta`` prefixes of a session's wakeup schedules (hermes_cli/loops.py, heartbeat.py).
+SCHEDULE_PREFIXES = ("loop:", "heartbeat:")
+
+
+def schedule_is_live(raw) -> bool:
+    """A ``loop:``/``heartbeat:`` value that still fires: status ``active``, or one that cannot be
+    read (unknown: Hermes's own ``store_has_active_*`` count it too). An empty value is a
+    schedule Hermes stopped (a gateway reset blanks it)."""
+    if not raw:
+        return False
+    try:
+        state = json.loads(raw)
+    except (TypeError, ValueError):
+        return True
+    return not isinstance(state, dict) or state.get("status", "active") == "active"
+
+
+def _live_schedules(conn: sqlite3.Connection, schema: SchemaInfo) -> set[str]:
+    """Sessions whose ``/loop`` or ``/heartbeat`` is live: Hermes's idle reaper never closes the
+    session that drives one (``_session_owns_live_wakeup_schedule``), and deleting it stops it."""
+    if not schema.has("state_meta", "value"):
+        return set()
+    out = set()
+    where = " OR ".join(f"substr(key, 1, {len(p)}) = '{p}'" for p in SCHEDULE_PREFIXES)
+    for key, value in conn.execute(f"SELECT key, value FROM state_meta WHERE {where}"):
+        if isinstance(key, str) and schedule_is_live(value):
+            out.add(key.split(":", 1)[1])
+    return out
 
 
 def _read_beside_db(survey: Survey, around: _Around) -> None:
@@ -580,6 +615,7 @@ def _add_session(survey: Survey, r: dict, msgs: Stats, around: _Around) -> None:
         handoff_state=r["handoff_state"],
         topic_bound=sid in around.topic,
         pending_delegation=sid in around.pending,
+        live_schedule=sid in around.scheduled,
         maybe_routed=survey.routing_problem is not None
         and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
         message_count=r["message_count"] if isinstance(r["message_count"], int) else 0,
