@@ -1,7 +1,8 @@
 """A home made by real Hermes with everything an archive must carry, pruned by the keeper.
 
 Shared by the archive tests: tool calls and results, structured (multimodal) content,
-rewound (inactive) messages, a model usage row, a ``goal:`` state_meta key, a title, a
+rewound (inactive) messages, a model usage row, the ``goal:``, ``loop:`` and ``heartbeat:``
+state_meta keys (a paused heartbeat, a finished loop: neither keeps its session), a title, a
 compression chain with a delegate subagent under it, a cron run, and a fresh session
 that is never pruned.
 """
@@ -21,6 +22,8 @@ from hermes_keeper.run.execute import prune_sessions
 from hermes_keeper.run.survey import survey_profile
 
 DAY = 86400.0
+#: The per-session state_meta keys (``goal:``, ``loop:``, ``heartbeat:`` + the id), as SQL.
+SESSION_META = "key LIKE 'goal:%' OR key LIKE 'loop:%' OR key LIKE 'heartbeat:%'"
 NOW = time.time()
 PRUNED = ["old_a", "old_b", "old_c", "old_d", "cron_x"]
 CHAIN = ["old_b", "old_c", "old_d"]  # compression parent, continuation, delegate subagent
@@ -74,6 +77,11 @@ def build(hermes, home: Path) -> Path:
             "update_token_counts", "old_a", input_tokens=120, output_tokens=30, model="m1", api_call_count=2
         ),
         _call("set_meta", "goal:old_a", "learn about walruses"),
+        _call(
+            "set_meta",
+            "heartbeat:old_a",
+            '{"prompt": "walrus news?", "interval_seconds": 600, "status": "paused"}',
+        ),
     ]
     ops += _session("old_b", "cli", b, [("user", "narwhal part one", {})], end_reason="compression")
     ops += _session("old_c", "cli", b + 3600, [("user", "narwhal part two", {})], parent_session_id="old_b")
@@ -86,6 +94,7 @@ def build(hermes, home: Path) -> Path:
         parent_session_id="old_c",
         model_config={"_delegate_from": "old_c"},
     )
+    ops.append(_call("set_meta", "loop:old_c", '{"prompt": "more narwhals", "status": "done"}'))
     ops += _session("cron_x", "cron", cron, [("user", "weather summary for tuesday", {})], "cron_complete")
     ops += [{"op": "clock", "t": None}, _call("create_session", "fresh", "cli")]
     ops.append(_call("append_message", "fresh", "user", "penguin colonies walrus-free"))
@@ -128,7 +137,15 @@ def snapshot(hermes, home: Path, ids: list[str]) -> list:
             _call("export_session", sid),
         ]
     ops.append({"op": "query", "sql": "SELECT * FROM session_model_usage ORDER BY session_id, model"})
-    ops.append({"op": "query", "sql": "SELECT * FROM state_meta WHERE key LIKE 'goal:%' ORDER BY key"})
+    keys = [f"{prefix}:{sid}" for sid in ids for prefix in ("goal", "loop", "heartbeat")]
+    marks = ",".join("?" * len(keys))
+    ops.append(
+        {
+            "op": "query",
+            "sql": f"SELECT * FROM state_meta WHERE key IN ({marks}) ORDER BY key",
+            "params": keys,
+        }
+    )
     return hermes.run(home, ops)
 
 

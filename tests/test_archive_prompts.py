@@ -59,8 +59,9 @@ def test_restore_brings_back_the_prompt_hermes_deleted(tmp_path):
     with Archive.for_home(home / "keeper") as store:
         held = {r["prompt"] for r in store.get("old_a")["system_prompts"]}
     assert held == {WALRUS, json.dumps(TOOLS)}  # the prompt and the tools pin, by content
-    assert _hermes_cleanup(home) == 2  # nobody names them any more: Hermes deletes both
+    # nobody names them any more: the keeper's prune deleted both, as Hermes's own prune does
     assert [p for _, p in _prompt_rows(home)] == [PENGUIN]
+    assert _hermes_cleanup(home) == 0
 
     res = _restore(home, "old_a")
     assert res.exit_code == 0, res.output
@@ -134,12 +135,14 @@ def test_older_payloads_without_prompts_still_restore(tmp_path, cleaned):
     ah.prune(home, ["old_a", "old_b"])
     with Archive.for_home(home / "keeper") as store:  # as an older keeper archived it
         payload = store.get("old_a")
-        del payload["system_prompts"]
+        held = payload.pop("system_prompts")
         store.set_state([store.entry("old_a").entry], ARCHIVED)  # else put() keeps the pruned entry
         (entry,) = store.put([payload])
         store.set_state([entry], PRUNED)
-    if cleaned:
-        _hermes_cleanup(home)
+    if not cleaned:  # the prompts an older keeper's prune left in state.db
+        with sqlite3.connect(home / "state.db") as conn:
+            conn.executemany("INSERT INTO system_prompts (hash, prompt) VALUES (:hash, :prompt)", held)
+        conn.close()
     res = _restore(home, "old_a")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)["profiles"][0]
@@ -178,3 +181,46 @@ def test_a_hermes_without_the_prompt_table_gets_the_text_inline():
         "system_prompt": None,
         "system_prompt_hash": "ab" * 32,
     }
+
+
+def test_the_keepers_prune_leaves_no_prompt_behind_that_hermes_would_clean(tmp_path):
+    """Hermes's own prune deletes the ``system_prompts`` rows no session names any more; the
+    keeper's does the same for the sessions it prunes (their text is in the archive): a prompt a
+    kept session still names stays, and Hermes's next cleanup finds nothing the keeper left."""
+    iot = Hermes(IOT)
+    home = tmp_path / "home"
+    home.mkdir()
+    old = time.time() - 200 * 86400
+    ops = [{"op": "clock", "t": old}]
+    for sid in ("old_a", "old_b"):
+        ops += [
+            ah._call("create_session", sid, "cli", system_prompt=WALRUS),
+            ah._call("append_message", sid, "user", f"walrus question {sid}"),
+            ah._call("end_session", sid, "user_exit"),
+        ]
+    ops += [
+        ah._call("update_session_tool_names", "old_a", TOOLS),
+        ah._call("set_session_title", "old_b", "kept"),
+    ]
+    ops += [{"op": "clock", "t": None}, ah._call("create_session", "fresh", "cli", system_prompt=PENGUIN)]
+    iot.run(home, ops)
+    assert sorted(p for _, p in _prompt_rows(home)) == sorted([WALRUS, json.dumps(TOOLS), PENGUIN])
+    res = CliRunner().invoke(main, ["run", "--home", str(home), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["profiles"][0]["pruned"] == 1
+    assert sorted(p for _, p in _prompt_rows(home)) == sorted([WALRUS, PENGUIN])  # old_b names WALRUS
+    lines = [json.loads(line) for line in (home / "keeper" / "journal.jsonl").read_text().splitlines()]
+    assert [r["prompts"] for r in lines if r["action"] == "prompts_deleted"] == [1]
+    # Hermes's own cleanup (run by any prompt update) now only finds the prompt it just replaced.
+    cleaned = iot.run(
+        home,
+        [
+            ah._call("update_system_prompt", "fresh", PENGUIN + " v2"),
+            {"op": "query", "sql": "SELECT prompt FROM system_prompts ORDER BY prompt"},
+        ],
+    )[1]
+    assert cleaned == [[PENGUIN + " v2"], [WALRUS]]
+    res = _restore(home, "old_a")
+    assert res.exit_code == 0, res.output
+    session = iot.call(home, "get_session", "old_a")
+    assert (session["system_prompt"], json.loads(session["tool_names"])) == (WALRUS, TOOLS)

@@ -30,6 +30,13 @@ def test_prune_then_restore_is_exact(tmp_path, hermes):
     ah.prune(home)
     assert hermes.call(home, "get_session", "old_a") is None
     assert hermes.call(home, "search_messages", "narwhal") == []
+    # the goal, loop and heartbeat keys went with their sessions, into the archive
+    assert hermes.run(
+        home, [{"op": "query", "sql": f"SELECT key FROM state_meta WHERE {ah.SESSION_META}"}]
+    ) == [[]]
+    with Archive.for_home(home / "keeper") as store:
+        kept = {r["key"] for sid in ("old_a", "old_c") for r in store.get(sid)["state_meta"]}
+    assert kept == {"goal:old_a", "heartbeat:old_a", "loop:old_c"}
 
     # One member of the chain brings the chain and its delegate; all messages, usage, goal back.
     res = CliRunner().invoke(

@@ -192,7 +192,7 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
     assert not {"plain", "turn_dead", "lock_dead", "leased_gone"} & set(rows)
     assert {"turn", "lock", "resumed", "reaped", "leased", "delegating", "pin_root", "pin_tail"} <= set(rows)
     assert result["zombies_closed"] == 1
-    closed = {sid for sid, (ended, reason) in rows.items() if reason == "keeper_zombie"}
+    closed = {sid for sid, (ended, reason) in rows.items() if reason == "idle_timeout"}
     assert closed == {"z_plain"}
     assert all(rows[z][0] is None for z in ("z_pinned", "z_turn", "z_tail", "z_beat"))
     with sqlite3.connect(tmp_path / "state.db") as c:
@@ -365,7 +365,7 @@ def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_pa
     assert result["pruned"] == 3 and set(_rows(copy)) == {"pinned", "fresh", "zombie"}
     with sqlite3.connect(copy / "state.db") as c:  # as the keeper's zombie close leaves it
         c.execute(
-            "UPDATE sessions SET ended_at = ?, end_reason = 'keeper_zombie' WHERE id = 'zombie'",
+            "UPDATE sessions SET ended_at = ?, end_reason = 'idle_timeout' WHERE id = 'zombie'",
             (now - 150 * DAY + 1,),
         )
     assert iot.call(copy, "prune_sessions", older_than_days=90, exclude_active_write_guards=True) == 1
@@ -514,4 +514,268 @@ def test_a_turn_lease_taken_after_the_plan_keeps_a_zombie_open(tmp_path, iot, mo
     monkeypatch.setattr(execute, "close_zombies", resume_then_close)
     assert _run(tmp_path)["zombies_closed"] == 1
     rows = _rows(tmp_path)
-    assert rows["tail"][0] is None and rows["other"][1] == "keeper_zombie"
+    assert rows["tail"][0] is None and rows["other"][1] == "idle_timeout"
+
+
+def test_a_zombie_the_keeper_closed_is_reopened_by_hermes_if_its_process_was_alive(tmp_path, iot):
+    """The keeper closes a zombie with an end reason Hermes treats as automatic (its own
+    ``is_automatic_end_reason``): if the process was alive after all, Hermes's next compression
+    clears the stamp and continues, as it does after its own reapers. The reason the keeper wrote
+    before (``keeper_zombie``) wedged that rotation ("Compression parent already ended")."""
+    from hermes_keeper.journal import read_journal
+
+    now = time.time()
+    specs = [_session("z", "tui", 5, now, end=None), _session("z_old", "tui", 5, now, end=None)]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    assert _run(tmp_path)["zombies_closed"] == 2
+    rows = _rows(tmp_path)
+    assert rows["z"][1] == rows["z_old"][1] == "idle_timeout"
+    # the keeper's own mark: which sessions it closed, with what, and what they held before
+    journal = read_journal(tmp_path / "keeper")
+    closing = next(r for r in journal if r["action"] == "zombies_closing")
+    closed = next(r for r in journal if r["action"] == "zombies_closed")
+    assert closing["previous"]["z"] == {"ended_at": None, "end_reason": None}
+    assert (closed["sessions"], closed["end_reason"], closed["kept_open"]) == (
+        ["z", "z_old"],
+        "idle_timeout",
+        [],
+    )
+    check = "import sys; from hermes_state_common import is_automatic_end_reason as a; print(a(sys.argv[1]))"
+    for reason, automatic in (("idle_timeout", "True"), ("keeper_zombie", "False")):
+        out = subprocess.run(
+            [str(iot.python), "-c", check, reason], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == automatic
+
+    # the process was alive: it compresses, under its lease, as Hermes's agent does
+    holder = _live_holder("compress=1")
+    publish = {
+        "op": "call",
+        "method": "publish_compression_child",
+        "kwargs": {
+            "parent_session_id": "z",
+            "child_session_id": "z_next",
+            "source": "tui",
+            "messages": [{"role": "user", "content": "summary of the turns so far"}],
+            "compression_lock_holder": holder,
+        },
+    }
+    lock = {
+        "op": "call",
+        "method": "try_acquire_compression_lock",
+        "args": ["z", holder],
+        "kwargs": {"ttl_seconds": 600},
+    }
+    assert iot.run(tmp_path, [lock, publish])[0] is True
+    rows = _rows(tmp_path)
+    assert rows["z"][1] == "compression" and rows["z_next"][0] is None
+    assert iot.call(tmp_path, "get_messages", "z_next")[0]["content"] == "summary of the turns so far"
+
+    # the stamp the keeper wrote before: Hermes refuses the same rotation
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("UPDATE sessions SET end_reason = 'keeper_zombie' WHERE id = 'z_old'")
+    lock["args"][0] = publish["kwargs"]["parent_session_id"] = "z_old"
+    publish["kwargs"]["child_session_id"] = "z_old_next"
+    with pytest.raises(RuntimeError, match="Compression parent already ended: z_old"):
+        iot.run(tmp_path, [lock, publish])
+
+
+def _peer(n: int, key: bool = True) -> dict:
+    """A Telegram DM's routing identity as the gateway stamps it on a row."""
+    ident = {"user_id": str(n), "chat_id": str(n), "chat_type": "dm"}
+    return ident | ({"session_key": f"agent:main:telegram:dm:{n}"} if key else {})
+
+
+def test_keeps_exactly_what_hermes_stale_route_recovery_would_resume(tmp_path, iot):
+    """A completed handoff's row (whatever end reason the source's teardown stamped) and a row found
+    by its chat's identity with no ``session_key`` are what Hermes's recovery resumes: kept. A
+    recoverable row a later reset of the same chat fences is one it passes over: pruned, as are
+    rows no recovery path reaches. Hermes's own ``find_latest_gateway_session_for_peer`` is asked,
+    before and after the run."""
+    now = time.time()
+    specs = [
+        _session("handed", "telegram", 200, now, end="cli_close", **_peer(1)),
+        _session("by_chat", "telegram", 200, now, end="agent_close", **_peer(2, key=False)),
+        _session("fenced", "telegram", 250, now, end="agent_close", **_peer(3)),
+        _session("reset", "telegram", 240, now, end="session_reset", **_peer(3)),
+        _session("closed", "telegram", 200, now, end="user_exit", **_peer(4)),
+    ]
+    iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": specs},
+            {"op": "call", "method": "request_handoff", "args": ["handed", "discord"]},
+            {"op": "call", "method": "claim_handoff", "args": ["handed"]},
+            {"op": "call", "method": "complete_handoff", "args": ["handed"]},
+        ],
+    )
+
+    def recovered() -> list:
+        def find(n: int, key: str) -> dict:
+            kwargs = {"source": "telegram", "session_key": key} | _peer(n, key=False)
+            return {"op": "call", "method": "find_latest_gateway_session_for_peer", "kwargs": kwargs}
+
+        ops = [find(1, "agent:main:telegram:dm:1"), find(2, "agent:main:telegram:dm:2")]
+        ops += [find(3, "agent:main:telegram:dm:3"), find(4, "agent:main:telegram:dm:4")]
+        return [row and row["id"] for row in iot.run(tmp_path, ops)]
+
+    assert recovered() == ["handed", "by_chat", None, None]
+    plan = CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"])
+    decisions = {d["session_id"]: d for d in json.loads(plan.output)["profiles"][0]["decisions"]}
+    assert {s for s, d in decisions.items() if d["code"] == "gateway_recoverable"} == {"handed", "by_chat"}
+    assert {s for s, d in decisions.items() if d["action"] == "prune"} == {"fenced", "reset", "closed"}
+    assert _run(tmp_path)["pruned"] == 3
+    assert set(_rows(tmp_path)) == {"handed", "by_chat"}
+    assert recovered() == ["handed", "by_chat", None, None]
+
+
+_KEYS = """
+from gateway.config import Platform
+from gateway.session import SessionSource, build_session_key
+source = SessionSource(platform=Platform.TELEGRAM, chat_id="7", chat_type="dm", user_id="7")
+for profile in (None, "coder", "main"):
+    print(build_session_key(source, profile=profile))
+"""
+
+
+def test_a_multiplexed_gateways_routes_in_its_launch_home_protect_each_profile(tmp_path, iot):
+    """One gateway serving every profile keeps its routing for all of them in the launch home's
+    store, keyed by Hermes's own ``build_session_key(..., profile=...)``: a route there naming a
+    profile keeps that profile's session, one naming another profile does not, and a launch
+    home's routing that cannot be read is "routing unknown"."""
+    now = time.time()
+    default_key, coder_key, main_key = subprocess.run(
+        [str(iot.python), "-c", _KEYS], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert (default_key, coder_key, main_key) == (
+        "agent:main:telegram:dm:7",
+        "agent:coder:telegram:dm:7",
+        "agent:main~:telegram:dm:7",
+    )
+    coder, main_profile = tmp_path / "profiles" / "coder", tmp_path / "profiles" / "main"
+    for home, names in ((coder, ("chat", "mirror", "elsewhere", "old")), (main_profile, ("chat",))):
+        home.mkdir(parents=True)
+        specs = [_session(f"{home.name}_{n}", "telegram", 200, now) for n in names]
+        iot.run(home, [{"op": "build", "sessions": specs}])
+
+    def route(key: str, sid: str) -> dict:
+        entry = json.dumps({"session_key": key, "session_id": sid})
+        scope = str((tmp_path / "sessions").resolve())
+        return {
+            "op": "call",
+            "method": "save_gateway_routing_entry",
+            "args": [key, entry],
+            "kwargs": {"scope": scope},
+        }
+
+    # the launch home (the root): its own store holds every profile's routes
+    iot.run(
+        tmp_path,
+        [
+            {"op": "build", "sessions": [_session("root_chat", "telegram", 200, now)]},
+            route(coder_key, "coder_chat"),
+            route(main_key, "main_chat"),
+            route(default_key, "coder_elsewhere"),  # names the default profile: the root's row, not coder's
+        ],
+    )
+    (tmp_path / "sessions").mkdir(exist_ok=True)
+    (tmp_path / "sessions" / "sessions.json").write_text(
+        json.dumps({"_README": "legacy mirror", "agent:coder:telegram:dm:8": {"session_id": "coder_mirror"}})
+    )
+
+    def decisions(profile: str) -> dict:
+        res = CliRunner().invoke(
+            main, ["plan", "--home", str(tmp_path), "--profile", profile, "--json", "-v"]
+        )
+        assert res.exit_code == 0, res.output
+        return {
+            d["session_id"]: (d["action"], d["code"])
+            for d in json.loads(res.output)["profiles"][0]["decisions"]
+        }
+
+    assert decisions("coder") == {
+        "coder_chat": ("keep", "routed"),
+        "coder_mirror": ("keep", "routed"),
+        "coder_elsewhere": ("prune", "retention"),
+        "coder_old": ("prune", "retention"),
+    }
+    assert decisions("main") == {"main_chat": ("keep", "routed")}
+    assert decisions("default") == {"root_chat": ("prune", "retention")}
+    res = CliRunner().invoke(main, ["run", "--home", str(tmp_path), "--profile", "coder", "--json"])
+    assert res.exit_code == 0, res.output
+    assert set(_rows(coder)) == {"coder_chat", "coder_mirror"}
+
+    (tmp_path / "sessions" / "sessions.json").write_text("{cut short")
+    got = decisions("coder")
+    assert got == {"coder_chat": ("keep", "routed"), "coder_mirror": ("keep", "routing_unknown")}
+
+
+_SCHEDULES = """
+import json, sys, time
+from hermes_cli.heartbeat import HeartbeatState, load_heartbeat, save_heartbeat
+from hermes_cli.loops import LoopState, list_active_loops, save_loop
+if sys.argv[1:] == ["set"]:
+    now = time.time()
+    for sid, every in (("looping", 3600), ("looping_open", 600)):
+        save_loop(sid, LoopState(prompt="check the build", interval_seconds=every, next_due_at=now + every))
+    save_heartbeat("paused", HeartbeatState(prompt="ping", interval_seconds=600, status="paused"))
+paused = load_heartbeat("paused")
+print(json.dumps({"loops": sorted(s for s, _ in list_active_loops()), "paused": paused and paused.status}))
+"""
+
+
+def test_live_schedules_are_kept_and_every_session_meta_key_goes_and_comes_back_with_its_session(
+    tmp_path, iot
+):
+    """A session that drives a live ``/loop`` or ``/heartbeat`` (Hermes's own ``save_loop``) is kept
+    and not closed, as Hermes's idle reaper spares it. A pruned session's ``goal:``, ``loop:`` and
+    ``heartbeat:`` keys are archived, deleted with it, and put back by ``archive restore``, where
+    Hermes's own loaders read them again."""
+    now = time.time()
+    specs = [
+        _session("looping", "cli", 200, now),
+        _session("paused", "cli", 200, now),
+        _session("goal", "cli", 200, now),
+        _session("looping_open", "tui", 5, now, end=None),
+    ]
+    iot.run(tmp_path, [{"op": "build", "sessions": specs}])
+    iot.call(
+        tmp_path, "set_meta", "goal:goal", json.dumps({"goal": "learn walrus facts", "status": "active"})
+    )
+
+    def schedules(*args: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {
+            "HERMES_HOME": str(tmp_path)
+        }
+        out = subprocess.run(
+            [str(iot.python), "-c", _SCHEDULES, *args], capture_output=True, text=True, env=env, check=True
+        )
+        return json.loads(out.stdout.splitlines()[-1])
+
+    assert schedules("set") == {"loops": ["looping", "looping_open"], "paused": "paused"}
+
+    def meta() -> list:
+        sql = (
+            "SELECT key FROM state_meta WHERE "
+            + "key LIKE 'goal:%' OR key LIKE 'loop:%' OR key LIKE 'heartbeat:%'"
+        )
+        return sorted(r[0] for r in iot.run(tmp_path, [{"op": "query", "sql": sql}])[0])
+
+    keys = meta()
+    assert keys == ["goal:goal", "heartbeat:paused", "loop:looping", "loop:looping_open"]
+    plan = json.loads(CliRunner().invoke(main, ["plan", "--home", str(tmp_path), "--json", "-v"]).output)
+    plan = plan["profiles"][0]
+    decisions = {d["session_id"]: (d["action"], d["code"]) for d in plan["decisions"]}
+    assert decisions["looping"] == ("keep", "schedule")
+    assert decisions["looping_open"] == ("keep", "open") and plan["zombies"] == []  # idle 5 days, not closed
+    result = _run(tmp_path)
+    assert result["pruned"] == 2 and result["zombies_closed"] == 0
+    assert set(_rows(tmp_path)) == {"looping", "looping_open"}
+    assert meta() == ["loop:looping", "loop:looping_open"]  # not one key left without its session
+    assert schedules() == {"loops": ["looping", "looping_open"], "paused": None}
+
+    res = CliRunner().invoke(main, ["archive", "restore", "paused", "goal", "--home", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert meta() == keys
+    assert schedules() == {"loops": ["looping", "looping_open"], "paused": "paused"}
+    assert json.loads(iot.call(tmp_path, "get_meta", "goal:goal"))["goal"] == "learn walrus facts"

@@ -8,13 +8,15 @@ import pytest
 
 from hermes_keeper.home import Profile
 from hermes_keeper.model.conversations import conversations
+from hermes_keeper.model.gateway import Peer
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.run.plan import make_plan
-from hermes_keeper.run.survey import SessionFile, SessionRow, Survey
+from hermes_keeper.run.survey import SessionFile, SessionRow, Survey, schedule_is_live
 from hermes_keeper.sqlite.schema import UNDERSTOOD, SchemaInfo
 
 NOW = 1_800_000_000.0
 DAY = 86400.0
+TG = Peer("telegram", "1", "1", "dm", "")  # a Telegram DM's identity on a row
 
 
 def row(sid, source="cli", age=100, open_=False, idle=None, **kw):
@@ -236,11 +238,45 @@ def test_zombie_closing_respects_upstreams_heartbeat_gate(heartbeat, closed):
         ({"runtime_lease": True}, True),
         ({"session_key": "k", "end_reason": "superseded_by_resume"}, True),
         ({"session_key": "k", "end_reason": "startup_orphan_reap"}, True),
+        # a completed handoff owns the row whatever the source's teardown stamped
+        ({"session_key": "k", "end_reason": "cli_close", "handoff_state": "completed"}, True),
+        ({"session_key": "k", "end_reason": "cli_close", "handoff_state": "failed"}, False),
+        # the key path takes a row without messages (an empty keyed row beats minting a new one)
+        ({"session_key": "k", "end_reason": "agent_close", "messages": 0, "content_bytes": 0}, True),
+        # the chat path needs no key, but messages (Hermes's column counts too)
+        ({"end_reason": "agent_close", "peer": TG}, True),
+        ({"end_reason": "agent_close", "peer": TG, "messages": 0, "content_bytes": 0}, False),
+        ({"end_reason": "agent_close", "peer": TG, "messages": 0, "message_count": 2}, True),
+        ({"end_reason": "agent_close", "peer": Peer("cli", "", "", "", "")}, False),  # no chat to find
+        ({"end_reason": "user_exit", "peer": TG}, False),
+        # a later reset of the same key or chat passes it over (schema 31's fence)
+        ({"session_key": "k", "end_reason": "agent_close", "fenced_by_key": True}, False),
+        ({"session_key": "k", "end_reason": "agent_close", "peer": TG, "fenced_by_key": True}, True),
+        ({"end_reason": "agent_close", "peer": TG, "fenced_by_chat": True}, False),
+        ({"live_schedule": True}, True),  # a live /loop or /heartbeat
     ],
 )
 def test_guards_by_upstreams_rules(kw, kept):
     plan = make_plan(survey_of(row("a", "cli", 200, **kw)), Policy(), NOW)
     assert (plan.prune == []) is kept
+
+
+@pytest.mark.parametrize(
+    ("raw", "live"),
+    [
+        ('{"prompt": "p", "status": "active"}', True),
+        ('{"prompt": "p"}', True),  # Hermes's default status
+        ('{"prompt": "p", "status": "paused"}', False),
+        ('{"prompt": "p", "status": "done"}', False),
+        ('{"prompt": "p", "status": "cleared"}', False),
+        ("", False),  # blanked by a gateway reset
+        (None, False),
+        ("{cut short", True),  # unknown: kept, as Hermes's own store_has_active_* counts it
+        ("[1, 2]", True),
+    ],
+)
+def test_which_schedules_are_live(raw, live):
+    assert schedule_is_live(raw) is live
 
 
 def test_an_unreadable_protection_keeps_everything_and_closes_nothing():

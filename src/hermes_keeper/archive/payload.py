@@ -19,6 +19,15 @@ FORMAT = 1
 #: ``sessions`` columns that hold a ``system_prompts.hash``: the prompt, and the ``tools[]`` pin
 #: Hermes stores in the same content-addressed table (``tool_names`` of older rows is inline JSON).
 PROMPT_REFS = ("system_prompt_hash", "tool_names")
+#: The per-session ``state_meta`` keys, each ``<prefix><session id>``: Hermes's ``/goal``, ``/loop``
+#: and ``/heartbeat`` state (hermes_cli/goals.py, loops.py, heartbeat.py). Archived with the
+#: session, deleted with it, put back with it.
+SESSION_META_PREFIXES = ("goal:", "loop:", "heartbeat:")
+
+
+def session_meta_keys(session_id: str) -> list[str]:
+    """The ``state_meta`` keys that belong to ``session_id``."""
+    return [prefix + session_id for prefix in SESSION_META_PREFIXES]
 
 
 class RawText(bytes):
@@ -106,7 +115,11 @@ def _read_payload(conn: sqlite3.Connection, schema: SchemaInfo, session_id: str)
             conn, "SELECT * FROM session_model_usage WHERE session_id = ?", (session_id,)
         )
     if schema.has("state_meta"):
-        payload["state_meta"] = _rows(conn, "SELECT * FROM state_meta WHERE key = ?", (f"goal:{session_id}",))
+        keys = session_meta_keys(session_id)
+        marks = ",".join("?" * len(keys))
+        payload["state_meta"] = _rows(
+            conn, f"SELECT * FROM state_meta WHERE key IN ({marks}) ORDER BY key", keys
+        )
     refs = [c for c in PROMPT_REFS if schema.has("sessions", c)]
     if schema.has("system_prompts") and refs:
         named = " UNION ".join(f"SELECT {c} FROM sessions WHERE id = :id" for c in refs)

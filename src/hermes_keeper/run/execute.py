@@ -132,24 +132,27 @@ def writer_figures(w: Writer, hold: MergeHold | None) -> dict:
 
 
 def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: SchemaInfo) -> int:
-    """``ended_at`` = last activity, ``end_reason = keeper_zombie``; skipped if the session woke up
-    (a message, or a turn lease / compression lock Hermes took after the plan).
+    """``ended_at`` = last activity, ``end_reason`` = :data:`ZOMBIE_END_REASON` (an automatic stamp
+    Hermes clears itself if the process was alive after all); skipped if the session woke up (a
+    message, or a turn lease / compression lock Hermes took after the plan).
 
     The values each close replaces are journaled (fsynced) before any close, and a row closes only
-    while it still holds them: the journal alone can undo every close.
+    while it still holds them: the journal alone can undo every close. The row's stamp is one Hermes
+    writes too, so the keeper's own mark is the journal: ``zombies_closed`` names each session this
+    run closed, with the ``end_reason`` it wrote.
     """
     if journal and plan.zombies:
         journal.write(
             "zombies_closing",
             previous={z.session_id: {"ended_at": None, "end_reason": z.end_reason} for z in plan.zombies},
         )
-    closed = 0
+    closed: list[str] = []
     todo = list(plan.zombies)
     while todo:
         chunk, todo = todo[:200], todo[200:]
 
-        def upd(c, chunk=chunk):
-            n = 0
+        def upd(c, chunk=chunk) -> list[str]:
+            done = []
             guarded = live_guards(c, schema, [k for z in chunk for k in (z.session_id, z.lease_key)])
             for z in chunk:
                 if guarded & {z.session_id, z.lease_key}:
@@ -160,18 +163,21 @@ def close_zombies(plan: Plan, writer: Writer, journal: Journal | None, schema: S
                     " AND NOT EXISTS (SELECT 1 FROM messages WHERE session_id = ? AND timestamp > ?)",
                     (z.ended_at, ZOMBIE_END_REASON, z.session_id, z.end_reason, z.session_id, z.ended_at),
                 )
-                n += cur.rowcount
-            return n
+                if cur.rowcount:
+                    done.append(z.session_id)
+            return done
 
         closed += writer.step(upd)
     if journal and plan.zombies:
         journal.write(
             "zombies_closed",
-            closed=closed,
+            closed=len(closed),
             planned=len(plan.zombies),
-            sessions=[z.session_id for z in plan.zombies],
+            end_reason=ZOMBIE_END_REASON,
+            sessions=closed,
+            kept_open=sorted({z.session_id for z in plan.zombies} - set(closed)),
         )
-    return closed
+    return len(closed)
 
 
 def _home_path(profile: Place, f: FileAction) -> str:

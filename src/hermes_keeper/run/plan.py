@@ -26,7 +26,15 @@ from hermes_keeper.run.reasons import Reason, days
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
 
-ZOMBIE_END_REASON = "keeper_zombie"
+#: The ``end_reason`` a zombie close writes: one of Hermes's automatic-cleanup stamps
+#: (``_AUTOMATIC_END_REASONS``, ``is_automatic_end_reason`` in hermes_state_common.py), so a process
+#: that was alive after all clears it at its next compression instead of failing with "Compression
+#: parent already ended". ``idle_timeout`` is the one that says what happened (the TUI gateway's
+#: reaper closes idle sessions with it) and that is neither recoverable (those make a keyed gateway
+#: row resumable by stale-route recovery, which the keeper then keeps forever) nor a conversation
+#: boundary (the reset reasons fence recovery and split conversations). The keeper's own mark is the
+#: journal's ``zombies_closed`` line.
+ZOMBIE_END_REASON = "idle_timeout"
 #: Activity later than this past the plan's clock is a wrong date (clock skew, a bad import).
 FUTURE_SLACK_S = 3600.0
 
@@ -57,6 +65,7 @@ def in_use(s: SessionRow, now: float) -> list[Reason]:
         (s.handoff_state in LIVE_HANDOFF_STATES, why.HANDOFF),
         (s.topic_bound, why.TOPIC_BINDING),
         (s.pending_delegation, why.PENDING_DELEGATION),
+        (s.live_schedule, why.SCHEDULE),
     )
     return [reason for hit, reason in checks if hit]
 

@@ -35,7 +35,14 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from hermes_keeper.archive import store as arch
-from hermes_keeper.archive.payload import canonical_bytes, decode_value, read_payload, sql_placeholder
+from hermes_keeper.archive.payload import (
+    PROMPT_REFS,
+    canonical_bytes,
+    decode_value,
+    read_payload,
+    session_meta_keys,
+    sql_placeholder,
+)
 from hermes_keeper.journal import Journal
 from hermes_keeper.model.conversations import Facts, conversations
 from hermes_keeper.place import Place
@@ -71,6 +78,7 @@ class PruneResult:
     archived: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # id -> why it was left in place
     messages_deleted: int = 0
+    prompts_deleted: int = 0  # system_prompts rows the pruned sessions named and no session names now
 
 
 def message_costs(conn: sqlite3.Connection, schema: SchemaInfo, session_ids: list[str]) -> dict[int, int]:
@@ -192,12 +200,13 @@ class _Deleter:
                     finish.append(self.members.pop(p.unit))
         mark, self.to_mark = self.to_mark, []
         self.queued -= self.units.size - room
-        woke = self.w.step(
+        woke, prompts = self.w.step(
             lambda c: self._work(c, mark, ids, [[p.sid for p in u] for u in finish]),
             self.units,
             units=self.units.size - room,
             kind="delete",
         )
+        self.result.prompts_deleted += prompts
         for unit in finish:
             alive = [p.sid for p in unit if p.sid in woke]
             for p in unit:
@@ -211,9 +220,9 @@ class _Deleter:
 
     def _work(
         self, c: sqlite3.Connection, mark: list[str], ids: list[int], finish: list[list[str]]
-    ) -> dict[str, str]:
+    ) -> tuple[dict[str, str], int]:
         """Returns the sessions that woke up (a message the archive does not have, or a turn lease
-        or compression lock Hermes took after the plan) and why."""
+        or compression lock Hermes took after the plan) and why, and the prompts deleted."""
         if mark:
             sql, arg = _in(mark)
             c.execute(f"UPDATE sessions SET archived = 1 WHERE id {sql}", arg)
@@ -221,7 +230,7 @@ class _Deleter:
             sql, arg = _in(ids)
             c.execute(f"DELETE FROM messages WHERE id {sql}", arg)
         if not finish:
-            return {}
+            return {}, 0
         sids = [sid for unit in finish for sid in unit]
         sql, arg = _in(sids)
         woke = dict.fromkeys(live_guards(c, self.schema, sids), GUARDED)
@@ -230,9 +239,7 @@ class _Deleter:
             for r in c.execute(f"SELECT DISTINCT session_id FROM messages WHERE session_id {sql}", arg)
         )
         done = [sid for unit in finish if not woke.keys() & set(unit) for sid in unit]
-        if done:
-            _finish_sessions(c, self.schema, done)
-        return woke
+        return woke, _finish_sessions(c, self.schema, done) if done else 0
 
     def _settle(self, items: list[_Pending]) -> None:
         """Record a finished batch: pruned, or put back as it was where a session woke up."""
@@ -278,20 +285,43 @@ def _poll(feed):
     return poll() if poll else next(feed, None)
 
 
-def _finish_sessions(c: sqlite3.Connection, schema: SchemaInfo, sids: list[str]) -> None:
-    """Delete what else names these (now message-less) sessions, then the sessions themselves."""
+def _finish_sessions(c: sqlite3.Connection, schema: SchemaInfo, sids: list[str]) -> int:
+    """Delete what else names these (now message-less) sessions, then the sessions themselves, then
+    the ``system_prompts`` rows they named that no session names any more (Hermes's
+    ``_delete_unreferenced_system_prompts`` after its own prune, over these sessions' prompts: the
+    archive holds their text, and a restore puts it back). Returns how many prompts went."""
     sql, arg = _in(sids)
     if schema.has("session_model_usage"):
         c.execute(f"DELETE FROM session_model_usage WHERE session_id {sql}", arg)
     if schema.has("state_meta"):
-        keys = json.dumps([f"goal:{sid}" for sid in sids])
+        keys = json.dumps([key for sid in sids for key in session_meta_keys(sid)])
         c.execute("DELETE FROM state_meta WHERE key IN (SELECT value FROM json_each(?))", (keys,))
     if schema.has("compression_locks"):
         c.execute(
             f"DELETE FROM compression_locks WHERE session_id {sql} AND expires_at <= ?", (*arg, time.time())
         )
+    refs = [col for col in PROMPT_REFS if schema.has("sessions", col)] if schema.has("system_prompts") else []
+    named = [  # only a hash (hex sha256): an older row's inline tools[] JSON names no prompt row
+        h
+        for col in refs
+        for (h,) in c.execute(
+            f"SELECT {col} FROM sessions WHERE id {sql} AND typeof({col}) = 'text' AND length({col}) = 64"
+            f" AND {col} NOT GLOB '*[^0-9a-f]*'",
+            arg,
+        )
+    ]
     c.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id {sql}", arg)
     c.execute(f"DELETE FROM sessions WHERE id {sql}", arg)
+    if not named:
+        return 0
+    unnamed = " AND ".join(
+        f"NOT EXISTS (SELECT 1 FROM sessions WHERE sessions.{col} = system_prompts.hash)" for col in refs
+    )
+    hashes = json.dumps(sorted(set(named)))
+    cur = c.execute(
+        f"DELETE FROM system_prompts WHERE hash IN (SELECT value FROM json_each(?)) AND {unnamed}", (hashes,)
+    )
+    return cur.rowcount
 
 
 def unmark(w: Writer, schema: SchemaInfo, sid: str, was_archived: int) -> None:
@@ -469,6 +499,8 @@ def _delete_all(
             deleter.run(iter(feed))
     finally:
         if ctx.journal:
+            if result.prompts_deleted:
+                ctx.journal.write("prompts_deleted", durable=False, prompts=result.prompts_deleted)
             ctx.journal.sync()
 
 

@@ -32,7 +32,7 @@ def days(seconds: float) -> str:
 ODD_ID = Reason("odd_id", "id is not valid UTF-8")
 NUL_ID = Reason("odd_id", "id holds a NUL byte")
 ROUTED = Reason("routed", "routed by the gateway")
-ROUTING_UNKNOWN = Reason("routing_unknown", "routing unknown (sessions/sessions.json unreadable)")
+ROUTING_UNKNOWN = Reason("routing_unknown", "routing unknown (the gateway's routing unreadable)")
 GATEWAY_RECOVERABLE = Reason("gateway_recoverable", "gateway-recoverable")
 COMPRESSION_LEASE = Reason("lease", "live compression lease")
 TURN_LEASE = Reason("lease", "live turn lease")
@@ -40,6 +40,7 @@ CHAT_SURFACE = Reason("chat_surface", "open chat surface (runtime/active_session
 HANDOFF = Reason("handoff", "handoff in flight")
 TOPIC_BINDING = Reason("topic_binding", "telegram topic binding")
 PENDING_DELEGATION = Reason("pending_delegation", "pending delegation")
+SCHEDULE = Reason("schedule", "live /loop or /heartbeat schedule")
 
 # The other protections (plan.protections): kept whatever its age.
 OPEN = Reason("open", "open")

@@ -24,6 +24,13 @@ from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.kept import KeptUnreadable, read_kept
 from hermes_keeper.model.conversations import lineage_root, model_config_links, seconds
+from hermes_keeper.model.gateway import (
+    PEER_COLUMNS,
+    Peer,
+    fences,
+    peer_of,
+    recovery_candidate,
+)
 from hermes_keeper.model.policy import MESSAGING_SOURCES
 from hermes_keeper.place import Place
 from hermes_keeper.run.files import Folders, scan_folders
@@ -35,6 +42,7 @@ from hermes_keeper.run.message_stats import (
     message_stats_in_steps,
     recent_since,
 )
+from hermes_keeper.run.routing import launch_home_routes
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.holders import (
     Holder,
@@ -44,11 +52,6 @@ from hermes_keeper.sqlite.holders import (
 )
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
-#: ``end_reason`` values after which the gateway may still resume a keyed session
-#: (upstream's ``_RECOVERABLE_END_REASONS``, hermes_state_common.py).
-RECOVERABLE_END_REASONS = frozenset(
-    {"agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap"}
-)
 #: handoff states that mean a transfer is in flight.
 LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
 
@@ -57,6 +60,7 @@ LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
 SCHEMA_PROTECTIONS = (
     ("gateway routing", "gateway_routing", "entry_json"),
     ("gateway-recoverable rows", "sessions", "session_key"),
+    ("gateway-recoverable by chat identity", "sessions", "chat_id"),
     ("live compression locks", "compression_locks", "expires_at"),
     ("live turn leases", "session_turn_leases", "expires_at"),
     ("gateway heartbeats (zombie closing)", "gateway_heartbeats", "last_heartbeat"),
@@ -64,6 +68,7 @@ SCHEMA_PROTECTIONS = (
     ("handoffs in flight", "sessions", "handoff_state"),
     ("telegram topic bindings", "telegram_dm_topic_bindings", "session_id"),
     ("pending delegations", "async_delegations", "delivery_state"),
+    ("live /loop and /heartbeat schedules", "state_meta", "value"),
     ("activity column for ages", "sessions", "last_activity_at"),
     ("conversation generations, never deleted", "conversation_generations", None),
 )
@@ -117,7 +122,14 @@ class SessionRow:
     handoff_state: str | None = None
     topic_bound: bool = False
     pending_delegation: bool = False
+    live_schedule: bool = False  # an active /loop or /heartbeat in state_meta
     maybe_routed: bool = False  # sessions.json unreadable and the gateway could route to it
+    # What the gateway's stale-route recovery reads (model/gateway.py).
+    message_count: int = 0  # Hermes's own column: recovery counts a row with it as one with messages
+    peer: Peer | None = None  # its chat identity, where the database has the columns
+    profile_name: str | None = None
+    fenced_by_key: bool = False  # a later reset of the same key passes it over (schema 31+)
+    fenced_by_chat: bool = False  # likewise for its chat
 
     @property
     def is_open(self) -> bool:
@@ -142,12 +154,15 @@ class SessionRow:
 
     @property
     def gateway_recoverable(self) -> bool:
-        """Rows the gateway's stale-route recovery would pick up again (hermes_state)."""
-        return (
-            bool(self.session_key)
-            and self.messages > 0
-            and (self.ended_at is None or self.end_reason in RECOVERABLE_END_REASONS)
-        )
+        """A row the gateway's stale-route recovery could resume (model/gateway.py): open, ended by
+        an accident, or owned by a completed handoff; and found by its ``session_key``, or (with
+        messages) by its chat's identity with no key at all; and not fenced by a later reset."""
+        if not recovery_candidate(self.ended_at, self.end_reason, self.handoff_state):
+            return False
+        by_key = bool(self.session_key) and not self.fenced_by_key
+        has_messages = self.messages > 0 or self.message_count > 0
+        by_chat = self.peer is not None and self.peer.findable and has_messages and not self.fenced_by_chat
+        return by_key or by_chat
 
 
 @dataclass(frozen=True)
@@ -280,7 +295,8 @@ def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]
                {col("auto_archived", "0")}, {col("session_key")},
                {col("model_config")}, {col("last_activity_at")},
                {col("input_tokens", "0")}, {col("output_tokens", "0")}, {cost} AS cost_usd,
-               {col("handoff_state")}, {col("message_count")}
+               {col("handoff_state")}, {col("message_count")}, {col("profile_name")},
+               {", ".join(col(c) for c in PEER_COLUMNS)}
         FROM sessions
     """
     conn.row_factory = sqlite3.Row
@@ -408,6 +424,7 @@ def survey_profile(
     for r in rows:
         _add_session(survey, r, stats.get(r["id"], Stats()), around)
     _add_turn_leases(survey, around.turns)
+    _add_recovery_fences(survey)
     _scan_beside_db(survey, holders, db_check, check_budget_s)
     return survey
 
@@ -425,6 +442,7 @@ class _Around:
     last_auto_prune: float | None  # state_meta
     leased: set[str] | None = None  # runtime/active_sessions.json; None: unreadable
     kept: dict[str, float] = field(default_factory=dict)  # keeper/kept.json
+    scheduled: set[str] = field(default_factory=set)  # state_meta: a live /loop or /heartbeat
 
 
 def _read_db(survey: Survey, cached: bool) -> tuple[list[dict], dict[str, Stats], _Around]:
@@ -495,17 +513,54 @@ def _read_protections(conn: sqlite3.Connection, survey: Survey) -> _Around:
                 col,
                 "WHERE delivery_state NOT IN ('delivered', 'failed', 'expired')",
             )
-    return _Around(routed, locks, turns, topic, pending, last_auto_prune)
+    around = _Around(routed, locks, turns, topic, pending, last_auto_prune)
+    around.scheduled = _live_schedules(conn, schema)
+    return around
+
+
+#: The ``state_meta`` prefixes of a session's wakeup schedules (hermes_cli/loops.py, heartbeat.py).
+SCHEDULE_PREFIXES = ("loop:", "heartbeat:")
+
+
+def schedule_is_live(raw) -> bool:
+    """A ``loop:``/``heartbeat:`` value that still fires: status ``active``, or one that cannot be
+    read (unknown: Hermes's own ``store_has_active_*`` count it too). An empty value is a
+    schedule Hermes stopped (a gateway reset blanks it)."""
+    if not raw:
+        return False
+    try:
+        state = json.loads(raw)
+    except (TypeError, ValueError):
+        return True
+    return not isinstance(state, dict) or state.get("status", "active") == "active"
+
+
+def _live_schedules(conn: sqlite3.Connection, schema: SchemaInfo) -> set[str]:
+    """Sessions whose ``/loop`` or ``/heartbeat`` is live: Hermes's idle reaper never closes the
+    session that drives one (``_session_owns_live_wakeup_schedule``), and deleting it stops it."""
+    if not schema.has("state_meta", "value"):
+        return set()
+    out = set()
+    where = " OR ".join(f"substr(key, 1, {len(p)}) = '{p}'" for p in SCHEDULE_PREFIXES)
+    for key, value in conn.execute(f"SELECT key, value FROM state_meta WHERE {where}"):
+        if isinstance(key, str) and schedule_is_live(value):
+            out.add(key.split(":", 1)[1])
+    return out
 
 
 def _read_beside_db(survey: Survey, around: _Around) -> None:
     """The files beside state.db that protect sessions or say what Hermes will do: the gateway's
-    routing mirror, Hermes's auto-prune settings, runtime leases, the keeper's restored sessions."""
+    routing mirror and a multiplexed gateway's routes for this profile in its launch home (:mod:`routing`),
+    Hermes's auto-prune settings, runtime leases, the keeper's restored sessions."""
     profile = survey.profile
+    problems = []
     try:
         around.routed |= routed_from_sessions_json(profile.sessions_dir)
     except RoutingUnknown as exc:
-        survey.routing_problem = str(exc)
+        problems.append(str(exc))
+    routed, unknown = launch_home_routes(profile)  # a multiplexed gateway's routes for this profile
+    around.routed |= routed
+    survey.routing_problem = "; ".join(problems + unknown) or None
     survey.auto_prune = read_auto_prune(profile.home, survey.schema.schema_version, around.last_auto_prune)
     around.leased = runtime_leases(profile.home)
     if around.leased is None:
@@ -560,9 +615,21 @@ def _add_session(survey: Survey, r: dict, msgs: Stats, around: _Around) -> None:
         handoff_state=r["handoff_state"],
         topic_bound=sid in around.topic,
         pending_delegation=sid in around.pending,
+        live_schedule=sid in around.scheduled,
         maybe_routed=survey.routing_problem is not None
         and (bool(r["session_key"]) or shown(r["source"]) in MESSAGING_SOURCES),
+        message_count=r["message_count"] if isinstance(r["message_count"], int) else 0,
+        peer=peer_of(r, r["source"]) if survey.schema.has("sessions", "chat_id") else None,
+        profile_name=r["profile_name"],
     )
+
+
+def _add_recovery_fences(survey: Survey) -> None:
+    """Rows a later reset boundary of the same key or chat passes over (model/gateway.py)."""
+    for sid, fence in fences(survey.sessions.values(), survey.schema.schema_version).items():
+        survey.sessions[sid] = replace(
+            survey.sessions[sid], fenced_by_key=fence.by_key, fenced_by_chat=fence.by_chat
+        )
 
 
 def _add_turn_leases(survey: Survey, turns: dict[str, tuple]) -> None:
