@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
 from hermes_keeper.archive.retention import place_archive_usage
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.facts import Breakdown, Check, bounded_check, last_check, record_objects, recorded_objects
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.model.policy import Policy
@@ -33,6 +35,7 @@ from hermes_keeper.report_types import (
     MalformedCopy,
     Projection,
     Report,
+    RetiredWal,
     Runaway,
     SchemaSection,
     SessionsSection,
@@ -41,7 +44,14 @@ from hermes_keeper.report_types import (
     Window,
     Zombies,
 )
-from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
+from hermes_keeper.run.files import (
+    CHECKPOINTS_RULE,
+    MALFORMED_COPY,
+    WHERE,
+    plan_folders,
+    retired_wal_warning,
+    rule,
+)
 from hermes_keeper.run.files import KINDS as FILE_KINDS
 from hermes_keeper.run.message_stats import RECENT_DAYS
 from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
@@ -77,8 +87,14 @@ OTHER_DIRS = (
     "logs",
     "session-exports",
     "moa-traces",
+    "spawn-trees",
+    "a2a_conversations",
+    "pending_messages",
     "keeper",
 )
+#: Single files Hermes appends to without bound, or leaves behind, counted with the folders:
+#: cron's per-fire usage audit, and the lock of its invalid-state.db quarantine.
+OTHER_FILES = ("cron/usage_audit.jsonl", "state.db.quarantine.lock")
 GROUPS = ("messages", "fts", "sessions", "other", "free")
 #: How long report's own ``quick_check`` may read (it reads every page: ~10 s per GB cold); past
 #: it, the last full check on record (plan, compact) is shown with its age.
@@ -103,17 +119,26 @@ def _size(path: Path) -> int:
 
 
 def dir_usage(path: Path, home: Path) -> dict:
-    """Bytes and files under ``path``; symlinks count as themselves and are never followed.
+    """Bytes and files under ``path`` (a regular file counts as itself); symlinks count as
+    themselves and are never followed.
 
     A folder that is itself a symlink, or reached through one, counts as empty: what lies
     outside the home is not Hermes's to account for.
     """
     total = files = 0
-    if HomeFS(home).plain_dir(*path.relative_to(home).parts):
+    fs, parts = HomeFS(home), path.relative_to(home).parts
+    if fs.plain_dir(*parts):
         for dirpath, _dirs, names in os.walk(path, followlinks=False):
             for n in names:
                 total += _size(Path(dirpath) / n)
                 files += 1
+    else:
+        try:
+            st = fs.lstat(*parts)
+        except KeeperError:  # behind a symlink
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            total, files = st.st_size, 1
     return {"bytes": total, "files": files}
 
 
@@ -199,22 +224,28 @@ def db_usage(objects: Breakdown | None, schema: SchemaInfo) -> DatabaseSection:
 
 
 def files_usage(home: Path, survey: Survey, policy: Policy, now: float) -> FilesSection:
+    """``sessions/`` by kind, Hermes's other growing folders and files, its malformed copies and
+    retired WAL generations, and the rules a run applies."""
     kinds: dict[str, Counter] = defaultdict(Counter)
     orphans: Counter = Counter()
     for f in survey.files:
         kinds[f.kind].update(bytes=f.size, files=1)
         if f.orphan:
             orphans.update(bytes=f.size, files=1)
-    other = {d: Usage(**dir_usage(home / d, home)) for d in OTHER_DIRS}
+    other = {d: Usage(**dir_usage(home / d, home)) for d in OTHER_DIRS + OTHER_FILES}
     malformed = [
         MalformedCopy(f.parts[-1], f.bytes) for f in survey.folders.found if f.kind == MALFORMED_COPY
     ]
+    retired = [RetiredWal(f.parts[-1], f.bytes, f.files) for f in survey.folders.retired_wal]
+    warning = retired_wal_warning(survey.folders)
     return FilesSection(
         sessions_dir={k: Usage(c["bytes"], c["files"]) for k, c in sorted(kinds.items())},
         orphans=Usage(orphans["bytes"], orphans["files"]),
         other=other,
         malformed_copies=sorted(malformed, key=lambda m: m.name),
         policy=folders_policy(survey, policy, now, other["checkpoints"]),
+        retired_wal=retired,
+        warnings=[warning] if warning else [],
     )
 
 

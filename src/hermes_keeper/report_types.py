@@ -96,6 +96,16 @@ class MalformedCopy(Section):
 
 
 @dataclass(frozen=True)
+class RetiredWal(Section):
+    """One of Hermes's ``state.db.retired-wal-*`` folders: a WAL generation it set aside, which may
+    hold committed messages not in state.db (needs recovery; never removed)."""
+
+    name: str
+    bytes: int
+    files: int
+
+
+@dataclass(frozen=True)
 class FolderRow(Section):
     """One kind of growing file: what is there, the rule, what a run removes or keeps of it."""
 
@@ -128,13 +138,16 @@ class CheckpointsRow(Section):
 
 @dataclass(frozen=True)
 class FilesSection(Section):
-    """Files beside state.db: ``sessions/`` by kind, the other folders, the rules a run applies."""
+    """Files beside state.db: ``sessions/`` by kind, the other folders, the rules a run applies,
+    Hermes's retired WAL generations and what needs a person."""
 
     sessions_dir: dict[str, Usage]  # kind -> usage
     orphans: Usage
-    other: dict[str, Usage]  # folder (report.OTHER_DIRS) -> usage
+    other: dict[str, Usage]  # folder or file (report.OTHER_DIRS, report.OTHER_FILES) -> usage
     malformed_copies: list[MalformedCopy]
     policy: list[FolderRow | CheckpointsRow]
+    retired_wal: list[RetiredWal]
+    warnings: list[str]
 
     @property
     def checkpoints(self) -> Usage:

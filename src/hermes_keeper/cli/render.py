@@ -17,7 +17,7 @@ from rich.table import Table
 from hermes_keeper import units
 from hermes_keeper.archive.retention import ArchiveUsage
 from hermes_keeper.cli.text import cell, term
-from hermes_keeper.report import AGE_BUCKETS
+from hermes_keeper.report import AGE_BUCKETS, OTHER_FILES
 from hermes_keeper.report_types import (
     CheckpointsRow,
     DatabaseSection,
@@ -103,14 +103,26 @@ def _files_table(files: FilesSection) -> Table:
     t.add_row("  of these: orphans (session gone)", str(o.files), units.size(o.bytes))
     for d, v in files.other.items():
         if v.files:
-            t.add_row(cell(f"{d}/"), str(v.files), units.size(v.bytes))
+            t.add_row(cell(d if d in OTHER_FILES else f"{d}/"), str(v.files), units.size(v.bytes))
     if copies := files.malformed_copies:
         t.add_row(
             "state.db.malformed-backup-* (never removed)",
             str(len(copies)),
             units.size(sum(m.bytes for m in copies)),
         )
+    if retired := files.retired_wal:
+        t.add_row(
+            "state.db.retired-wal-*/ (needs recovery; never removed)",
+            str(sum(r.files for r in retired)),
+            units.size(sum(r.bytes for r in retired)),
+        )
     return t
+
+
+def _files_warnings(files: FilesSection, c: Console) -> None:
+    """What needs a person among the files (retired WAL generations)."""
+    for w in files.warnings:
+        c.print(f"[yellow]warning: {escape(term(w))}[/]")
 
 
 def _folders_table(rows: list[FolderRow | CheckpointsRow]) -> Table:
@@ -235,6 +247,7 @@ def render_report(rep: Report, c: Console | None = None) -> None:
     _breakdown_lines(rep.database, now, c)
     c.print(_files_table(rep.files))
     c.print(_folders_table(rep.files.policy))
+    _files_warnings(rep.files, c)
     if rep.files.checkpoints.files:
         c.print(CHECKPOINTS_NOTE)
     _sessions_lines(rep.sessions, now, c)

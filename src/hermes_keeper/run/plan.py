@@ -21,7 +21,7 @@ from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.model.conversations import Conversations, continues, conversations, lineage_root
 from hermes_keeper.model.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run import reasons as why
-from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
+from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders, retired_wal_warning
 from hermes_keeper.run.reasons import Reason, days
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
@@ -545,7 +545,8 @@ def _file_actions(
 
 def _warnings(survey: Survey, now: float) -> list[str]:
     """What the plan could not know, and so kept: sessions the gateway might route to while its
-    routing is unreadable, sessions whose age is unknown as they are dated in the future."""
+    routing is unreadable, sessions whose age is unknown as they are dated in the future; and
+    Hermes's retired WAL generations, which need a person (never removed)."""
     out = []
     if survey.routing_problem:
         out.append(
@@ -554,6 +555,8 @@ def _warnings(survey: Survey, now: float) -> list[str]:
     future = sum(1 for s in survey.sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
     if future:
         out.append(f"{future} sessions dated in the future: kept, their age is unknown")
+    if (retired := retired_wal_warning(survey.folders)) is not None:
+        out.append(retired)
     return out
 
 
