@@ -48,13 +48,14 @@ from hermes_keeper.run.files import (
     CHECKPOINTS_RULE,
     MALFORMED_COPY,
     WHERE,
+    NotInStateDb,
     plan_folders,
     retired_wal_warning,
     rule,
 )
 from hermes_keeper.run.files import KINDS as FILE_KINDS
 from hermes_keeper.run.message_stats import RECENT_DAYS
-from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
+from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, make_plan, pinned_tails
 from hermes_keeper.run.survey import (
     SessionRow,
     Survey,
@@ -62,6 +63,7 @@ from hermes_keeper.run.survey import (
     shown,
     survey_profile,
 )
+from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.connect import connect_ro, interrupt_after, read_txn
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid, long_reads_stall_hermes
 from hermes_keeper.sqlite.schema import SchemaInfo, generation, inspect, timestamp_problems
@@ -223,9 +225,12 @@ def db_usage(objects: Breakdown | None, schema: SchemaInfo) -> DatabaseSection:
     )
 
 
-def files_usage(home: Path, survey: Survey, policy: Policy, now: float) -> FilesSection:
+def files_usage(
+    home: Path, survey: Survey, policy: Policy, now: float, not_in_state_db: NotInStateDb | None = None
+) -> FilesSection:
     """``sessions/`` by kind, Hermes's other growing folders and files, its malformed copies and
-    retired WAL generations, and the rules a run applies."""
+    retired WAL generations, the rules a run applies, and the transcripts it keeps as the only
+    copy of their messages (``not_in_state_db``: :func:`transcripts.hold_only_copies`)."""
     kinds: dict[str, Counter] = defaultdict(Counter)
     orphans: Counter = Counter()
     for f in survey.files:
@@ -244,6 +249,7 @@ def files_usage(home: Path, survey: Survey, policy: Policy, now: float) -> Files
         other=other,
         malformed_copies=sorted(malformed, key=lambda m: m.name),
         policy=folders_policy(survey, policy, now, other["checkpoints"]),
+        not_in_state_db=not_in_state_db or NotInStateDb(),
         retired_wal=retired,
         warnings=[warning] if warning else [],
     )
@@ -481,6 +487,12 @@ def _read_inside(
     return objects
 
 
+def _only_copies(profile: Place, survey: Survey, policy: Policy, now: float) -> NotInStateDb:
+    """The transcripts a run would keep as the only copy: the plan's own removals, read as a run
+    reads them (a pruned session's ``.jsonl``, an orphan's past ``files.max_age``; no other)."""
+    return hold_only_copies(profile, make_plan(survey, policy, now))
+
+
 def build_report(
     profile: Place,
     now: float | None = None,
@@ -516,7 +528,7 @@ def build_report(
         hermes_auto_prune=auto_prune_section(survey, now),
         disk=disk,
         database=db,
-        files=files_usage(profile.home, survey, policy, now),
+        files=files_usage(profile.home, survey, policy, now, _only_copies(profile, survey, policy, now)),
         sessions=sessions_section(survey, now, zombie_after_s, top, policy.runaway),
         growth=growth_section(started, windows, now, db.bytes, db.reclaimable_bytes),
         holders=HoldersSection(processes=list(survey.holders), gateway_pid=gateway_pid(profile.home)),

@@ -119,8 +119,23 @@ def _files_table(files: FilesSection) -> Table:
     return t
 
 
-def _files_warnings(files: FilesSection, c: Console) -> None:
-    """What needs a person among the files (retired WAL generations)."""
+def _only_copies_lines(files: FilesSection, c: Console) -> None:
+    """The transcripts a run keeps as the only copy of their messages, how to get them back, and
+    what else needs a person (retired WAL generations)."""
+    n = files.not_in_state_db
+    if n.files:
+        c.print(
+            f"[yellow]not in state.db: {units.plural(n.files, 'transcript')} ({units.size(n.bytes)}),"
+            f" {units.plural(n.messages, 'message')} Hermes diverted to sessions/<id>.jsonl when state.db"
+            " was replaced under it.[/] Hermes has no command that imports them back; the keeper never"
+            " removes such a file: keep it (docs/report.md shows how to append its lines with Hermes's"
+            " own SessionDB)"
+        )
+    if n.unread_files:
+        c.print(
+            f"[yellow]{units.plural(n.unread_files, 'transcript')} ({units.size(n.unread_bytes)}) not read"
+            " whole (over the read cap, or a line that is not JSON): kept, they may be the only copy[/]"
+        )
     for w in files.warnings:
         c.print(f"[yellow]warning: {escape(term(w))}[/]")
 
@@ -247,7 +262,7 @@ def render_report(rep: Report, c: Console | None = None) -> None:
     _breakdown_lines(rep.database, now, c)
     c.print(_files_table(rep.files))
     c.print(_folders_table(rep.files.policy))
-    _files_warnings(rep.files, c)
+    _only_copies_lines(rep.files, c)
     if rep.files.checkpoints.files:
         c.print(CHECKPOINTS_NOTE)
     _sessions_lines(rep.sessions, now, c)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper import units
@@ -72,6 +72,8 @@ class FileAction:
     bytes: int
     reason: str
     session_id: str | None = None
+    #: the reason's stable code, where it has one (run/reasons.py: a transcript kept as the only copy)
+    code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,22 @@ class Folders:
     found: list[Found]
     db_check: str | None = None
     retired_wal: list[Found] = field(default_factory=list)  # reported, never removed
+
+
+@dataclass
+class NotInStateDb:
+    """``sessions/*.jsonl`` transcripts a run keeps because their messages may be nowhere else
+    (:mod:`run.transcripts`): those read and found holding messages in neither state.db nor the
+    archive, and those not read whole (over the read cap, a line that is not JSON, an error)."""
+
+    files: int = 0
+    bytes: int = 0
+    messages: int = 0  # in neither state.db nor the archive
+    unread_files: int = 0
+    unread_bytes: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def _copies(entries, prefix: str, kind: str) -> list[Found]:
@@ -380,6 +398,8 @@ def remove(fs: HomeFS, action: FileAction) -> int | None:
         return None
     if stat.S_ISDIR(st.st_mode) and action.kind in (STATE_SNAPSHOT, KEEPER_LEFTOVER):
         return fs.remove_tree(*parts)
+    if action.kind == "transcript" and st.st_size != action.bytes:
+        return None  # written to since the plan read it (Hermes appends diverted messages): kept
     size = fs.unlink(*parts)
     if size is not None and action.kind in (MALFORMED_COPY, RESTORE_COPY):
         size += sum(fs.unlink(*parts[:-1], parts[-1] + s) or 0 for s in SQLITE_SIDES)
