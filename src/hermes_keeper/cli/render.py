@@ -17,7 +17,7 @@ from rich.table import Table
 from hermes_keeper import units
 from hermes_keeper.archive.retention import ArchiveUsage
 from hermes_keeper.cli.text import cell, term
-from hermes_keeper.report import AGE_BUCKETS
+from hermes_keeper.report import AGE_BUCKETS, OTHER_FILES
 from hermes_keeper.report_types import (
     CheckpointsRow,
     DatabaseSection,
@@ -106,14 +106,41 @@ def _files_table(files: FilesSection) -> Table:
     t.add_row("  of these: orphans (session gone)", str(o.files), units.size(o.bytes))
     for d, v in files.other.items():
         if v.files:
-            t.add_row(cell(f"{d}/"), str(v.files), units.size(v.bytes))
+            t.add_row(cell(d if d in OTHER_FILES else f"{d}/"), str(v.files), units.size(v.bytes))
     if copies := files.malformed_copies:
         t.add_row(
             "state.db.malformed-backup-* (never removed)",
             str(len(copies)),
             units.size(sum(m.bytes for m in copies)),
         )
+    if retired := files.retired_wal:
+        t.add_row(
+            "state.db.retired-wal-*/ (needs recovery; never removed)",
+            str(sum(r.files for r in retired)),
+            units.size(sum(r.bytes for r in retired)),
+        )
     return t
+
+
+def _only_copies_lines(files: FilesSection, c: Console) -> None:
+    """The transcripts a run keeps as the only copy of their messages, how to get them back, and
+    what else needs a person (retired WAL generations)."""
+    n = files.not_in_state_db
+    if n.files:
+        c.print(
+            f"[yellow]not in state.db: {units.plural(n.files, 'transcript')} ({units.size(n.bytes)}),"
+            f" {units.plural(n.messages, 'message')} Hermes diverted to sessions/<id>.jsonl when state.db"
+            " was replaced under it.[/] Hermes has no command that imports them back; the keeper never"
+            " removes such a file: keep it (docs/report.md shows how to append its lines with Hermes's"
+            " own SessionDB)"
+        )
+    if n.unread_files:
+        c.print(
+            f"[yellow]{units.plural(n.unread_files, 'transcript')} ({units.size(n.unread_bytes)}) not read"
+            " whole (over the read cap, or a line that is not JSON): kept, they may be the only copy[/]"
+        )
+    for w in files.warnings:
+        c.print(f"[yellow]warning: {escape(term(w))}[/]")
 
 
 def _folders_table(rows: list[FolderRow | CheckpointsRow]) -> Table:
@@ -238,6 +265,7 @@ def render_report(rep: Report, c: Console | None = None) -> None:
     _breakdown_lines(rep.database, now, c)
     c.print(_files_table(rep.files))
     c.print(_folders_table(rep.files.policy))
+    _only_copies_lines(rep.files, c)
     if rep.files.checkpoints.files:
         c.print(CHECKPOINTS_NOTE)
     _sessions_lines(rep.sessions, now, c)

@@ -6,7 +6,9 @@ when killed, temporary files. Each kind is a rule with its settings in ``policy.
 (``[files]``). The survey lists what is there (:func:`scan_folders`: facts only, through the
 door), the plan decides (:func:`plan_folders`: pure, one stable reason per file) and the run
 removes (:func:`remove`: confined, never through or of a symlink). ``checkpoints/`` is Hermes's
-``/rollback`` store with its own CLI and cap (``hermes checkpoints``): reported, never touched.
+``/rollback`` store with its own CLI and cap (``hermes checkpoints``): reported, never touched;
+so are the WAL generations Hermes sets aside (``state.db.retired-wal-*/``: :data:`RETIRED_WAL`),
+which may hold committed messages that are nowhere else.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from hermes_keeper import units
 from hermes_keeper.backup.restore import RESTORE_TMP, SAFETY_PREFIX
 from hermes_keeper.backup.snapshot import TEMP_PREFIX, killed_backup_leftovers
 from hermes_keeper.errors import KeeperError
@@ -31,6 +34,9 @@ STATE_SNAPSHOT = "state_snapshot"
 MALFORMED_COPY = "malformed_copy"
 RESTORE_COPY = "restore_copy"
 KEEPER_LEFTOVER = "keeper_leftover"
+#: Hermes's set-aside WAL generations (``hermes_state_dbfile.capture_retired_wal_generation``):
+#: found and reported as needing recovery, never decided or removed (not in :data:`KINDS`).
+RETIRED_WAL = "retired_wal"
 #: The kinds this module decides, in the order the plan and the report list them.
 KINDS = (CRON_OUTPUT, STATE_SNAPSHOT, MALFORMED_COPY, RESTORE_COPY, KEEPER_LEFTOVER)
 #: Where each kind lives, as ``report`` names it.
@@ -44,6 +50,8 @@ WHERE = {
 #: The kinds :mod:`survey` finds under ``sessions/`` (decided in :func:`plan.make_plan`).
 SESSION_KINDS = ("transcript", "snapshot", "request_dump")
 MALFORMED_PREFIX = f"{DB_NAME}.malformed-backup-"
+#: ``<name>.retired-wal-<utc ts>-<pid>/`` (``RETIRED_GENERATION_DIR_SUFFIX``), ``.partial`` while written.
+RETIRED_WAL_PREFIX = f"{DB_NAME}.retired-wal-"
 CHECKPOINTS_RULE = "never removed (`hermes checkpoints`)"
 CHECKPOINTS_NOTE = (
     "checkpoints/ is Hermes's /rollback store with its own cap (checkpoints.max_total_size_mb in"
@@ -64,6 +72,8 @@ class FileAction:
     bytes: int
     reason: str
     session_id: str | None = None
+    #: the reason's stable code, where it has one (run/reasons.py: a transcript kept as the only copy)
+    code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,23 @@ class Folders:
 
     found: list[Found]
     db_check: str | None = None
+    retired_wal: list[Found] = field(default_factory=list)  # reported, never removed
+
+
+@dataclass
+class NotInStateDb:
+    """``sessions/*.jsonl`` transcripts a run keeps because their messages may be nowhere else
+    (:mod:`run.transcripts`): those read and found holding messages in neither state.db nor the
+    archive, and those not read whole (over the read cap, a line that is not JSON, an error)."""
+
+    files: int = 0
+    bytes: int = 0
+    messages: int = 0  # in neither state.db nor the archive
+    unread_files: int = 0
+    unread_bytes: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def _copies(entries, prefix: str, kind: str) -> list[Found]:
@@ -198,6 +225,31 @@ def _link(st) -> str:
     return "" if stat.S_ISREG(st.st_mode) else SYMLINK
 
 
+def retired_wal_warning(folders: Folders) -> str | None:
+    """What a person must know of the retired WAL generations found (None: there are none)."""
+    if not folders.retired_wal:
+        return None
+    n, names = len(folders.retired_wal), ", ".join(f"{f.parts[0]}/" for f in folders.retired_wal)
+    return (
+        f"{units.plural(n, 'retired WAL generation')} of state.db {'needs' if n == 1 else 'need'} recovery"
+        f" ({names}): Hermes set each aside when the live state.db-wal was replaced or lost under it;"
+        " it may hold committed messages that are not in state.db. The keeper never removes them:"
+        " inspect one with `hermes sessions recover --source <folder>/state.db --inspect-only`"
+        " (its manifest.json says why it was captured)"
+    )
+
+
+def _retired_wal(fs: HomeFS, top) -> list[Found]:
+    """Hermes's set-aside WAL generations at the home's top, each a folder (``.partial`` while
+    Hermes writes it): found to be reported, never removed."""
+    out = []
+    for name, st in top:
+        if name.startswith(RETIRED_WAL_PREFIX):
+            size, files, odd = _tree(fs, name) if stat.S_ISDIR(st.st_mode) else (st.st_size, 1, _link(st))
+            out.append(Found(RETIRED_WAL, (name,), size, st.st_mtime, files, link=odd))
+    return out
+
+
 def scan_folders(fs: HomeFS, db_check: Callable[[], Check | None], budget_s: float | None = None) -> Folders:
     """Every entry the rules decide, read through the door (changes nothing).
 
@@ -220,7 +272,7 @@ def scan_folders(fs: HomeFS, db_check: Callable[[], Check | None], budget_s: flo
             real = [(f.parts[0], f.bytes, f.mtime) for f in malformed if not f.link]
             readable = copy_checks(fs, real, budget_s)
             malformed = [f if f.link else replace(f, readable=readable[f.parts[0]]) for f in malformed]
-    return Folders(found + malformed, state)
+    return Folders(found + malformed, state, _retired_wal(fs, top))
 
 
 def _trusted(check: Check | None) -> str:
@@ -346,6 +398,8 @@ def remove(fs: HomeFS, action: FileAction) -> int | None:
         return None
     if stat.S_ISDIR(st.st_mode) and action.kind in (STATE_SNAPSHOT, KEEPER_LEFTOVER):
         return fs.remove_tree(*parts)
+    if action.kind == "transcript" and st.st_size != action.bytes:
+        return None  # written to since the plan read it (Hermes appends diverted messages): kept
     size = fs.unlink(*parts)
     if size is not None and action.kind in (MALFORMED_COPY, RESTORE_COPY):
         size += sum(fs.unlink(*parts[:-1], parts[-1] + s) or 0 for s in SQLITE_SIDES)

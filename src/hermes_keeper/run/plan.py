@@ -21,7 +21,7 @@ from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.model.conversations import Conversations, continues, conversations, lineage_root
 from hermes_keeper.model.policy import MESSAGING_SOURCES, Policy
 from hermes_keeper.run import reasons as why
-from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
+from hermes_keeper.run.files import SYMLINK, FileAction, NotInStateDb, plan_folders, retired_wal_warning
 from hermes_keeper.run.reasons import Reason, days
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
@@ -232,6 +232,8 @@ class Plan:
     decisions: dict[str, Decision] = field(default_factory=dict)
     files: list[FileAction] = field(default_factory=list)
     kept_files: list[FileAction] = field(default_factory=list)
+    #: transcripts kept as the only copy of their messages (set by :func:`transcripts.hold_only_copies`)
+    not_in_state_db: NotInStateDb = field(default_factory=NotInStateDb)
     db_bytes: int = 0
     #: Hermes's own auto-prune settings and the sessions it will delete that this plan keeps
     hermes_auto_prune: dict | None = None
@@ -319,6 +321,7 @@ class Plan:
                 "bytes": sum(f.bytes for f in self.files),
                 "kept": len(self.kept_files),  # symlinks, and files a safety keeps from their rule
                 "by_kind": self.files_by_kind(),
+                "not_in_state_db": self.not_in_state_db.to_dict(),
             },
             "by_source": self.by_source(),
             "keep_reasons": self.keep_reasons(),
@@ -530,7 +533,9 @@ def _file_actions(
     """The files to remove and the files kept from their rule. A pruned session's transcripts,
     snapshots and request dumps go with it; orphans and request dumps older than ``files_max_age``
     go too; then the folders' own rules (:func:`plan_folders`). A file reached through a symlink is
-    kept: removing it would reach outside what the keeper owns."""
+    kept: removing it would reach outside what the keeper owns. A ``.jsonl`` transcript removed
+    here may be the only copy of messages Hermes diverted from a replaced state.db: the caller has
+    :func:`transcripts.hold_only_copies` read it and keep it unless they are all stored."""
     removes, kept = [], []
     too_old = days(policy.files_max_age_s)
     for f in survey.files:
@@ -554,7 +559,8 @@ def _file_actions(
 
 def _warnings(survey: Survey, now: float) -> list[str]:
     """What the plan could not know, and so kept: sessions the gateway might route to while its
-    routing is unreadable, sessions whose age is unknown as they are dated in the future."""
+    routing is unreadable, sessions whose age is unknown as they are dated in the future; and
+    Hermes's retired WAL generations, which need a person (never removed)."""
     out = []
     if survey.routing_problem:
         out.append(
@@ -563,6 +569,8 @@ def _warnings(survey: Survey, now: float) -> list[str]:
     future = sum(1 for s in survey.sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
     if future:
         out.append(f"{future} sessions dated in the future: kept, their age is unknown")
+    if (retired := retired_wal_warning(survey.folders)) is not None:
+        out.append(retired)
     return out
 
 

@@ -101,3 +101,20 @@ def retention(idle_s: float, retention_s: float, source: str) -> Reason:
 def disk_budget(idle_s: float) -> Reason:
     """Pruned: among the oldest units no protection holds, to get under the disk budget's low water."""
     return Reason("disk_budget", f"disk budget: oldest eligible (idle {days(idle_s)})", {"idle_s": idle_s})
+
+
+# Why the plan keeps a ``sessions/<sid>.jsonl`` its rules would remove (run/transcripts.py): Hermes
+# diverts there the messages it could not write to a replaced state.db, and nothing reads them back.
+def only_copy(missing: int, messages: int) -> Reason:
+    """``missing`` of the file's ``messages`` are rows of its session in neither state.db nor the archive."""
+    return Reason(
+        "only_copy",
+        f"only copy: {missing} of {messages} messages in neither state.db nor the archive",
+        {"missing": missing, "messages": messages},
+    )
+
+
+def transcript_unread(why: str) -> Reason:
+    """The file was not read whole (over the read cap, a line that is not a JSON object, an error):
+    whether it holds the only copy of a message is unknown, so it is kept."""
+    return Reason("transcript_unread", f"not checked ({why}): kept, it may be the only copy", {"why": why})
