@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -35,6 +36,25 @@ def tree_digest(root: Path) -> dict[str, str]:
         if p.is_file() and not p.is_symlink():
             out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+@contextlib.contextmanager
+def tiny_disk(path: Path, size: str):
+    """A real small filesystem (tmpfs of ``size``) mounted at ``path``, unmounted at the end.
+
+    One policy for what needs root: the test mounts for real and fails loudly where it cannot
+    (CI runs as root); never a skip, never a monkeypatched ENOSPC under the same test's name."""
+    path.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        for _ in range(50):  # a closing SQLite connection can keep it busy for a moment
+            if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            subprocess.run(["umount", "--lazy", str(path)], check=True)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import time
 
 import pytest
@@ -15,6 +14,7 @@ from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.errors import EXIT_TRY_LATER, KeeperError, failure_line
 from hermes_keeper.run import survey
+from tests.conftest import tiny_disk
 
 NOW = time.time()
 
@@ -45,15 +45,8 @@ def test_failures_are_one_line_and_debug_shows_the_traceback(tmp_path, monkeypat
 @pytest.fixture
 def tiny_fs(tmp_path):
     """A real 32 MiB filesystem of its own (tmpfs), unmounted at teardown."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)], check=True)
-    yield mnt
-    for _ in range(50):  # a closing SQLite connection can keep it busy for a moment
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.1)
-    subprocess.run(["umount", "--lazy", str(mnt)], check=True)
+    with tiny_disk(tmp_path / "tiny", "32m") as mnt:
+        yield mnt
 
 
 def _fill(mnt, leave: int) -> None:
