@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from hermes_keeper import demo
-from hermes_keeper.archive.store import Archive
+from hermes_keeper.archive.store import ARCHIVED, PRUNED, Archive
 from hermes_keeper.journal import JOURNAL_NAME, read_journal
 from tests.keeper_proc import keeper_cmd, planned_prune, session_ids
 
@@ -34,6 +34,9 @@ def test_sigkill_anywhere(tmp_path):
     to_prune = planned_prune(base)
     original = session_ids(base / "state.db")
     assert len(to_prune) > 50
+    conn = sqlite3.connect(base / "state.db")
+    counts = dict(conn.execute("SELECT session_id, count(*) FROM messages GROUP BY session_id"))
+    conn.close()
 
     timing = shutil.copytree(base, tmp_path / "timing")
     t0 = time.time()
@@ -83,5 +86,13 @@ def test_sigkill_anywhere(tmp_path):
         with Archive.for_home(home / "keeper") as store:
             assert all(store.verify(store.entry(sid).entry) for sid in original - after)
             assert {e.session_id for e in store.entries()} >= to_prune
+            # The crash resume finished what the kill cut: each session's newest entry holds all
+            # its messages and is pruned; no copy of a part of it stands in front of the whole.
+            for sid in original - after:
+                newest = store.entry(sid)
+                assert (newest.message_count, newest.state) == (counts.get(sid, 0), PRUNED), (
+                    f"kill {i}: {sid}"
+                )
+            assert not list(store.entries("WHERE state = ?", (ARCHIVED,))), f"kill {i}: left archived"
         shutil.rmtree(home)
     assert cut_mid_prune >= KILLS // 3, f"only {cut_mid_prune} kills landed mid-prune"
