@@ -190,3 +190,21 @@ def test_a_backup_whose_checksum_holds_but_whose_database_is_damaged_is_not_rest
     with pytest.raises(KeeperError, match="damaged database"):
         profile.restore(record.name)
     assert (home / "state.db").read_bytes() == before
+
+
+# --- the deletes go in transactions of the policy's budget ---------------------------------------
+
+
+def test_the_deletes_follow_the_write_budget(tmp_path):
+    """The same prune with a 1 ms budget and a 1 s one: the short budget cuts the deletes into
+    many more transactions (counted, not timed: the machine's speed only moves both)."""
+    runs = {}
+    for budget in (1, 1000):
+        home = tmp_path / f"b{budget}"
+        demo.build_home(home, demo.generate(NOW, sessions=120))
+        (home / "keeper.toml").write_text(
+            f"budget_ms = {budget}\npause_ms = 0\nbackup = false\ncompact = false\n"
+        )
+        runs[budget] = Home(home).profile().run().to_dict()
+    assert runs[1]["messages_deleted"] == runs[1000]["messages_deleted"] > 0
+    assert runs[1]["writer"]["transactions"] >= 4 * runs[1000]["writer"]["transactions"], runs
