@@ -58,6 +58,24 @@ def test_sessions_json(tmp_path, body):
 
 
 @FAST
+@given(
+    routes=st.dictionaries(
+        st.text(min_size=1, max_size=12).filter(lambda k: not k.startswith("_")),
+        st.tuples(
+            st.text(min_size=1, max_size=12), st.dictionaries(st.text(max_size=6), json_values, max_size=3)
+        ),
+        max_size=5,
+    )
+)
+def test_sessions_json_routes_every_session_it_names(tmp_path, routes):
+    """Whatever else an entry holds, its ``session_id`` is routed: a reader that returned "routes
+    nothing" for a mirror it did read would let a routed session be closed or pruned."""
+    mirror = {key: {**extra, "session_id": sid} for key, (sid, extra) in routes.items()}
+    (tmp_path / "sessions.json").write_text(json.dumps({**mirror, "_meta": {"session_id": "not a route"}}))
+    assert routed_from_sessions_json(tmp_path) == {sid for sid, _ in routes.values()}
+
+
+@FAST
 @given(body=json_files | st.integers(min_value=-(2**80), max_value=2**80).map(lambda n: str(n).encode()))
 def test_gateway_pid(tmp_path, body):
     (tmp_path / "gateway.pid").write_bytes(body)

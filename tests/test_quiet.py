@@ -9,7 +9,8 @@ import time
 import pytest
 
 from hermes_keeper import demo
-from tests.keeper_proc import keeper_cmd
+from hermes_keeper.journal import read_journal
+from tests.keeper_proc import keeper_cmd, planned_prune, session_ids
 
 
 @pytest.fixture
@@ -31,8 +32,12 @@ def test_quiet_prints_nothing_on_success(home, args):
 
 def test_quiet_run_did_its_work(home):
     """Quiet is about output, not effect: the run pruned and journaled as a loud one would."""
+    planned = planned_prune(home)
+    assert planned
     subprocess.run(keeper_cmd(home, "run", "-q"), check=True, capture_output=True)
-    assert (home / "keeper" / "journal.jsonl").read_text().count('"action": "summary"') == 1
+    assert not session_ids(home / "state.db") & planned  # every planned session pruned
+    (summary,) = [e for e in read_journal(home / "keeper") if e["action"] == "summary"]
+    assert summary["pruned"] == len(planned)
 
 
 def test_quiet_failure_is_one_line_on_stderr(home):
