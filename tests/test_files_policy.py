@@ -427,15 +427,32 @@ def test_state_db_held_in_delete_mode_is_not_read_whole_and_counts_as_failing(tm
 
 
 _HERMES_WRITES = """
-import sqlite3, sys, time
+import datetime, sqlite3, sys, types
 from pathlib import Path
 home = Path(sys.argv[1])
+import cron.jobs, hermes_cli.backup, hermes_state_repair
 from cron.jobs import save_job_output
 from hermes_cli.backup import create_quick_snapshot
 from hermes_state_repair import _backup_db_file
+
+# Hermes names each file by the second: its clocks move a second per file instead of a sleep.
+class Clock(datetime.datetime):
+    ticks = 0
+
+    @classmethod
+    def now(cls, tz=None):
+        real = datetime.datetime.now(tz) + datetime.timedelta(seconds=cls.ticks)
+        return cls.fromtimestamp(real.timestamp(), real.tzinfo)
+
+shim = types.ModuleType("datetime")
+shim.__dict__.update(vars(datetime))
+shim.datetime = Clock
+cron.jobs._hermes_now = lambda: Clock.now(datetime.UTC)
+hermes_cli.backup.datetime = Clock
+hermes_state_repair.datetime = shim
 for i in range(3):
     save_job_output("daily-report", f"run {i}")
-    time.sleep(1.05)  # Hermes names each by the second
+    Clock.ticks += 1
 for i in range(2):
     create_quick_snapshot(hermes_home=home)
     _backup_db_file(home / "state.db")
@@ -443,7 +460,7 @@ for i in range(2):
     conn.execute("UPDATE sessions SET title = ? WHERE rowid = (SELECT min(rowid) FROM sessions)", (f"t{i}",))
     conn.commit()
     conn.close()
-    time.sleep(1.05)
+    Clock.ticks += 1
 """
 
 
