@@ -539,4 +539,7 @@ def restore_sessions(
             MergeHold(w, schema, profile.keeper_dir, journal) as hold,
         ):
             hold.engage()  # every restored message is an FTS insert: merges on our schedule
-            return apply_restore(w, schema, store, plan, journal)
+            result = apply_restore(w, schema, store, plan, journal)
+            if w.guard.hands_off:
+                result.warnings.append(w.guard.note())
+            return result

@@ -25,6 +25,7 @@ from hermes_keeper.run.files import SYMLINK, FileAction, plan_folders
 from hermes_keeper.run.reasons import Reason, days
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
+from hermes_keeper.sqlite.walreset import wal_guard
 
 ZOMBIE_END_REASON = "keeper_zombie"
 #: Activity later than this past the plan's clock is a wrong date (clock skew, a bad import).
@@ -554,6 +555,9 @@ def _warnings(survey: Survey, now: float) -> list[str]:
     future = sum(1 for s in survey.sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
     if future:
         out.append(f"{future} sessions dated in the future: kept, their age is unknown")
+    guard = wal_guard(survey.profile.db_path, survey.schema.journal_mode, survey.holders)
+    if guard.hands_off:  # what a run does differently here (sqlite/walreset.py)
+        out.append(guard.note())
     return out
 
 
