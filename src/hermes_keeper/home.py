@@ -362,9 +362,16 @@ class ProfileArchive:
         with self._store() as store:
             return query.search(store, text, filters or ALL, limit=limit)
 
-    def restore(self, session_ids: Sequence[str], dry_run: bool = False, policy: Policy | None = None):
+    def restore(
+        self,
+        session_ids: Sequence[str],
+        dry_run: bool = False,
+        policy: Policy | None = None,
+        force: bool = False,
+    ):
         """Put archived sessions back (whole conversations) in the policy's budgeted writes, and
-        keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would."""
+        keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would.
+        Refused while Hermes's own auto-prune would delete one again (``adopt`` first), unless ``force``."""
         policy = policy or self.profile.config()
         with self.profile._changing() as journal:
             res = restore_sessions(
@@ -373,6 +380,7 @@ class ProfileArchive:
                 journal=journal,
                 budget=policy.budget,
                 dry_run=dry_run,
+                force=force,
             )
             if res.restored and policy.restored_keep_s > 0:
                 # after the restore: a crash in between only lets the next run archive it again
