@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from hermes_keeper.cli import main
 from tests.conftest import tree_digest
 from tests.hermes_env import IOT, Hermes
+from tests.test_schedule import FAKE_CRONTAB
 
 DAY = 86400.0
 
@@ -572,3 +573,37 @@ def test_a_restore_hermes_auto_prune_would_undo_is_refused_until_adopt(tmp_path,
     assert _hermes_sessions_config(iot, tmp_path)["auto_prune"] is False
     res = _restore(tmp_path)
     assert res.exit_code == 0 and "old" in _rows(tmp_path), res.output
+
+
+def test_check_warns_while_hermes_and_the_keeper_both_prune(tmp_path, iot):
+    """Hermes's auto-prune on (iot's default) and a keeper run in the journal, or a schedule: a
+    WARNING naming `adopt`; gone after `adopt`."""
+    now = time.time()
+    iot.run(tmp_path, [{"op": "build", "sessions": [_session("old", "cli", 200, now)]}])
+
+    def measure() -> dict | None:
+        res = CliRunner().invoke(main, ["check", "--home", str(tmp_path), "--json"])
+        row = json.loads(res.output)["profiles"][0]
+        return next((m for m in row["measures"] if m["label"] == "hermes_auto_prune"), None)
+
+    assert measure() is None  # the keeper never pruned here
+    bin_dir = tmp_path.parent / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "crontab").write_text(FAKE_CRONTAB)
+    (bin_dir / "crontab").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CRONTAB": str(tmp_path.parent / "crontab.txt")}
+    cron = ["--via", "cron", "--home", str(tmp_path)]
+    install = CliRunner().invoke(main, ["schedule", "install", *cron], env=env)
+    assert install.exit_code == 0, install.output
+    m = measure()
+    assert m["status"] == "WARNING" and "a schedule" in m["problem"] and "hermes-keeper adopt" in m["problem"]
+    remove = CliRunner().invoke(main, ["schedule", "remove", *cron], env=env)
+    assert remove.exit_code == 0 and measure() is None, remove.output
+
+    _run(tmp_path)
+    m = measure()
+    assert m["status"] == "WARNING" and "its runs" in m["problem"] and m["value"] is None
+    res = CliRunner().invoke(main, ["check", "--home", str(tmp_path)])
+    assert "WARNING: Hermes's own auto-prune is on" in res.output
+    CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
+    assert measure() is None

@@ -32,7 +32,7 @@ from hermes_keeper.archive.retention import (
 from hermes_keeper.archive.store import ArchiveDamaged, archive_exists
 from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.restore import find_backup, restore_backup
-from hermes_keeper.check import check_profile
+from hermes_keeper.check import SCHEDULED, UNSCHEDULED, check_profile
 from hermes_keeper.errors import KeeperError, os_error_line, warn
 from hermes_keeper.facts import checked_unless_it_stalls
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
@@ -297,6 +297,12 @@ class Profile(Place):
     def adopt_change(self) -> tuple[str, str]:
         """config.yaml's text now and with Hermes's auto-prune off (equal: nothing to change)."""
         return adopt_change(self.home)
+
+    def note_schedule(self, installed: bool, via: str, **fields) -> None:
+        """Journal that a scheduler now runs the keeper here (``installed``) or no longer does:
+        ``check`` reads it (Hermes's own auto-prune beside a scheduled keeper is a WARNING)."""
+        with Journal(self.keeper_dir) as journal:
+            journal.write(SCHEDULED if installed else UNSCHEDULED, via=via, **fields)
 
     def adopt(self) -> bool:
         """Turn Hermes's own auto-prune off in config.yaml (comments kept), journaled, so the keeper
