@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.sqlite import walreset
 from tests.hermes_env import Hermes
 
 HERMES_VERSION = os.environ.get("HERMES_VERSION", "0.19.0")
@@ -55,6 +56,23 @@ def tiny_disk(path: Path, size: str):
             time.sleep(0.1)
         else:
             subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+#: SQLite versions either side of the WAL-reset bug (hermes_keeper.sqlite.walreset).
+FIXED_SQLITE, VULNERABLE_SQLITE = (3, 51, 3), (3, 40, 1)
+
+
+@pytest.fixture
+def fixed_sqlite(monkeypatch):
+    """The keeper's SQLite taken for a fixed one (3.51.3): it checkpoints and cuts the WAL beside
+    Hermes as on a current build, whatever this Python links."""
+    monkeypatch.setattr(walreset, "LINKED", FIXED_SQLITE)
+
+
+@pytest.fixture
+def vulnerable_sqlite(monkeypatch):
+    """The keeper's SQLite taken for one with the WAL-reset bug (3.40.1, Debian 12's)."""
+    monkeypatch.setattr(walreset, "LINKED", VULNERABLE_SQLITE)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -21,6 +22,7 @@ from click.testing import CliRunner
 from hermes_keeper.cli import main
 from tests.conftest import tree_digest
 from tests.hermes_env import IOT, Hermes
+from tests.test_schedule import FAKE_CRONTAB
 
 DAY = 86400.0
 
@@ -216,6 +218,7 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
     # Hermes's own prune runs on the result. It spares only pins and live guards (not recoverable,
     # runtime-leased or delegating rows, as the keeper does): z_plain, resumed, reaped, leased, delegating.
     assert pruned == 5 and {"turn", "lock", "pin_root", "pin_tail"} <= set(_rows(tmp_path))
+    CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])  # or Hermes prunes it again
     res = CliRunner().invoke(main, ["archive", "restore", "plain", "--home", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert iot.run(tmp_path, [{"op": "call", "method": "search_messages", "args": ["wordplain"]}])[0]
@@ -307,6 +310,7 @@ def test_refuses_during_a_deferred_fts_rebuild(tmp_path, iot):
         c.execute(
             "INSERT INTO state_meta VALUES ('fts_rebuild_high_water', '10'), ('fts_rebuild_progress', '3')"
         )
+    CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])  # restore: not refused for that
     before = tree_digest(tmp_path)
     for cmd in (["run"], ["compact"], ["archive", "restore", "old"]):
         res = CliRunner().invoke(main, [*cmd, "--home", str(tmp_path)])
@@ -421,6 +425,7 @@ def test_sessions_hermes_auto_archived_or_hid_are_counted_pruned_and_restored_as
     s = rep["sessions"]
     assert (s["archived"], s["auto_archived"], s["hidden"]) == (2, 2, 1)
     assert _run(tmp_path)["pruned"] == 2
+    CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])  # or Hermes prunes it again
     res = CliRunner().invoke(main, ["archive", "restore", "old", "--home", str(tmp_path)])
     assert res.exit_code == 0, res.output
     session = iot.call(tmp_path, "get_session", "old")
@@ -779,3 +784,90 @@ def test_live_schedules_are_kept_and_every_session_meta_key_goes_and_comes_back_
     assert meta() == keys
     assert schedules() == {"loops": ["looping", "looping_open"], "paused": "paused"}
     assert json.loads(iot.call(tmp_path, "get_meta", "goal:goal"))["goal"] == "learn walrus facts"
+
+
+def _hermes_sessions_config(iot: Hermes, home: Path) -> dict:
+    """``sessions:`` as Hermes's own loader reads ``config.yaml`` (defaults filled in)."""
+    code = "import json; from hermes_cli.config import load_config as c; print(json.dumps(c()['sessions']))"
+    out = subprocess.run(
+        [str(iot.python), "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(home)},
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def _restore(home: Path, *args: str):
+    return CliRunner().invoke(main, ["archive", "restore", "old", "--home", str(home), *args])
+
+
+def test_a_restore_hermes_auto_prune_would_undo_is_refused_until_adopt(tmp_path, iot):
+    """With Hermes's auto-prune on (iot's default; config.yaml sets only the retention), an old
+    session brought back would be deleted again, without an archive, by its next pass: refused
+    whole, nothing changed, naming `adopt`; --force restores it with a warning (and Hermes's own
+    pass, on a copy, does delete it again); after `adopt` it comes back and stays."""
+    now = time.time()
+    iot.run(
+        tmp_path,
+        [{"op": "build", "sessions": [_session("old", "cli", 200, now), _session("fresh", "cli", 1, now)]}],
+    )
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    assert _hermes_sessions_config(iot, tmp_path)["auto_prune"] is True
+    assert _run(tmp_path)["pruned"] == 1
+    before = tree_digest(tmp_path)
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and len(res.output.splitlines()) == 1, res.output
+    assert "auto-prune" in res.output and "hermes-keeper adopt" in res.output and "--force" in res.output
+    assert tree_digest(tmp_path) == before and "old" not in _rows(tmp_path)
+    dry = _restore(tmp_path, "--dry-run")
+    assert dry.exit_code == 2 and tree_digest(tmp_path) == before
+
+    forced = tmp_path / "forced"
+    shutil.copytree(tmp_path, forced, ignore=shutil.ignore_patterns("forced"))
+    res = _restore(forced, "--force")
+    assert res.exit_code == 0 and "restored 1 session" in res.stdout, res.output
+    assert "warning" in res.stderr and "auto-prune" in res.stderr and "adopt" in res.stderr
+    assert "old" in _rows(forced)
+    assert iot.call(forced, "maybe_auto_prune_and_vacuum", retention_days=90)["pruned"] == 1
+    assert "old" not in _rows(forced)  # what the refusal saves the user from
+
+    assert CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"]).exit_code == 0
+    assert _hermes_sessions_config(iot, tmp_path)["auto_prune"] is False
+    res = _restore(tmp_path)
+    assert res.exit_code == 0 and "old" in _rows(tmp_path), res.output
+
+
+def test_check_warns_while_hermes_and_the_keeper_both_prune(tmp_path, iot):
+    """Hermes's auto-prune on (iot's default) and a keeper run in the journal, or a schedule: a
+    WARNING naming `adopt`; gone after `adopt`."""
+    now = time.time()
+    iot.run(tmp_path, [{"op": "build", "sessions": [_session("old", "cli", 200, now)]}])
+
+    def measure() -> dict | None:
+        res = CliRunner().invoke(main, ["check", "--home", str(tmp_path), "--json"])
+        row = json.loads(res.output)["profiles"][0]
+        return next((m for m in row["measures"] if m["label"] == "hermes_auto_prune"), None)
+
+    assert measure() is None  # the keeper never pruned here
+    bin_dir = tmp_path.parent / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "crontab").write_text(FAKE_CRONTAB)
+    (bin_dir / "crontab").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CRONTAB": str(tmp_path.parent / "crontab.txt")}
+    cron = ["--via", "cron", "--home", str(tmp_path)]
+    install = CliRunner().invoke(main, ["schedule", "install", *cron], env=env)
+    assert install.exit_code == 0, install.output
+    m = measure()
+    assert m["status"] == "WARNING" and "a schedule" in m["problem"] and "hermes-keeper adopt" in m["problem"]
+    remove = CliRunner().invoke(main, ["schedule", "remove", *cron], env=env)
+    assert remove.exit_code == 0 and measure() is None, remove.output
+
+    _run(tmp_path)
+    m = measure()
+    assert m["status"] == "WARNING" and "its runs" in m["problem"] and m["value"] is None
+    res = CliRunner().invoke(main, ["check", "--home", str(tmp_path)])
+    assert "WARNING: Hermes's own auto-prune is on" in res.output
+    CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
+    assert measure() is None

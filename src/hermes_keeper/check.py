@@ -26,6 +26,8 @@ STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
 #: Journal action of a finished ``run`` and of an ``archive verify``.
 RUN_DONE = "summary"
 ARCHIVE_VERIFIED = "archive_verified"
+#: Journal actions of ``schedule install`` and ``schedule remove`` (home.Profile.note_schedule).
+SCHEDULED, UNSCHEDULED = "scheduled", "unscheduled"
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
             NO_BACKUP,
         ),
         *_archive_measures(profile, rep, t, now, past),
+        *_both_prune(rep, past),
     ]
     return result
 
@@ -177,6 +180,7 @@ class _JournalFacts:
     last_run: float | None  # the last finished run
     verifies: list[dict]  # every archive verify, oldest first
     verify_since: float | None  # the last that passed; never: the keeper's first record in this home
+    keeper_prunes: str = ""  # why the keeper prunes this profile ("" if nothing says it does)
 
     @classmethod
     def read(cls, profile: Place) -> _JournalFacts:
@@ -184,7 +188,23 @@ class _JournalFacts:
         last_run = max((r["ts"] for r in journal if r.get("action") == RUN_DONE), default=None)
         verifies = [r for r in journal if r.get("action") == ARCHIVE_VERIFIED]
         first = min((r["ts"] for r in journal), default=None)
-        return cls(last_run, verifies, max((r["ts"] for r in verifies if r.get("ok")), default=first))
+        since = max((r["ts"] for r in verifies if r.get("ok")), default=first)
+        marks = [r["action"] for r in journal if r.get("action") in (SCHEDULED, UNSCHEDULED)]
+        prunes = "a schedule" if marks[-1:] == [SCHEDULED] else "its runs" if last_run is not None else ""
+        return cls(last_run, verifies, since, prunes)
+
+
+def _both_prune(rep: Report, past: _JournalFacts) -> list[Measure]:
+    """A WARNING while Hermes's own auto-prune and the keeper both prune this profile: Hermes's
+    deletes no archive holds, and it deletes again what `archive restore` brought back."""
+    ap = rep.hermes_auto_prune
+    if not (ap.enabled and past.keeper_prunes):
+        return []
+    problem = (
+        f"Hermes's own auto-prune is on ({ap.origin}) beside the keeper's ({past.keeper_prunes}):"
+        " it deletes without an archive and undoes restores; run `hermes-keeper adopt`"
+    )
+    return [Measure("hermes_auto_prune", None, "", None, None, WARNING, problem)]
 
 
 def _disk_measures(rep: Report, t: dict, free: int) -> list[Measure]:

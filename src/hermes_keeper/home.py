@@ -32,7 +32,7 @@ from hermes_keeper.archive.retention import (
 from hermes_keeper.archive.store import ArchiveDamaged, archive_exists
 from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.restore import find_backup, restore_backup
-from hermes_keeper.check import check_profile
+from hermes_keeper.check import SCHEDULED, UNSCHEDULED, check_profile
 from hermes_keeper.errors import KeeperError, os_error_line, warn
 from hermes_keeper.facts import checked_unless_it_stalls
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
@@ -302,6 +302,12 @@ class Profile(Place):
         """config.yaml's text now and with Hermes's auto-prune off (equal: nothing to change)."""
         return adopt_change(self.home)
 
+    def note_schedule(self, installed: bool, via: str, **fields) -> None:
+        """Journal that a scheduler now runs the keeper here (``installed``) or no longer does:
+        ``check`` reads it (Hermes's own auto-prune beside a scheduled keeper is a WARNING)."""
+        with Journal(self.keeper_dir) as journal:
+            journal.write(SCHEDULED if installed else UNSCHEDULED, via=via, **fields)
+
     def adopt(self) -> bool:
         """Turn Hermes's own auto-prune off in config.yaml (comments kept), journaled, so the keeper
         alone owns retention; False when it already was off."""
@@ -366,9 +372,16 @@ class ProfileArchive:
         with self._store() as store:
             return query.search(store, text, filters or ALL, limit=limit)
 
-    def restore(self, session_ids: Sequence[str], dry_run: bool = False, policy: Policy | None = None):
+    def restore(
+        self,
+        session_ids: Sequence[str],
+        dry_run: bool = False,
+        policy: Policy | None = None,
+        force: bool = False,
+    ):
         """Put archived sessions back (whole conversations) in the policy's budgeted writes, and
-        keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would."""
+        keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would.
+        Refused while Hermes's own auto-prune would delete one again (``adopt`` first), unless ``force``."""
         policy = policy or self.profile.config()
         with self.profile._changing() as journal:
             res = restore_sessions(
@@ -377,6 +390,7 @@ class ProfileArchive:
                 journal=journal,
                 budget=policy.budget,
                 dry_run=dry_run,
+                force=force,
             )
             if res.restored and policy.restored_keep_s > 0:
                 # after the restore: a crash in between only lets the next run archive it again

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +27,12 @@ from hermes_keeper.archive import store as arch
 from hermes_keeper.archive.payload import FORMAT, PROMPT_REFS, decode_value, sql_placeholder
 from hermes_keeper.archive.query import ENTRY_ADDRESS
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
 from hermes_keeper.journal import Journal
-from hermes_keeper.model.conversations import Facts, conversations
+from hermes_keeper.model.conversations import Facts, conversations, seconds
 from hermes_keeper.place import Place
+from hermes_keeper.run.plan import hermes_auto_prunes, pinned_tails
+from hermes_keeper.run.survey import SessionRow, Survey
 from hermes_keeper.sqlite.connect import connect_ro, read_txn
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import refuse_during_maintenance
@@ -513,6 +517,63 @@ def open_archive(profile: Place) -> arch.Archive:
         raise KeeperError(f"{path}: cannot open the archive ({exc})") from None
 
 
+def archived_row(payload: dict) -> SessionRow:
+    """The ``sessions`` row a payload puts back, as a survey of state.db would read it afterwards
+    (its end, its activity, its pin and links: what Hermes's auto-prune looks at)."""
+    row, f = payload["session"], Facts.of_row(payload["session"])
+    stamps = [t for m in payload["messages"] if (t := seconds(m.get("timestamp"))) is not None]
+    return SessionRow(
+        id=f.id,
+        source=f.source or "unknown",
+        started_at=f.started_at or 0.0,
+        ended_at=f.ended_at,
+        end_reason=f.end_reason,
+        parent_id=f.parent_id,
+        pinned=bool(row.get("pinned")),
+        session_key=f.session_key,
+        delegate_from=f.delegate_from,
+        branched_from=f.branched_from,
+        reset_from=f.reset_from,
+        messages=len(payload["messages"]),
+        last_message_at=max(stamps, default=None),
+        last_activity_at=seconds(row.get("last_activity_at")),
+    )
+
+
+def undone_by_hermes(
+    profile: Place, schema: SchemaInfo, plan: RestorePlan, now: float
+) -> tuple[AutoPrune, list[str]]:
+    """Hermes's auto-prune settings, and the planned sessions its next pass would delete again
+    (without an archive): run/plan.py's :func:`hermes_auto_prunes` on each as it will be in state.db.
+
+    Pins are read from the restored rows only: a member whose pinned compression parent stayed in
+    state.db counts as unpinned (a refusal ``--force`` overrides, never a loss)."""
+    auto = read_auto_prune(profile.home, schema.schema_version)
+    rows = {m.session_id: archived_row(m.payload) for g in plan.groups for m in g.members}
+    survey = Survey(profile, schema, now, sessions=rows, auto_prune=auto)
+    tails = pinned_tails(survey)
+    return auto, sorted(sid for sid, r in rows.items() if hermes_auto_prunes(r, survey, now, tails))
+
+
+def _refuse_if_undone(profile: Place, schema: SchemaInfo, plan: RestorePlan, force: bool) -> None:
+    """Refuse (:class:`KeeperError`, nothing changed) a restore Hermes's auto-prune would undo;
+    with ``force``, restore anyway and say so in the plan's warnings."""
+    auto, doomed = undone_by_hermes(profile, schema, plan, time.time())
+    if not doomed:
+        return
+    shown = ", ".join(doomed[:3]) + (f" and {len(doomed) - 3} more" if len(doomed) > 3 else "")
+    what = (
+        f"Hermes's own auto-prune ({auto.origin}: on, retention {auto.retention_days:g} days) would"
+        f" delete {shown} again at its next pass, without an archive"
+    )
+    if not force:
+        raise KeeperError(
+            f"not restored: {what}; run `hermes-keeper adopt` first (the keeper then owns retention),"
+            " or --force to restore anyway"
+        )
+    plan.warnings.append(f"{what}: `hermes-keeper adopt` keeps them")
+
+
 def restore_sessions(
     profile: Place,
     ids: list[str],
@@ -520,12 +581,17 @@ def restore_sessions(
     journal: Journal | None = None,
     budget: Budget | None = None,
     dry_run: bool = False,
+    force: bool = False,
 ) -> RestoreResult:
-    """Plan, then (unless ``dry_run``) restore ``ids`` and their conversations into the profile's state.db."""
+    """Plan, then (unless ``dry_run``) restore ``ids`` and their conversations into the profile's state.db.
+
+    Refused whole while Hermes's own auto-prune would delete a restored session again
+    (:func:`undone_by_hermes`), unless ``force``."""
     schema = inspect(profile.db_path)
     schema.require_actionable()
     with open_archive(profile) as store:
         plan = plan_restore(store, profile.db_path, schema, ids)
+        _refuse_if_undone(profile, schema, plan, force)
         if journal and plan.refused and not dry_run:
             journal.write("restore-refused", refused=plan.refused)
         if dry_run or not plan.groups:  # nothing to write: state.db is not even opened for writing
@@ -539,4 +605,7 @@ def restore_sessions(
             MergeHold(w, schema, profile.keeper_dir, journal) as hold,
         ):
             hold.engage()  # every restored message is an FTS insert: merges on our schedule
-            return apply_restore(w, schema, store, plan, journal)
+            result = apply_restore(w, schema, store, plan, journal)
+            if w.guard.hands_off:
+                result.warnings.append(w.guard.note())
+            return result

@@ -176,14 +176,20 @@ def search_cmd(profiles, text, filters, limit, as_json):
 @profile_options
 @click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
 @click.option("--dry-run", is_flag=True, help="Show what would come back; change nothing.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Restore even while Hermes's own auto-prune would delete them again (run `adopt` instead).",
+)
 @click.option("--json", "as_json", is_flag=True)
-def restore_cmd(profiles, session_ids, dry_run, as_json):
+def restore_cmd(profiles, session_ids, dry_run, force, as_json):
     """Put archived sessions back into state.db exactly as they were (whole conversations).
 
-    Exit 1 when a session was refused (damaged, already in state.db, not archived).
+    Exit 1 when a session was refused (damaged, already in state.db, not archived); exit 2, nothing
+    restored, while Hermes's own auto-prune would delete one again (`adopt` first, or --force).
     """
     profile = _one(profiles)
-    res = profile.archive.restore(session_ids, dry_run=dry_run)
+    res = profile.archive.restore(session_ids, dry_run=dry_run, force=force)
     if as_json:
         emit_json([{"profile": profile.name, **res.to_dict()}])
     else:

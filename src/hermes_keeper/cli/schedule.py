@@ -50,6 +50,21 @@ def _rows(done: Done, **extra) -> list[dict]:
     return list(rows.values())
 
 
+def _journal(profiles, done: Done, actions: tuple[str, ...], installed: bool) -> None:
+    """Each profile whose job a change of ``actions`` touched says so in its journal (``check``
+    reads it): a job without a profile runs them all."""
+    touched = {
+        (p.name, c.via): (p, c.via, job.when)
+        for job, changes in done
+        for c in changes
+        if c.action in actions
+        for p in profiles
+        if job.profile in (None, p.name)
+    }
+    for p, via, when in touched.values():
+        p.note_schedule(installed, via, **({"every": when.every, "at": when.at} if installed else {}))
+
+
 def _print(done: Done, as_json: bool, texts: bool, **extra) -> None:
     """Each change on a line (``would be`` on a dry run), with its text when ``texts``."""
     if as_json:
@@ -111,6 +126,8 @@ def install(profiles, every, at, via, dry_run, hermes, deliver, as_json):
     done = [
         (job, backend(via).install(job, dry_run, **extra)) for job in _jobs(profiles, via, When(every, at))
     ]
+    if not dry_run:
+        _journal(profiles, done, ("installed", "replaced"), installed=True)
     _print(done, as_json, texts=dry_run, dry_run=dry_run)
 
 
@@ -154,4 +171,6 @@ def show(profiles, via, hermes, as_json):
 def remove(profiles, via, dry_run, hermes, as_json):
     """Remove what `install` made for this home and profile (every way, or --via)."""
     done = _each_via(profiles, via, hermes, lambda m, job, extra: m.remove(job, dry_run, **extra))
+    if not dry_run:
+        _journal(profiles, done, ("removed",), installed=False)
     _print(done, as_json, texts=dry_run, dry_run=dry_run)

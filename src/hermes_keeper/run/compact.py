@@ -40,6 +40,7 @@ from hermes_keeper.sqlite.holders import (
     refuse_during_maintenance,
 )
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.walreset import WalGuard, keep_out, wal_guard
 from hermes_keeper.sqlite.writer import Budget, Writer
 
 FTS_MERGE_PAGES = 64
@@ -193,11 +194,14 @@ def cut_wal(profile: Place, budget: Budget | None = None) -> bool:
     every frame back and while no reader needs them. So once our PASSIVE checkpoint has copied
     every frame, we write one page (:func:`_rewrite_application_id`) in a short transaction of
     our own. Whoever writes first starts the WAL over; a Hermes write that does leaves it big for
-    the next try (:data:`WAL_CUT_TRIES`).
+    the next try (:data:`WAL_CUT_TRIES`). Never where the keeper's SQLite has the WAL-reset bug
+    and another process holds the database (:mod:`walreset`): False, nothing done.
     """
     if profile.wal_bytes() <= WAL_LIMIT_BYTES:
         return True
     with Writer(profile.db_path, replace(budget or Budget(), busy_wait_s=WAL_CUT_BUSY_S)) as w:
+        if w.guard.hands_off:
+            return False
         w.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         for _ in range(WAL_CUT_TRIES):
             _busy, frames, copied = checkpoint_passive(w.conn)
@@ -388,6 +392,33 @@ def _live_vacuum_fits(
     return ""
 
 
+def _wal_step(
+    profile: Place, w: Writer, schema: SchemaInfo, holders: list[Holder] | None, res: ReclaimResult
+) -> bool:
+    """The WAL after the work: truncated when a scan made here found nobody, else cut back
+    (:func:`cut_wal`), unless the keeper may not checkpoint beside whoever holds it (:mod:`walreset`):
+    then left as it is and said once in ``res.note``. False only when a cut did not get it small
+    (the caller says so)."""
+    db = profile.db_path
+    if holders is not None and not holders:
+        conn = connect_rw(db)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        return True
+    guard = w.guard if w.guard.hands_off else wal_guard(db, schema.journal_mode, holders)
+    if not guard.hands_off:
+        return cut_wal(profile, w.budget)
+    _say_hands_off(res, guard)
+    return True
+
+
+def _say_hands_off(res: ReclaimResult, guard: WalGuard) -> None:
+    if guard.note() not in res.note:
+        res.add_note(guard.note())
+
+
 @dataclass(frozen=True)
 class CompactTerms:
     """What a compact may do beyond merges and incremental vacuum: the one-time full VACUUM.
@@ -452,9 +483,14 @@ def _convert(
             res.note = f"{reclaimable}; Hermes opened the database just now, VACUUM skipped"
             return now
         holders = now
+    guard = wal_guard(db, schema.journal_mode, holders)
     conn = connect_rw(db, busy_timeout_s=5)
     try:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)" if holders else "PRAGMA wal_checkpoint(TRUNCATE)")
+        if guard.hands_off:  # the VACUUM's commit must not checkpoint beside Hermes either
+            keep_out(conn)
+            _say_hands_off(res, guard)
+        else:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)" if holders else "PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("VACUUM")
     except sqlite3.Error as exc:
@@ -507,7 +543,8 @@ def compact(
             "backup (hermes-keeper restore --latest) or let Hermes repair it"
         )
     # --wait-idle: give Hermes up to that long to stop, so the full work (VACUUM, FTS merge) can run.
-    live = bool(_wait_idle(profile.db_path, wait_idle_s))
+    holders = _wait_idle(profile.db_path, wait_idle_s)
+    live = bool(holders)
     terms = CompactTerms(
         standalone=True,
         allow_full_vacuum=allow_full_vacuum,
@@ -515,7 +552,7 @@ def compact(
         wait_idle_s=wait_idle_s,
         backup_dest=backup_dest,
     )
-    with Writer(profile.db_path, budget) as w:
+    with Writer(profile.db_path, budget, guard=wal_guard(profile.db_path, schema.journal_mode, holders)) as w:
         return _compact(profile, w, schema, live, journal, terms, t0)
 
 
@@ -570,15 +607,7 @@ def _compact(
         )
     if holders is None and terms.standalone:
         holders = find_holders(db)
-    cut = True
-    if holders is not None and not holders:
-        conn = connect_rw(db)
-        try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            conn.close()
-    else:
-        cut = cut_wal(profile, w.budget)
+    cut = _wal_step(profile, w, schema, holders, res)
     after = schema.resized()
     res.auto_vacuum_after = after.auto_vacuum
     res.db_bytes_after = after.db_bytes

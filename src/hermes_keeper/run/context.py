@@ -18,6 +18,7 @@ from hermes_keeper.place import Place
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import Holder, find_holders
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.walreset import wal_guard
 from hermes_keeper.sqlite.writer import Writer
 
 
@@ -59,10 +60,15 @@ def open_run(
     """The context of one run: ``schema`` the caller already inspected (else inspected here).
 
     The writer uses ``synchronous = NORMAL``: every change of a run can be redone (deleted
-    rows sit verified in the archive first).
+    rows sit verified in the archive first). The run's holder scan, made first, also decides
+    whether the keeper may checkpoint (:func:`walreset.wal_guard`; journaled when it may not).
     """
     policy = policy or Policy()
     schema = schema or inspect(profile.db_path)
     schema.require_actionable()
-    with Writer(profile.db_path, policy.budget, synchronous="NORMAL") as w:
-        yield RunContext(profile, policy, schema, journal, w)
+    holders = find_holders(profile.db_path)
+    guard = wal_guard(profile.db_path, schema.journal_mode, holders)
+    if guard.hands_off and journal:
+        journal.write("wal_guard", **guard.to_dict())
+    with Writer(profile.db_path, policy.budget, synchronous="NORMAL", guard=guard) as w:
+        yield RunContext(profile, policy, schema, journal, w, _holders=holders)

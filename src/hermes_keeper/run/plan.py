@@ -25,6 +25,7 @@ from hermes_keeper.run.files import SYMLINK, FileAction, NotInStateDb, plan_fold
 from hermes_keeper.run.reasons import Reason, days
 from hermes_keeper.run.survey import LIVE_HANDOFF_STATES, SessionRow, Survey
 from hermes_keeper.sqlite.holders import Holder
+from hermes_keeper.sqlite.walreset import wal_guard
 
 #: The ``end_reason`` a zombie close writes: one of Hermes's automatic-cleanup stamps
 #: (``_AUTOMATIC_END_REASONS``, ``is_automatic_end_reason`` in hermes_state_common.py), so a process
@@ -571,6 +572,9 @@ def _warnings(survey: Survey, now: float) -> list[str]:
         out.append(f"{future} sessions dated in the future: kept, their age is unknown")
     if (retired := retired_wal_warning(survey.folders)) is not None:
         out.append(retired)
+    guard = wal_guard(survey.profile.db_path, survey.schema.journal_mode, survey.holders)
+    if guard.hands_off:  # what a run does differently here (sqlite/walreset.py)
+        out.append(guard.note())
     return out
 
 

@@ -5,7 +5,9 @@ times, so a write lock held for more than ~15 s loses a message. Every keeper wr
 goes through :class:`Writer`: one transaction per step, each sized by
 :class:`AdaptiveBatch` to stay inside a time budget (default 50 ms), a pause after each
 budget's worth of lock time so Hermes's writers get in, and PASSIVE checkpoints from a
-thread of their own so the WAL Hermes checkpoints in its own write path stays small.
+thread of their own so the WAL Hermes checkpoints in its own write path stays small (none at
+all where the keeper's SQLite has the WAL-reset bug and Hermes holds the database:
+:mod:`walreset`).
 
 The gateway goes first: a database another process keeps busy (Hermes's own FTS5
 'optimize', every 1,000 of its writes, holds the lock for seconds on a big home) is waited
@@ -29,6 +31,7 @@ from typing import TypeVar
 
 from hermes_keeper.errors import TryLater
 from hermes_keeper.sqlite.connect import checkpoint_passive, connect_rw, is_busy, write_txn
+from hermes_keeper.sqlite.walreset import WalGuard, keep_out, wal_guard
 
 T = TypeVar("T")
 
@@ -178,9 +181,19 @@ class Writer:
     (a prune: the deleted rows sit verified in archive.db first): commits then skip the WAL
     fsync that would otherwise be paid while holding the lock. The database stays consistent
     after a power cut; only the last commits may be undone, and the next run redoes them.
+
+    ``guard``: whether it may checkpoint (:func:`walreset.wal_guard` on the caller's holder scan;
+    None: decided here). When :attr:`WalGuard.hands_off`, it never checkpoints (no thread, none
+    at close, autocheckpoint off).
     """
 
-    def __init__(self, db_path: Path, budget: Budget | None = None, synchronous: str | None = None):
+    def __init__(
+        self,
+        db_path: Path,
+        budget: Budget | None = None,
+        synchronous: str | None = None,
+        guard: WalGuard | None = None,
+    ):
         self.db_path = Path(db_path)
         self.conn: sqlite3.Connection = connect_rw(self.db_path)
         self.budget = budget or Budget()
@@ -189,12 +202,16 @@ class Writer:
         self._held_ms = 0.0  # lock time since the last pause
         self._rest_due: tuple[float, int] | None = None  # (until, data_version at our commit)
         self.wal = self.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        self.guard = guard or wal_guard(self.db_path, "wal" if self.wal else "other")
+        if self.guard.hands_off:
+            keep_out(self.conn)
         self._txn_lock = threading.Lock()  # rollback modes: our steps and our own reads, one at a time
         if synchronous:
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
         #: Called after every step (e.g. :meth:`fts.MergeHold.tick`, which merges when due).
         self.after_step: list[Callable[[], None]] = []
-        self._checkpointer = _Checkpointer(self.db_path, self.stats) if self.wal else None
+        self.may_checkpoint = self.wal and not self.guard.hands_off
+        self._checkpointer = _Checkpointer(self.db_path, self.stats) if self.may_checkpoint else None
         if self._checkpointer:
             self._checkpointer.start()
 
@@ -331,7 +348,7 @@ class Writer:
         if self._checkpointer:
             self._checkpointer.stop.set()
             self._checkpointer.join()
-        if self.wal:
+        if self.may_checkpoint:
             with contextlib.suppress(sqlite3.OperationalError):  # busy: Hermes checkpoints too
                 checkpoint_passive(self.conn)
         self.conn.close()
