@@ -220,6 +220,9 @@ def test_the_keepers_prune_leaves_no_prompt_behind_that_hermes_would_clean(tmp_p
         ],
     )[1]
     assert cleaned == [[PENGUIN + " v2"], [WALRUS]]
+    assert (
+        CliRunner().invoke(main, ["adopt", "--yes", "--home", str(home)]).exit_code == 0
+    )  # Hermes's auto-prune off, as a restore needs
     res = _restore(home, "old_a")
     assert res.exit_code == 0, res.output
     session = iot.call(home, "get_session", "old_a")

@@ -221,6 +221,9 @@ def test_with_the_tokenizer_a_run_prunes_and_the_cjk_index_stays_whole_and_searc
     assert not (home / "keeper" / "fts-hold.json").exists()
 
     # archive restore writes through the CJK triggers too: without the tokenizer it refuses ...
+    assert (
+        CliRunner().invoke(main, ["adopt", "--yes", "--home", str(home)]).exit_code == 0
+    )  # Hermes's auto-prune off, as a restore needs
     library = home.joinpath(*CJK_LIBRARY)
     library.rename(library.with_suffix(".away"))
     before = _sha(db)

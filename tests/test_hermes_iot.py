@@ -779,6 +779,9 @@ def test_live_schedules_are_kept_and_every_session_meta_key_goes_and_comes_back_
     assert meta() == ["loop:looping", "loop:looping_open"]  # not one key left without its session
     assert schedules() == {"loops": ["looping", "looping_open"], "paused": None}
 
+    assert (
+        CliRunner().invoke(main, ["adopt", "--yes", "--home", str(tmp_path)]).exit_code == 0
+    )  # Hermes's auto-prune off, as a restore needs
     res = CliRunner().invoke(main, ["archive", "restore", "paused", "goal", "--home", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert meta() == keys

@@ -370,7 +370,7 @@ def render_conversation(
         + (f", {hidden} inactive{'' if inactive else ' hidden (--inactive shows them)'}" if hidden else ""),
     ]
     if s.get("parent_session_id"):
-        lines.append(f"continues {s['parent_session_id']}")
+        lines.append(f"linked to {s['parent_session_id']} (parent_session_id)")
     lines.append("")
     limit = 10**9 if full else width * 3
     for m in msgs:
