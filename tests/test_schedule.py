@@ -257,3 +257,146 @@ def test_hermes_without_no_agent_is_refused(home, tmp_path):
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
     assert "has no no_agent cron jobs" in out.stderr
     assert tree_digest(home) == before
+
+
+# --- values that could break a crontab or a unit (issue 34) ---------------------------------
+
+USER_TABLE = (
+    b"MAILTO=me@example.org\r\n"  # a CRLF line, as an editor on another system wrote it
+    b"# caf\xe9: a comment in Latin-1\n"
+    b"15 * * * * printf 'page\x0cbreak\x0bend' >/dev/null\n"
+    b"0 1 * * * echo \xc2\x85 \xe2\x80\xa8 \xe2\x80\xa9 \x1b[1m\x7f\n"
+)
+
+
+def moved(home: Path, name: str | bytes) -> Path:
+    """The demo home renamed to ``name`` (a str with controls, or bytes that are not UTF-8)."""
+    new = home.parent / (os.fsdecode(name) if isinstance(name, bytes) else name)
+    home.rename(new)
+    return new
+
+
+@pytest.mark.parametrize("char", ["\r", "\x0b", "\x0c", "\t", "\x1b", "\x7f", "\x85", "\u2028", "\u2029"])
+def test_cron_refuses_a_control_character_in_the_path(home, env, char):
+    """Was: a CR passed, and the next install or remove split the line at it into a cron entry
+    made of the rest of the path (run every minute)."""
+    root = moved(home, f"h{char}* * * * * touch INJECTED")
+    table = Path(env["FAKE_CRONTAB"])
+    table.write_bytes(USER_TABLE)
+    for args in (["install", "--via", "cron"], ["install", "--via", "cron", "--dry-run"]):
+        out = keeper(root, *args, env=env, check=False)
+        assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+        assert "control character" in out.stderr and "nothing changed" in out.stderr
+    assert table.read_bytes() == USER_TABLE
+
+
+@pytest.mark.parametrize("last", [b"", b"30 2 * * * /usr/bin/true # no newline at the end"])
+def test_cron_writes_the_users_lines_back_byte_for_byte(home, env, last):
+    """CRLF, form feed, vertical tab, U+0085/2028/2029, ESC, DEL and Latin-1 in the user's lines
+    (was: altered, or for Latin-1 an "unexpected error")."""
+    table = Path(env["FAKE_CRONTAB"])
+    table.write_bytes(USER_TABLE + last)
+    before = USER_TABLE + (last + b"\n" if last else b"")  # cron needs the last line's newline
+    keeper(home, "install", "--via", "cron", env=env)
+    assert table.read_bytes().startswith(before)
+    [ours] = table.read_bytes()[len(before) :].splitlines()
+    assert b"# hermes-keeper:" in ours and b"--home " + os.fsencode(home) in ours
+    again = keeper(home, "install", "--via", "cron", env=env)
+    assert "unchanged" in again.stdout and table.read_bytes() == before + ours + b"\n"
+    shown = keeper(home, "show", "--via", "cron", env=env).stdout
+    assert shown.count("found") == 1 and "\r" not in shown
+    keeper(home, "remove", "--via", "cron", env=env)
+    assert table.read_bytes() == before
+
+
+def test_cron_remove_takes_a_line_an_older_keeper_wrote_with_a_cr_whole(home, env):
+    """An older keeper wrote a home with a CR into its line; cron reads it as one line, so
+    ``remove`` must too (was: split at the CR, the tagged part dropped, the rest left)."""
+    from hermes_keeper.schedule import Job, When
+    from hermes_keeper.schedule.cron import TAG
+
+    root = moved(home, "h\r* * * * * touch INJECTED")
+    job = Job(root, "default", When(), ("/usr/local/bin/hermes-keeper",))
+    old = f"30 3 * * * {shlex.join(job.argv(quiet=True))} {TAG}{job.key} default {root}\n".encode()
+    table = Path(env["FAKE_CRONTAB"])
+    table.write_bytes(USER_TABLE + old + b"45 4 * * * /usr/bin/true\n")
+    shown = keeper(root, "show", "--via", "cron", env=env).stdout
+    assert shown.count("found") == 1 and "\r" not in shown and "\\r" in shown
+    keeper(root, "remove", "--via", "cron", env=env)
+    assert table.read_bytes() == USER_TABLE + b"45 4 * * * /usr/bin/true\n"
+
+
+def test_cron_line_for_a_home_that_is_not_utf8_is_its_bytes(home, env):
+    root = moved(home, b"h\xe9")
+    table = Path(env["FAKE_CRONTAB"])
+    table.write_bytes(USER_TABLE)
+    keeper(root, "install", "--via", "cron", env=env)
+    [ours] = table.read_bytes()[len(USER_TABLE) :].splitlines()
+    # the path's own bytes, as cron's shell passes them (was: an "unexpected error")
+    assert b"--home " + os.fsencode(shlex.quote(str(root))) + b" " in ours
+    keeper(root, "remove", "--via", "cron", env=env)
+    assert table.read_bytes() == USER_TABLE
+
+
+UNIT_KEYS = {
+    "[Unit]",
+    "[Service]",
+    "[Timer]",
+    "[Install]",
+    "Description",
+    "Type",
+    "ExecStart",
+    "Nice",
+    "IOSchedulingClass",
+    "OnCalendar",
+    "Persistent",
+    "RandomizedDelaySec",
+    "Unit",
+    "WantedBy",
+}
+
+
+def exec_argv(service: str) -> list[str]:
+    """``ExecStart=`` read back as systemd does: double quotes, ``\\\\``, ``%%``, ``$$`` and the
+    C-style ``\\xNN`` / ``\\uNNNN`` escapes."""
+    words = shlex.split(service.split("ExecStart=", 1)[1].split("\n", 1)[0])
+    return [
+        re.sub(r"\\x([0-9a-f]{2})|\\u([0-9a-f]{4})", lambda m: chr(int(m[1] or m[2], 16)), w)
+        .replace("%%", "%")
+        .replace("$$", "$")
+        for w in words
+    ]
+
+
+def test_systemd_units_escape_every_control_character(home, env, tmp_path):
+    """Was: a CR in the home path ended the ``Description=`` line and injected the rest as a key."""
+    root = moved(home, "h\rExecStartPre=touch INJECTED\x0b\x1b\x7f\x85\u2028\u2029 50% $HOME \\")
+    keeper(root, "install", "--via", "systemd", env=env)
+    files = sorted((Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user").iterdir())
+    for f in files:
+        text = f.read_text()
+        for raw in re.split(r"[\r\n\0]", text):  # systemd ends a line at CR as at LF
+            assert raw == "" or raw.split("=", 1)[0] in UNIT_KEYS, (f.name, raw)
+        assert not re.search("[\x00-\x09\x0b-\x1f\x7f\x85\u2028\u2029]", text)
+    argv = exec_argv(files[0].read_text())
+    assert argv[1:] == ["run", "--quiet", "--home", str(root), "--profile", "default"]
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    verify = subprocess.run(
+        ["systemd-analyze", "--user", "verify", *map(str, files)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"XDG_RUNTIME_DIR": str(runtime)},
+    )
+    assert verify.returncode == 0, verify.stderr
+    assert "unchanged" in keeper(root, "install", "--via", "systemd", env=env).stdout
+    keeper(root, "remove", "--via", "systemd", env=env)
+    assert not any(f.exists() for f in files)
+
+
+def test_systemd_refuses_a_home_that_is_not_utf8(home, env):
+    root = moved(home, b"h\xe9")
+    out = keeper(root, "install", "--via", "systemd", env=env, check=False)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "not UTF-8" in out.stderr and "nothing changed" in out.stderr
+    assert not (Path(env["XDG_CONFIG_HOME"]) / "systemd").exists()

@@ -74,8 +74,8 @@ def _print(done: Done, as_json: bool, texts: bool, **extra) -> None:
         would = extra.get("dry_run") and c.action in ("installed", "replaced", "removed")
         verb = f"would be {c.action}" if would else c.action
         click.echo(term(f"{c.via}: {verb}: {c.where}") + (f" ({term(c.note)})" if c.note else ""))
-        if texts and c.text:
-            click.echo(c.text.rstrip("\n"))
+        if texts and c.text:  # a crontab line or unit another program wrote: no raw controls
+            click.echo("\n".join(term(x) for x in c.text.rstrip("\n").split("\n")))
 
 
 @click.group(

@@ -23,6 +23,16 @@ EVERY = ("daily", "weekly", "monthly")
 DEFAULT_AT = "03:30"
 #: What scheduled jobs, units and lines are called and tagged with.
 NAME = "hermes-keeper"
+#: What no crontab line or unit file carries raw: the C0 controls (CR ends a line in a unit file;
+#: CR, form feed, vertical tab and more end one for Python's ``splitlines``), DEL, and the
+#: Unicode line ends U+0085, U+2028 and U+2029 (``splitlines`` again, and some editors).
+CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def escaped(text: str) -> str:
+    """``text`` with each :data:`CONTROL` character as ``\\xNN`` (ASCII) or ``\\uNNNN``: the
+    C-style escapes systemd's ``ExecStart=`` reads back, and a one-line, readable message."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x80 else f"\\u{ord(m[0]):04x}", text)
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,10 @@ class Job:
     @property
     def key(self) -> str:
         """Names this home and profile in every scheduler (unit names, tags): stable across installs."""
-        return hashlib.sha256(f"{self.root}\0{self.label}".encode()).hexdigest()[:10]
+        # surrogateescape: a home whose name is not UTF-8 has a key too (the same key as before
+        # for every other home)
+        text = f"{self.root}\0{self.label}".encode("utf-8", "surrogateescape")
+        return hashlib.sha256(text).hexdigest()[:10]
 
     def argv(self, quiet: bool) -> list[str]:
         who = ["--profile", self.profile] if self.profile else ["--all-profiles"]

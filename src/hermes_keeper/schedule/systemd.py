@@ -4,6 +4,13 @@ The service is a oneshot at low CPU and idle I/O priority; the timer is ``Persis
 missed while the machine was off happens at the next boot) with a randomized delay. After
 writing them, ``systemctl --user daemon-reload`` and ``enable --now`` the timer where systemctl
 is there; otherwise the note says the command to type.
+
+Values are written so they cannot break the unit's format (systemd.syntax(7), systemd.unit(5)):
+systemd ends a line at CR as at LF, so every control character (:data:`CONTROL`) in an
+``ExecStart=`` word is a C-style escape (``\\x0d``, ``\\u2028``) that systemd turns back into
+the character, inside double quotes with ``\\``, ``"``, ``%`` and ``$`` escaped too;
+``Description=`` takes no escapes, so it shows them as the same ``\\x0d`` text. A unit file is
+UTF-8: a path that is not is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import durable_rename
-from hermes_keeper.schedule import NAME, Change, Job
+from hermes_keeper.schedule import NAME, Change, Job, escaped
 
 VIA = "systemd"
 RANDOM_DELAY = "15min"
@@ -33,17 +40,33 @@ def unit_name(job: Job) -> str:
     return f"{NAME}-{job.label}-{job.key}"
 
 
+def _utf8(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = escaped(value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+        raise KeeperError(
+            f"{shown}: not UTF-8, which a unit file cannot carry (use --via cron or hermes); nothing changed"
+        ) from None
+    return value
+
+
 def _exec_arg(arg: str) -> str:
-    """One ``ExecStart=`` word: quoted, ``%`` specifiers and ``$`` expansion escaped."""
-    if "\n" in arg:
-        raise KeeperError(f"a path holds a newline, which a unit file cannot carry: {arg!r}")
-    arg = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{arg}"'
+    """One ``ExecStart=`` word: quoted; ``\\`` and ``"``, ``%`` specifiers, ``$`` expansion and
+    every control character escaped."""
+    arg = _utf8(arg).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped(arg)}"'
+
+
+def _description(text: str) -> str:
+    """A ``Description=`` value: no escapes are read there, so controls are shown as ``\\xNN``
+    text, and ``%`` is ``%%`` (specifiers are)."""
+    return escaped(_utf8(text)).replace("%", "%%")
 
 
 def units(job: Job) -> dict[str, str]:
     """File name -> text of the service and the timer."""
-    name, what = unit_name(job), f"hermes-keeper run: {job.root} ({job.label})".replace("%", "%%")
+    name, what = unit_name(job), _description(f"hermes-keeper run: {job.root} ({job.label})")
     service = (
         f"[Unit]\nDescription={what}\n\n"
         "[Service]\nType=oneshot\n"
@@ -84,8 +107,9 @@ def _write(path: Path, text: str) -> None:
 
 
 def _read(path: Path) -> str | None:
+    """A unit file as text; bytes that are not UTF-8 (not the keeper's writing) as ``\\xNN``."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8", "backslashreplace")
     except FileNotFoundError:
         return None
 
