@@ -20,3 +20,17 @@ def then_die(fn):
         return out
     return step
 """
+
+#: A Hermes write killed before its commit, in DELETE journal mode: ``python -c HOT_JOURNAL DB``
+#: begins a write, rewrites more pages than its cache holds (so they reach ``DB`` itself), then
+#: SIGKILLs itself, leaving a hot ``DB-journal`` that the next read-write open rolls back.
+HOT_JOURNAL = """
+import os, signal, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA journal_mode=delete")
+c.execute("PRAGMA cache_size=2")
+c.execute("BEGIN IMMEDIATE")
+c.execute("UPDATE messages SET content = content || 'not committed, rolled back'")
+c.execute("DELETE FROM sessions WHERE rowid % 2 = 0")
+os.kill(os.getpid(), signal.SIGKILL)
+"""

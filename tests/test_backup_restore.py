@@ -22,7 +22,7 @@ from hermes_keeper.home import select_profiles
 from hermes_keeper.run.compact import compact
 from tests.conftest import tree_digest
 from tests.hermes_env import Hermes
-from tests.kill_after import THEN_DIE
+from tests.kill_after import HOT_JOURNAL, THEN_DIE
 
 CONTENT = "SELECT id, session_id, role, content, timestamp FROM messages ORDER BY id"
 
@@ -275,6 +275,58 @@ def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path):
     else:
         raise AssertionError("the restore never finished")
     assert n >= 4  # checkpoint, link, the -wal and -shm aside, the rename were each a kill point
+
+
+def _leave_hot_journal(db) -> None:
+    subprocess.run([sys.executable, "-c", HOT_JOURNAL, str(db)])
+    assert db.with_name("state.db-journal").stat().st_size > 0
+
+
+def _opened_as_hermes_would(home, name: str, tmp_path) -> set[str]:
+    """The sessions of ``name`` with its sidecars (same names plus ``-journal``/``-wal``/``-shm``),
+    copied aside and opened plainly read-write as Hermes opens it (a hot journal is rolled back,
+    a -wal replayed): it must pass integrity_check."""
+    folder = tmp_path / f"open-{name}"
+    folder.mkdir()
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        if (home / f"{name}{suffix}").exists():
+            shutil.copy(home / f"{name}{suffix}", folder / f"copy.db{suffix}")
+    conn = sqlite3.connect(folder / "copy.db")
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        return {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    finally:
+        conn.close()
+        shutil.rmtree(folder)
+
+
+def _delete_mode_home(tmp_path):
+    """A DELETE-mode home with a backup, a commit after it, and then a hot journal."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    _set_modes(home / "state.db", "delete", "none")
+    take_backup(select_profiles(home)[0])
+    backup_ids = _sessions_of(home / "state.db")
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('after_backup', 'cli', 1.7e9)")
+    conn.commit()
+    conn.close()
+    _leave_hot_journal(home / "state.db")
+    return home, backup_ids
+
+
+@pytest.mark.parametrize("command", ["report", "plan", "run", "backup"])
+def test_a_hot_journal_is_an_interrupted_write_not_damage(tmp_path, command):
+    home, _ = _delete_mode_home(tmp_path)
+    journal = (home / "state.db-journal").read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_keeper", command, "--home", str(home)], capture_output=True, text=True
+    )
+    assert done.returncode == 75, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "malformed" not in line and "readonly" not in line
+    assert "state.db-journal" in line and "interrupted" in line and "Hermes's next open" in line
+    assert (home / "state.db-journal").read_bytes() == journal  # left for SQLite to roll back
 
 
 @pytest.mark.parametrize(
