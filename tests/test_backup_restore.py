@@ -22,7 +22,7 @@ from hermes_keeper.home import select_profiles
 from hermes_keeper.run.compact import compact
 from tests.conftest import tree_digest
 from tests.hermes_env import Hermes
-from tests.kill_after import HOT_JOURNAL, THEN_DIE
+from tests.kill_after import THEN_DIE, leave_hot_journal, opened_as_hermes_would
 
 CONTENT = "SELECT id, session_id, role, content, timestamp FROM messages ORDER BY id"
 
@@ -264,9 +264,9 @@ def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path, mod
             assert (home / "state.db-wal").stat().st_size > 0  # a commit that lives only in the -wal
             old_ids = backup_ids | {"after_backup", "only_in_wal"}
         else:
-            _leave_hot_journal(home / "state.db")
+            leave_hot_journal(home / "state.db")
         done = subprocess.run([sys.executable, "-c", _KILL_AFTER, str(n), str(home), str(record.path)])
-        now = _opened_as_hermes_would(home, "state.db", tmp_path)
+        now = opened_as_hermes_would(home, "state.db", tmp_path)
         assert now in (old_ids, backup_ids), f"killed after step {n}: state.db holds neither"
         if now == backup_ids:  # swapped: the old one, commits and all, is the safety copy
             (safety,) = [
@@ -275,35 +275,12 @@ def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path, mod
                 if p.name.startswith("state.db.keeper-before-restore-")
                 and not p.name.endswith(("-wal", "-shm", "-journal"))
             ]
-            assert _opened_as_hermes_would(home, safety, tmp_path) == old_ids, f"killed after step {n}"
+            assert opened_as_hermes_would(home, safety, tmp_path) == old_ids, f"killed after step {n}"
         if done.returncode == 0:
             break
     else:
         raise AssertionError("the restore never finished")
     assert n >= 4  # roll back, checkpoint, link, the sidecars aside, the rename were each a kill point
-
-
-def _leave_hot_journal(db) -> None:
-    subprocess.run([sys.executable, "-c", HOT_JOURNAL, str(db)])
-    assert db.with_name("state.db-journal").stat().st_size > 0
-
-
-def _opened_as_hermes_would(home, name: str, tmp_path) -> set[str]:
-    """The sessions of ``name`` with its sidecars (same names plus ``-journal``/``-wal``/``-shm``),
-    copied aside and opened plainly read-write as Hermes opens it (a hot journal is rolled back,
-    a -wal replayed): it must pass integrity_check."""
-    folder = tmp_path / f"open-{name}"
-    folder.mkdir()
-    for suffix in ("", "-journal", "-wal", "-shm"):
-        if (home / f"{name}{suffix}").exists():
-            shutil.copy(home / f"{name}{suffix}", folder / f"copy.db{suffix}")
-    conn = sqlite3.connect(folder / "copy.db")
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        return {r[0] for r in conn.execute("SELECT id FROM sessions")}
-    finally:
-        conn.close()
-        shutil.rmtree(folder)
 
 
 def _delete_mode_home(tmp_path):
@@ -317,7 +294,7 @@ def _delete_mode_home(tmp_path):
     conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('after_backup', 'cli', 1.7e9)")
     conn.commit()
     conn.close()
-    _leave_hot_journal(home / "state.db")
+    leave_hot_journal(home / "state.db")
     return home, backup_ids
 
 
@@ -341,8 +318,8 @@ def test_restore_beside_a_hot_journal_leaves_both_files_whole(tmp_path):
     assert res.exit_code == 0, res.output
     safety = json.loads(res.output)["profiles"][0]["safety_copy"]
     assert not [p.name for p in home.glob("state.db-*")]  # nothing of the old file beside the new
-    assert _opened_as_hermes_would(home, "state.db", tmp_path) == backup_ids
-    assert _opened_as_hermes_would(home, safety, tmp_path) == backup_ids | {"after_backup"}
+    assert opened_as_hermes_would(home, "state.db", tmp_path) == backup_ids
+    assert opened_as_hermes_would(home, safety, tmp_path) == backup_ids | {"after_backup"}
 
 
 def test_a_stale_wal_beside_a_moved_state_db_is_not_replayed(tmp_path):
@@ -356,7 +333,7 @@ def test_a_stale_wal_beside_a_moved_state_db_is_not_replayed(tmp_path):
     (home / "state.db").rename(tmp_path / "moved.db")  # the user moved it away; its -wal stayed
     res = invoke("restore", "--yes", "--latest", "--home", home, "--json")
     assert res.exit_code == 0, res.output
-    assert _opened_as_hermes_would(home, "state.db", tmp_path) == backup_ids
+    assert opened_as_hermes_would(home, "state.db", tmp_path) == backup_ids
     assert not (home / "state.db-wal").exists() or not (home / "state.db-wal").stat().st_size
     (aside,) = home.glob("state.db.keeper-before-restore-*-wal")  # set aside, not deleted
     assert aside.read_bytes() == wal
