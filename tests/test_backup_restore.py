@@ -22,7 +22,7 @@ from hermes_keeper.home import select_profiles
 from hermes_keeper.run.compact import compact
 from tests.conftest import tree_digest
 from tests.hermes_env import Hermes
-from tests.kill_after import THEN_DIE
+from tests.kill_after import THEN_DIE, leave_hot_journal, opened_as_hermes_would
 
 CONTENT = "SELECT id, session_id, role, content, timestamp FROM messages ORDER BY id"
 
@@ -198,7 +198,8 @@ _KILL_AFTER = (
 from hermes_keeper.backup import restore as r
 from hermes_keeper.home import select_profiles
 
-os.rename, os.link, r._checkpoint = then_die(os.rename), then_die(os.link), then_die(r._checkpoint)
+os.rename, os.link = then_die(os.rename), then_die(os.link)
+r._roll_back, r._checkpoint = then_die(r._roll_back), then_die(r._checkpoint)
 r.restore_backup(select_profiles(sys.argv[2])[0], sys.argv[3])
 """
 )
@@ -240,41 +241,102 @@ def _modes(db) -> tuple[str, int]:
         conn.close()
 
 
-def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path):
+@pytest.mark.parametrize("mode", ["wal", "delete"])
+def test_sigkill_at_every_step_of_the_swap_leaves_a_whole_state_db(tmp_path, mode):
     """Killed after each step, state.db is whole: the old one with every commit (its -wal's too),
-    or the backup."""
+    or the backup. In DELETE mode the old one has a hot journal (Hermes killed mid-write): state.db,
+    opened as Hermes opens it, is whole with what it has beside it, and so is the safety copy."""
     src = tmp_path / "src"
     demo.build_home(src, demo.generate(time.time(), sessions=20))
+    _set_modes(src / "state.db", mode, "none")
     record = take_backup(select_profiles(src)[0])
     backup_ids = _sessions_of(src / "state.db")
     conn = sqlite3.connect(src / "state.db")  # after the backup: the two differ
     conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('after_backup', 'cli', 1.7e9)")
     conn.commit()
     conn.close()
+    old_ids = backup_ids | {"after_backup"}
     for n in range(1, 20):
         home = tmp_path / f"home{n}"
         shutil.copytree(src, home)
-        subprocess.run([sys.executable, "-c", _COMMIT_THEN_DIE, str(home / "state.db")])
-        assert (home / "state.db-wal").stat().st_size > 0  # a commit that lives only in the -wal
-        old_ids = backup_ids | {"after_backup", "only_in_wal"}
+        if mode == "wal":
+            subprocess.run([sys.executable, "-c", _COMMIT_THEN_DIE, str(home / "state.db")])
+            assert (home / "state.db-wal").stat().st_size > 0  # a commit that lives only in the -wal
+            old_ids = backup_ids | {"after_backup", "only_in_wal"}
+        else:
+            leave_hot_journal(home / "state.db")
         done = subprocess.run([sys.executable, "-c", _KILL_AFTER, str(n), str(home), str(record.path)])
-        now = _sessions_of(home / "state.db")
+        now = opened_as_hermes_would(home, "state.db", tmp_path)
         assert now in (old_ids, backup_ids), f"killed after step {n}: state.db holds neither"
         if now == backup_ids:  # swapped: the old one, commits and all, is the safety copy
             (safety,) = [
-                p
+                p.name
                 for p in home.iterdir()
                 if p.name.startswith("state.db.keeper-before-restore-")
-                and not p.name.endswith(("-wal", "-shm"))
+                and not p.name.endswith(("-wal", "-shm", "-journal"))
             ]
-            copy = tmp_path / f"safety{n}.db"
-            shutil.copy(safety, copy)
-            assert _sessions_of(copy) == old_ids
+            assert opened_as_hermes_would(home, safety, tmp_path) == old_ids, f"killed after step {n}"
         if done.returncode == 0:
             break
     else:
         raise AssertionError("the restore never finished")
-    assert n >= 4  # checkpoint, link, the -wal and -shm aside, the rename were each a kill point
+    assert n >= 4  # roll back, checkpoint, link, the sidecars aside, the rename were each a kill point
+
+
+def _delete_mode_home(tmp_path):
+    """A DELETE-mode home with a backup, a commit after it, and then a hot journal."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    _set_modes(home / "state.db", "delete", "none")
+    take_backup(select_profiles(home)[0])
+    backup_ids = _sessions_of(home / "state.db")
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('after_backup', 'cli', 1.7e9)")
+    conn.commit()
+    conn.close()
+    leave_hot_journal(home / "state.db")
+    return home, backup_ids
+
+
+@pytest.mark.parametrize("command", ["report", "plan", "run", "backup"])
+def test_a_hot_journal_is_an_interrupted_write_not_damage(tmp_path, command):
+    home, _ = _delete_mode_home(tmp_path)
+    journal = (home / "state.db-journal").read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_keeper", command, "--home", str(home)], capture_output=True, text=True
+    )
+    assert done.returncode == 75, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "malformed" not in line and "readonly" not in line
+    assert "state.db-journal" in line and "interrupted" in line and "Hermes's next open" in line
+    assert (home / "state.db-journal").read_bytes() == journal  # left for SQLite to roll back
+
+
+def test_restore_beside_a_hot_journal_leaves_both_files_whole(tmp_path):
+    home, backup_ids = _delete_mode_home(tmp_path)
+    res = invoke("restore", "--yes", "--latest", "--home", home, "--json")
+    assert res.exit_code == 0, res.output
+    safety = json.loads(res.output)["profiles"][0]["safety_copy"]
+    assert not [p.name for p in home.glob("state.db-*")]  # nothing of the old file beside the new
+    assert opened_as_hermes_would(home, "state.db", tmp_path) == backup_ids
+    assert opened_as_hermes_would(home, safety, tmp_path) == backup_ids | {"after_backup"}
+
+
+def test_a_stale_wal_beside_a_moved_state_db_is_not_replayed(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    take_backup(select_profiles(home)[0])
+    backup_ids = _sessions_of(home / "state.db")
+    subprocess.run([sys.executable, "-c", _COMMIT_THEN_DIE, str(home / "state.db")])
+    wal = (home / "state.db-wal").read_bytes()
+    assert wal
+    (home / "state.db").rename(tmp_path / "moved.db")  # the user moved it away; its -wal stayed
+    res = invoke("restore", "--yes", "--latest", "--home", home, "--json")
+    assert res.exit_code == 0, res.output
+    assert opened_as_hermes_would(home, "state.db", tmp_path) == backup_ids
+    assert not (home / "state.db-wal").exists() or not (home / "state.db-wal").stat().st_size
+    (aside,) = home.glob("state.db.keeper-before-restore-*-wal")  # set aside, not deleted
+    assert aside.read_bytes() == wal
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,13 @@ database it replaces, as Hermes and the keeper's compact left them; only then ke
 current ``state.db`` aside as a safety copy (0600) and rename the restored file into place.
 A bad backup is refused before anything moves.
 
-The swap is safe against SIGKILL at every step (:func:`_swap`): the current ``-wal`` is
-checkpointed into ``state.db`` first, so ``state.db`` alone holds every commit, and the old
-file is kept by a hard link while the restored one replaces it in one rename. There is never
-a moment without a complete ``state.db``, nor one with a ``-wal`` beside a file it does not
-belong to.
+The swap is safe against SIGKILL at every step (:func:`_swap`): a hot ``-journal`` (a write
+killed before its commit) is rolled back and the current ``-wal`` checkpointed into
+``state.db`` first, so ``state.db`` alone holds every commit, and the old file is kept by a
+hard link while the restored one replaces it in one rename. Every sidecar SQLite may replay
+(``-journal``, ``-wal``, ``-shm``) goes aside with the safety copy, named to match, also when
+``state.db`` itself is gone: there is never a moment without a complete ``state.db``, nor one
+with a sidecar beside a file it does not belong to.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from hermes_keeper.sqlite.schema import inspect
 
 SAFETY_PREFIX = "state.db.keeper-before-restore-"
 RESTORE_TMP = ".state.db.keeper-restore.tmp"
+#: The files SQLite reads beside a database and may replay into it (a hot rollback journal, a WAL).
+SIDECARS = ("-journal", "-wal", "-shm")
 
 
 @dataclass
@@ -108,7 +112,8 @@ def restore_backup(
         )
     fs, tmp = profile.fs, profile.home / RESTORE_TMP
     try:
-        fs.unlink(RESTORE_TMP)  # left by a restore that was killed (we hold the keeper lock)
+        for suffix in ("", *SIDECARS):  # left by a restore that was killed (we hold the keeper lock)
+            fs.unlink(RESTORE_TMP + suffix)
         fs.private_file(RESTORE_TMP)
         decompress_to(record, tmp)
         conn = connect_ro(tmp)
@@ -122,8 +127,10 @@ def restore_backup(
             )
         info = inspect(tmp, check_timestamps=False)
         info.require_readable()
+        _roll_back(profile)  # a hot -journal: its modes cannot be read before
         current = inspect(profile.db_path, check_timestamps=False)  # gone or unreadable: the backup's own
         match_modes(tmp, current.journal_mode, current.auto_vacuum)
+        _check_restored(fs, tmp, record)
         if not force:
             _refuse_if_held(profile)  # Hermes may have started while we decompressed
         _same_owner_and_mode(fs)
@@ -136,7 +143,7 @@ def restore_backup(
     except (sqlite3.Error, zstandard.ZstdError) as exc:
         raise KeeperError(f"backup {record.name} cannot be read ({exc}); nothing was changed") from None
     finally:
-        for suffix in ("", "-journal", "-wal", "-shm"):
+        for suffix in ("", *SIDECARS):
             fs.unlink(RESTORE_TMP + suffix)
     conn = connect_ro(profile.db_path)
     try:
@@ -180,30 +187,84 @@ def _checkpoint(db: Path) -> None:
         raise KeeperError(f"{db}: its -wal could not be checkpointed (in use?); nothing was changed")
 
 
+def _roll_back(profile: Place) -> None:
+    """A hot ``state.db-journal`` (Hermes killed in the middle of a write) rolled back into
+    ``state.db``, as Hermes's next open would: a read-write open does it, and SQLite's rollback
+    is itself safe against a crash. Afterwards ``state.db`` alone is whole, a safety copy of it
+    too. Nothing happens without a ``-journal``; one that is not hot is left as it is.
+    """
+    if profile.fs.lstat(DB_NAME) is None or profile.fs.lstat(DB_NAME + "-journal") is None:
+        return
+    try:
+        conn = connect_rw(profile.db_path, busy_timeout_s=5)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise KeeperError(
+            f"{profile.db_path}: its -journal (a write Hermes did not finish) could not be rolled back "
+            f"({exc}); start Hermes once, then restore; nothing was changed"
+        ) from None
+
+
+def _check_restored(fs: HomeFS, tmp: Path, record: BackupRecord) -> None:
+    """The restored file as it will be put in place, opened and checked once more: whole, and with
+    no sidecar of its own left (its modes were just set; a ``-wal`` would hold commits)."""
+    conn = connect_ro(tmp)
+    try:
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+    finally:
+        conn.close()
+    sizes = {RESTORE_TMP + side: fs.lstat(RESTORE_TMP + side) for side in ("-journal", "-wal")}
+    left = [name for name, st in sizes.items() if st is not None and st.st_size]
+    if check != "ok" or left:
+        why = check if check != "ok" else f"{', '.join(left)} left beside it"
+        raise KeeperError(f"backup {record.name} did not come out whole ({why}); nothing was changed")
+
+
+def _set_aside(fs: HomeFS, safety: str) -> None:
+    """Every sidecar of ``state.db`` renamed to the safety name's, so nothing of the old file stays
+    beside the restored one and the safety copy keeps what it needs."""
+    for suffix in SIDECARS:
+        if fs.lstat(DB_NAME + suffix) is not None:
+            fs.rename(DB_NAME + suffix, to=f"{safety}{suffix}", sync=False)
+
+
+def _safety_name(fs: HomeFS) -> str:
+    """``state.db.keeper-before-restore-<UTC time>``, numbered where it or a sidecar of it exists."""
+    base = f"{SAFETY_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    safety, n = base, 1
+    while any(fs.lstat(f"{safety}{s}") is not None for s in ("", *SIDECARS)):
+        n += 1
+        safety = f"{base}-{n}"
+    return safety
+
+
 def _swap(profile: Place) -> str | None:
     """Put the restored file in place of state.db, keeping the current one as a safety copy (0600).
 
     Each step leaves a consistent home if the process dies right after it:
-    checkpoint (state.db alone holds every commit, its -wal is empty) -> hard link
-    state.db to the safety name (the same file under two names) -> rename the empty -wal
-    and the -shm aside -> rename the restored file over state.db (atomic). Returns the
-    safety name (None when there was no state.db).
+    roll back a hot -journal and checkpoint (state.db alone holds every commit, no sidecar holds
+    anything it needs) -> hard link state.db to the safety name (the same file under two names)
+    -> rename its sidecars (-journal, -wal, -shm) aside, named to match -> rename the restored
+    file over state.db (atomic). With no state.db, sidecars left beside the name (a stale -wal
+    would be replayed into the restored file) are set aside the same way. Returns the safety
+    name (None when there was no state.db).
     """
     fs = profile.fs
     if fs.lstat(DB_NAME) is None:
+        if any(fs.lstat(DB_NAME + s) is not None for s in SIDECARS):
+            _set_aside(fs, _safety_name(fs))
+            fs.sync()
         fs.rename(RESTORE_TMP, to=DB_NAME)
         return None
+    _roll_back(profile)
     _checkpoint(profile.db_path)
-    base = f"{SAFETY_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    safety, n = base, 1
-    while any(fs.lstat(f"{safety}{s}") is not None for s in ("", "-wal", "-shm")):
-        n += 1
-        safety = f"{base}-{n}"
+    safety = _safety_name(fs)
     fs.link(DB_NAME, to=safety, sync=False)
     fs.chmod(safety, mode=FILE_MODE)
     fs.sync()
-    for suffix in ("-wal", "-shm"):
-        if fs.lstat(DB_NAME + suffix) is not None:
-            fs.rename(DB_NAME + suffix, to=f"{safety}{suffix}", sync=False)
+    _set_aside(fs, safety)
     fs.rename(RESTORE_TMP, to=DB_NAME)
     return safety

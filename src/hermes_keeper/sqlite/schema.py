@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.sqlite.connect import connect_ro, id_steps, interrupt_after, was_interrupted
 
 #: Oldest and newest schema_version the tests run against real Hermes: hermes-agent 0.13.0 (11) and
@@ -31,6 +31,9 @@ UNDERSTOOD = "understood"  # a Hermes schema we know
 NEWER = "newer"  # newer than we know, but everything we need is present
 FOREIGN = "not-hermes"  # SQLite, but not a Hermes session store
 MALFORMED = "malformed"  # not SQLite, truncated or corrupt
+INTERRUPTED = (
+    "interrupted"  # a hot -journal: a writer killed mid-transaction, rolled back on the next write open
+)
 MISSING = "missing"
 
 #: Tables whose FOREIGN KEYs into sessions/messages the keeper follows (archives or protects):
@@ -112,6 +115,8 @@ class SchemaInfo:
         return self.readable and not self.timestamp_problems and not self.foreign_references
 
     def require_readable(self) -> None:
+        if self.status == INTERRUPTED:
+            raise TryLater(f"{self.path}: {self.reason}")
         if not self.readable:
             raise KeeperError(f"{self.path}: {self.reason}")
 
@@ -228,7 +233,9 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
     try:
         conn = connect_ro(path)
     except sqlite3.Error as exc:
-        info.status, info.reason = MALFORMED, _malformed_reason(exc)
+        info.status, info.reason = (
+            (INTERRUPTED, HOT_JOURNAL) if _hot_journal(exc) else (MALFORMED, _malformed_reason(exc))
+        )
         return info
     try:
         info.page_size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -373,6 +380,19 @@ def quick_check(path: Path, budget_s: float | None = None) -> str | None:
     finally:
         conn.close()
     return "; ".join(r[0] for r in rows)[:300] or "ok"
+
+
+#: What a hot ``state.db-journal`` is, and how SQLite recovers it (the reason of :data:`INTERRUPTED`).
+HOT_JOURNAL = (
+    "a write of Hermes was interrupted (state.db-journal holds what it had not committed; not damage): "
+    "SQLite rolls it back on Hermes's next open, or on any read-write open; nothing lost, try again then"
+)
+
+
+def _hot_journal(exc: sqlite3.Error) -> bool:
+    """A read-only open refused because a hot rollback journal needs rolling back first
+    (``SQLITE_READONLY_ROLLBACK``): the last write was killed before its commit."""
+    return getattr(exc, "sqlite_errorcode", None) == getattr(sqlite3, "SQLITE_READONLY_ROLLBACK", 776)
 
 
 def _malformed_reason(exc: sqlite3.Error) -> str:
