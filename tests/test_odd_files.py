@@ -14,6 +14,7 @@ import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.hermes_config import adopt_change, read_auto_prune
+from hermes_keeper.journal import read_journal
 
 #: Seconds a command may take on a 40-session home (a FIFO read blocking would take forever).
 LIMIT = 30
@@ -101,3 +102,38 @@ def test_adopt_takes_auto_prune_off_as_off_and_keeps_comments(tmp_path):
     (tmp_path / "config.yaml").write_text(text)
     before, after = adopt_change(tmp_path)
     assert before == text and "auto_prune: false" in after and "# mine" in after and "# kept" in after
+
+
+def _status(res) -> str:
+    return res.stdout.split(" - ")[0]
+
+
+def test_a_torn_journal_line_is_skipped_reported_then_sealed(home):
+    assert keeper("run", "--home", str(home)).returncode in (0, 1), "a first run to journal"
+    journal = home / "keeper" / "journal.jsonl"
+    records = len(read_journal(home / "keeper"))
+    with journal.open("ab") as fh:
+        fh.write(b'{"ts": 1796522420.9, "run": "x", "action": "file_rem')  # power cut mid-line
+    skipped = []
+    assert len(read_journal(home / "keeper", skipped)) == records
+    assert [str(s) for s in skipped] == [
+        f"keeper/journal.jsonl line {records + 1} skipped (torn: not JSON, no newline)"
+    ]
+    res = keeper("check", "--home", str(home))
+    assert "UNKNOWN" not in _status(res), res.stdout + res.stderr
+    assert "1 journal line(s) skipped: keeper/journal.jsonl line" in res.stdout
+    assert keeper("run", "--home", str(home)).returncode in (0, 1)
+    after = read_journal(home / "keeper")
+    assert any(r["action"] == "journal_sealed" for r in after)
+    assert after[-1]["action"] == "summary"  # the next records are whole lines, not glued to the torn one
+    assert "journal line" not in keeper("check", "--home", str(home)).stdout
+
+
+def test_a_journal_line_that_is_json_but_no_record_is_skipped(home):
+    (home / "keeper").mkdir(mode=0o700)
+    (home / "keeper" / "journal.jsonl").write_bytes(
+        b'{"ts": 1, "action": "summary"}\n[1, 2]\n{"action": "x"}\n'
+    )
+    skipped = []
+    assert read_journal(home / "keeper", skipped) == [{"ts": 1, "action": "summary"}]
+    assert [s.reason for s in skipped] == ["not a record", "no time"]
