@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -480,6 +482,33 @@ def test_killed_hold_is_repaired_with_the_original_settings(tmp_path, desc, repa
         restored = [r for r in read_journal(keeper) if r["action"] == "fts_restored"][-1]
         saved = {"automerge": 7, "crisismerge": None, "usermerge": None}
         assert restored["settings"]["messages_fts"] == saved
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"messages_fts": {"automerge": "x"}}'])
+def test_an_empty_or_unreadable_hold_file_is_recovered_from_the_database(tmp_path, content):
+    """A power cut that kept the hold file's name but not its data: `run` says so in one line and
+    puts Hermes's settings back from what the database holds (was: every run failed after its backup)."""
+    home = _demo(tmp_path)
+    db, keeper = home / "state.db", home / "keeper"
+    _kill_while_held(db, keeper)
+    assert held_values(db)["messages_fts"] == {"automerge": 0, "crisismerge": 512, "usermerge": 16}
+    (keeper / HOLD_NAME).write_bytes(content)
+    set_fts(db, "messages_fts", "automerge", 7)  # Hermes's own value since the kill: not a hold's, kept
+    set_fts(db, "messages_fts_trigram", "usermerge", 2)  # today's Hermes sets this one itself: kept
+
+    res = subprocess.run(
+        [sys.executable, "-m", "hermes_keeper", "run", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if HOLD_NAME in line]
+    assert len(warnings) == 1 and "taken from the database" in warnings[0]
+    assert not (keeper / HOLD_NAME).exists()
+    assert held_values(db) == {"messages_fts": {"automerge": 7}, "messages_fts_trigram": {"usermerge": 2}}
+    (found,) = [r for r in read_journal(keeper) if r["action"] == "fts_hold_recovered"]
+    assert found["settings"]["messages_fts"] == {"automerge": 7, "crisismerge": None, "usermerge": None}
 
 
 def test_run_after_a_kill_does_not_save_the_held_values_as_hermes_settings(tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from hermes_keeper import units
 from hermes_keeper.archive.store import archive_exists
 from hermes_keeper.backup.snapshot import backup_dir, list_backups, verify_backup
-from hermes_keeper.journal import read_journal
+from hermes_keeper.journal import JOURNAL_SEALED, Skipped, read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
@@ -169,6 +169,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
         ),
         *_archive_measures(profile, rep, t, now, past),
         *_both_prune(rep, past),
+        _journal_measure(past),
     ]
     return result
 
@@ -181,17 +182,29 @@ class _JournalFacts:
     verifies: list[dict]  # every archive verify, oldest first
     verify_since: float | None  # the last that passed; never: the keeper's first record in this home
     keeper_prunes: str = ""  # why the keeper prunes this profile ("" if nothing says it does)
+    torn: tuple[Skipped, ...] = ()  # lines skipped that no later ``journal_sealed`` record explains
 
     @classmethod
     def read(cls, profile: Place) -> _JournalFacts:
-        journal = read_journal(profile.keeper_dir)
+        skipped: list[Skipped] = []
+        journal = read_journal(profile.keeper_dir, skipped)
+        sealed = [i for i, r in enumerate(journal) if r.get("action") == JOURNAL_SEALED]
+        torn = tuple(s for s in skipped if not any(i >= s.after for i in sealed))
         last_run = max((r["ts"] for r in journal if r.get("action") == RUN_DONE), default=None)
         verifies = [r for r in journal if r.get("action") == ARCHIVE_VERIFIED]
         first = min((r["ts"] for r in journal), default=None)
         since = max((r["ts"] for r in verifies if r.get("ok")), default=first)
         marks = [r["action"] for r in journal if r.get("action") in (SCHEDULED, UNSCHEDULED)]
         prunes = "a schedule" if marks[-1:] == [SCHEDULED] else "its runs" if last_run is not None else ""
-        return cls(last_run, verifies, since, prunes)
+        return cls(last_run, verifies, since, prunes, torn)
+
+
+def _journal_measure(past: _JournalFacts) -> Measure:
+    """Lines of the journal that are not records (a power cut tore one): skipped, and a WARNING
+    until the next writing command seals the line (``journal_sealed``)."""
+    n = len(past.torn)
+    problem = f"{n} journal line(s) skipped: {past.torn[0]}; the next run seals it" if n else ""
+    return Measure("journal_skipped", n, "", None, None, WARNING if n else OK, problem)
 
 
 def _both_prune(rep: Report, past: _JournalFacts) -> list[Measure]:

@@ -39,7 +39,13 @@ def _what(path: Path, st: os.stat_result) -> str:
         return f"is a symlink (to {os.path.realpath(path)})"
     if stat.S_ISDIR(st.st_mode):
         return "is a folder"
-    return "is a file, not a folder" if stat.S_ISREG(st.st_mode) else "is not a regular file"
+    if stat.S_ISREG(st.st_mode):
+        return "is a file, not a folder"
+    if stat.S_ISFIFO(st.st_mode):
+        return "is a FIFO (named pipe), not a regular file"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return "is a device, not a regular file"
+    return "is not a regular file"
 
 
 def _refuse(path: Path, st: os.stat_result) -> KeeperError:
@@ -63,6 +69,32 @@ def _loose(st: os.stat_result, mode: int) -> bool:
 def plain_name(name: object) -> bool:
     """One file name: no ``/``, ``.``, ``..`` or NUL, so joined to a folder it stays in it."""
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def read_regular(path: Path | str, follow: bool = True) -> bytes:
+    """The bytes of the regular file ``path`` (a file Hermes or the user owns), never blocking.
+
+    Opened with ``O_NONBLOCK`` (and ``O_NOFOLLOW`` unless ``follow``): a FIFO, a device, a folder
+    or (not following) a symlink there is refused in one line naming it, before a byte is read
+    (a FIFO opened without it waits for a writer forever). ``FileNotFoundError`` when absent.
+    """
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR):
+            raise
+        raise KeeperError(f"{path} {_what(path, os.lstat(path))}; the keeper does not read it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeeperError(f"{path} {_what(path, st)}; the keeper does not read it")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
 
 
 class HomeFS:
@@ -188,6 +220,16 @@ class HomeFS:
             return None
         with os.fdopen(fd, "rb") as fh:
             return fh.read()
+
+    def read_hermes(self, *parts: str, follow: bool = False) -> bytes | None:
+        """The content of a file Hermes owns under the home (``config.yaml``, ``sessions/sessions.json``),
+        None when absent: :func:`read_regular`, never blocking on a FIFO or a device. Folders on
+        the way may be links (a ``sessions/`` moved to a bigger disk); the file itself only with
+        ``follow`` (a ``config.yaml`` from a dotfiles folder)."""
+        try:
+            return read_regular(self.path(*parts), follow=follow)
+        except FileNotFoundError:
+            return None
 
     def sqlite_file(self, *parts: str, create: bool = False) -> Path:
         """The path of the keeper's SQLite file ``parts``, safe to hand to SQLite (which follows links).

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import YAMLError
 
 from hermes_keeper.errors import KeeperError
@@ -63,18 +64,55 @@ def _yaml() -> YAML:
     return yaml
 
 
-def _load(path: Path):
-    """The parsed ``config.yaml``, ``None`` when absent; :class:`KeeperError` when unreadable."""
+class _LastKeyWins(SafeConstructor):
+    """A key given twice takes its last value, as PyYAML's ``safe_load`` does (ruamel keeps the first)."""
+
+    def check_mapping_key(self, node, key_node, mapping, key, value) -> bool:
+        return True
+
+
+def _hermes_yaml() -> YAML:
+    """YAML as Hermes reads its config: YAML 1.1 (``on``/``off``/``yes``/``no`` are booleans), and
+    a key given twice takes its last value (PyYAML's ``safe_load``, Hermes up to 0.19)."""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.version = (1, 1)
+    yaml.Constructor = _LastKeyWins
+    return yaml
+
+
+def _text(path: Path) -> str | None:
+    """``config.yaml``'s text (a BOM dropped, as Hermes does), ``None`` when absent; never blocks
+    on a FIFO or a device (refused in one line); :class:`KeeperError` when unreadable."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None, ""
+        raw = HomeFS(path.parent).read_hermes(path.name, follow=True)  # a dotfiles link is read
     except OSError as exc:
         raise KeeperError(f"{path}: cannot read ({exc.strerror})") from exc
     try:
-        return _yaml().load(text), text
+        return None if raw is None else raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise KeeperError(f"{path}: not UTF-8 text") from None
+
+
+def _parse(path: Path, text: str, yaml: YAML):
+    try:
+        return yaml.load(text)
     except YAMLError as exc:
-        raise KeeperError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+        raise KeeperError(f"{path}: not valid YAML ({str(exc).strip().splitlines()[0]})") from exc
+
+
+def _load(path: Path):
+    """The parsed ``config.yaml`` for a comment-keeping edit, ``None`` when absent; :class:`KeeperError`
+    when unreadable."""
+    text = _text(path)
+    if text is None:
+        return None, ""
+    return _parse(path, text, _yaml()), text
+
+
+def hermes_view(path: Path):
+    """``config.yaml`` as Hermes reads it (:func:`_hermes_yaml`), ``None`` when absent."""
+    text = _text(path)
+    return None if text is None else _parse(path, text, _hermes_yaml())
 
 
 def _number(value, default: float) -> float:
@@ -93,9 +131,9 @@ def read_auto_prune(home: Path, schema_version: int | None, last_run: float | No
     default_on = (schema_version or 0) >= ON_BY_DEFAULT_FROM_SCHEMA
     default_origin = f"Hermes's default for schema {schema_version}"
     try:
-        data, _ = _load(home / CONFIG_NAME)
-    except KeeperError:
-        data, default_origin = None, f"config.yaml unreadable; {default_origin}"
+        data = hermes_view(home / CONFIG_NAME)
+    except KeeperError as exc:
+        data, default_origin = None, f"config.yaml unreadable ({exc}); {default_origin}"
     sessions = data.get("sessions") if isinstance(data, dict) else None
     sessions = sessions if isinstance(sessions, dict) else {}
     enabled, origin = default_on, default_origin
@@ -129,8 +167,10 @@ def adopt_change(home: Path) -> tuple[str, str]:
         raise KeeperError(
             f"{path}: sessions is not a mapping; change it by hand (sessions.auto_prune: false)"
         )
-    if sessions.get("auto_prune") is False:
-        return before, before
+    seen = hermes_view(path)
+    seen = seen.get("sessions") if isinstance(seen, dict) else None
+    if isinstance(seen, dict) and "auto_prune" in seen and not seen["auto_prune"]:
+        return before, before  # already off as Hermes reads it (``off``, ``no``, ``false``)
     sessions["auto_prune"] = False
     sessions.yaml_add_eol_comment(ADOPT_COMMENT, "auto_prune")
     out = io.StringIO()

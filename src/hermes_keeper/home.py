@@ -35,6 +35,7 @@ from hermes_keeper.backup.restore import find_backup, restore_backup
 from hermes_keeper.check import SCHEDULED, UNSCHEDULED, check_profile
 from hermes_keeper.errors import KeeperError, os_error_line, warn
 from hermes_keeper.facts import checked_unless_it_stalls
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
 from hermes_keeper.hermes_config import adopt_change, write_config
 from hermes_keeper.history import History, record_report, record_run
@@ -471,9 +472,10 @@ def discover_profiles(root: Path) -> list[Profile]:
 def active_profile_name(root: Path) -> str:
     """The sticky profile Hermes itself would use (``<root>/active_profile``)."""
     try:
-        name = (root / "active_profile").read_text(encoding="utf-8").strip()
+        raw = HomeFS(root).read_hermes("active_profile", follow=True)  # a FIFO, a device: refused
     except OSError:
         return DEFAULT_PROFILE
+    name = "" if raw is None else raw.decode("utf-8", "replace").strip()
     return name if name and PROFILE_NAME.match(name) else DEFAULT_PROFILE
 
 

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard
@@ -34,6 +35,8 @@ GENERATION_PREFIX, GENERATION_SUFFIX = "journal-", ".jsonl.zst"
 ROTATE_BYTES = 8 * 1024 * 1024
 KEEP_GENERATIONS = 8  # ~64 MiB of records, a few MiB compressed: years of nightly runs
 ZSTD_LEVEL = 9
+#: The record a :class:`Journal` writes after ending a line a power cut tore.
+JOURNAL_SEALED = "journal_sealed"
 
 
 class Journal:
@@ -48,8 +51,17 @@ class Journal:
         self.path = fs.path(keeper_dir.name, JOURNAL_NAME)
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
         self._fd = fs.open_private(
-            keeper_dir.name, JOURNAL_NAME, flags=os.O_CREAT | os.O_WRONLY | os.O_APPEND, create_dirs=True
+            keeper_dir.name, JOURNAL_NAME, flags=os.O_CREAT | os.O_RDWR | os.O_APPEND, create_dirs=True
         )
+        self._seal()
+
+    def _seal(self) -> None:
+        """End a line a power cut tore (no newline at the end), so the next record is a line of its
+        own; said in a ``journal_sealed`` record (:func:`read_journal` skips the torn line)."""
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            os.write(self._fd, b"\n")
+            self.write(JOURNAL_SEALED, reason="the last line was torn (no newline): skipped when read")
 
     def write(self, action: str, /, *, durable: bool = True, **fields) -> None:
         """Append one record; ``durable=False`` leaves the fsync to a later :meth:`sync`."""
@@ -119,13 +131,63 @@ def rotate_journal(keeper_dir: Path) -> str | None:
     return name
 
 
-def read_journal(keeper_dir: Path) -> list[dict]:
-    """Every record, oldest first: the rotated generations, one being rotated, then the journal."""
+@dataclass(frozen=True)
+class Skipped:
+    """A journal line that is not a record (a power cut tore it), left out by :func:`read_journal`."""
+
+    where: str  # the file, relative to the home
+    line: int  # 1-based
+    after: int  # how many records came before it
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where} line {self.line} skipped ({self.reason})"
+
+
+def _record(line: bytes) -> dict | str:
+    """The record ``line`` holds, or why it holds none."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(record, dict) or not isinstance(record.get("action"), str):
+        return "not a record"
+    if not isinstance(record.get("ts"), (int, float)) or isinstance(record.get("ts"), bool):
+        return "no time"
+    return record
+
+
+def _records(data: bytes, where: str, records: list[dict], skipped: list[Skipped]) -> None:
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        got = _record(line)
+        if isinstance(got, dict):
+            records.append(got)
+            continue
+        torn = i == len(lines)  # no newline after it: cut off mid-write
+        skipped.append(Skipped(where, i, len(records), f"torn: {got}, no newline" if torn else got))
+
+
+def read_journal(keeper_dir: Path, skipped: list[Skipped] | None = None) -> list[dict]:
+    """Every record, oldest first: the rotated generations, one being rotated, then the journal.
+
+    A line that is not a record (a power cut tore the last one) is left out, and added to
+    ``skipped`` when given: one torn line never makes the rest unreadable.
+    """
     keeper_dir = Path(keeper_dir)
     fs, folder = HomeFS(keeper_dir.parent), keeper_dir.name
     chunks = [
-        zstandard.ZstdDecompressor().decompress(fs.read_bytes(folder, g) or b"")
+        (f"{folder}/{g}", zstandard.ZstdDecompressor().decompress(fs.read_bytes(folder, g) or b""))
         for g in _generations(fs, folder)
     ]
-    chunks += [fs.read_bytes(folder, ROTATING_NAME) or b"", fs.read_bytes(folder, JOURNAL_NAME) or b""]
-    return [json.loads(line) for data in chunks for line in data.decode("utf-8").splitlines() if line.strip()]
+    for name in (ROTATING_NAME, JOURNAL_NAME):
+        chunks.append((f"{folder}/{name}", fs.read_bytes(folder, name) or b""))
+    records: list[dict] = []
+    found: list[Skipped] = []
+    for where, data in chunks:
+        _records(data, where, records, found)
+    if skipped is not None:
+        skipped.extend(found)
+    return records

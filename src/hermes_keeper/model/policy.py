@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import read_regular
 from hermes_keeper.sqlite.writer import DEFAULT_BUDGET_MS, DEFAULT_PAUSE_MS, Budget
 from hermes_keeper.units import parse_duration, parse_size
 
@@ -574,8 +575,7 @@ def settings_table() -> str:
 
 def load_config(path: Path) -> dict:
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_regular(path).decode("utf-8"))  # a FIFO or a device: refused
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as exc:

@@ -22,6 +22,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import read_regular
 from hermes_keeper.model.gateway import profile_of_key
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_ro
@@ -67,9 +69,12 @@ def routes_in_mirror(path: Path, profile: str) -> set[str]:
     """Session ids a ``sessions.json`` mirror routes to under keys naming ``profile`` (no file:
     none); a file that is not the mirror's shape raises :class:`ValueError`."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        raw = read_regular(path, follow=False)  # a FIFO, a device, a link: refused, never waited on
     except FileNotFoundError:
         return set()
+    except KeeperError as exc:
+        raise ValueError(str(exc)) from None
+    data = json.loads(raw.decode("utf-8-sig"))
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return {sid for key, entry in data.items() if _named(key, profile) and (sid := _session_id(entry))}

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.facts import Check, checked_unless_it_stalls
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import AutoPrune, read_auto_prune
@@ -264,9 +265,12 @@ def routed_from_sessions_json(sessions_dir: Path) -> set[str]:
     """
     path = sessions_dir / "sessions.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return set()
+        raw = HomeFS(sessions_dir).read_hermes("sessions.json")  # never blocks on a FIFO
+        if raw is None:
+            return set()
+        data = json.loads(raw)
+    except KeeperError as exc:
+        raise RoutingUnknown(str(exc)) from None
     except (OSError, ValueError) as exc:
         raise RoutingUnknown(f"{path} unreadable ({type(exc).__name__})") from None
     if not isinstance(data, dict):
@@ -335,12 +339,12 @@ def runtime_leases(home: Path) -> set[str] | None:
     """Session ids ``runtime/active_sessions.json`` leases to a process that still runs
     (upstream's open chat surfaces, idle CLI/TUI included); ``None`` when the file exists but
     cannot be read. Only a pid proven gone releases an entry."""
-    path = home / "runtime" / "active_sessions.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        return set()
-    except (OSError, ValueError):
+        raw = HomeFS(home).read_hermes("runtime", "active_sessions.json")  # never blocks on a FIFO
+        if raw is None:
+            return set()
+        data = json.loads(raw.decode("utf-8-sig"))
+    except (OSError, ValueError, KeeperError):
         return None
     entries = data.get("entries") if isinstance(data, dict) else data
     if not isinstance(entries, list):

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from hermes_keeper.errors import TryLater
+from hermes_keeper.errors import TryLater, warn
 from hermes_keeper.fs import HomeFS, durable_rename, fsync_dir, open_private, private_dir
 from hermes_keeper.journal import Journal
 from hermes_keeper.sqlite.connect import time_limit
@@ -392,6 +392,27 @@ def _apply(c: sqlite3.Connection, table: str, values: dict[str, int | None]) -> 
                 c.execute(f"DELETE FROM {table}_config WHERE k = ?", (key,))
 
 
+def _valid_hold(data: object) -> dict[str, dict[str, int | None]]:
+    """The hold file's settings, or :class:`ValueError` saying why they are not."""
+    if not isinstance(data, dict) or not data:
+        raise ValueError("not a table of FTS settings")
+    for table, values in data.items():
+        if table not in FTS_TABLES or not isinstance(values, dict) or not set(values) <= set(HELD):
+            raise ValueError(f"unexpected entry {table!r}")
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values.values()):
+            raise ValueError(f"a value of {table!r} is not a number")
+    return data
+
+
+#: Values only a hold sets (not a full merge's usermerge 2: today's Hermes sets that one itself).
+_HOLD_ONLY = {k: {v} for k, v in HOLD_VALUES.items()}
+
+
+def _settings_without_hold(conn: sqlite3.Connection, table: str) -> dict[str, int | None]:
+    """Hermes's settings as the database holds them, a value only a hold sets taken as FTS5's default."""
+    return {k: None if v in _HOLD_ONLY[k] else v for k, v in _settings(conn, table).items()}
+
+
 class MergeHold:
     """FTS5 automerge off from :meth:`engage` to the end of the ``with`` block.
 
@@ -419,12 +440,27 @@ class MergeHold:
 
     def __enter__(self) -> MergeHold:
         if self.path.exists():
-            self.saved = json.loads(self.path.read_text())
+            self.saved = self._found()
             self.base = {t: _counts(levels(self.w.conn, t)) for t in self.tables}
             self.w.after_step.append(self.tick)
             if self.journal:
                 self.journal.write("fts_hold_found", settings=self.saved)
         return self
+
+    def _found(self) -> dict[str, dict[str, int | None]]:
+        """Hermes's settings from the hold file a killed keeper left; where the file is empty or
+        unreadable (a power cut before its data reached the disk), what the database says, said
+        in one line: a value only a hold sets is the keeper's (back to FTS5's default), any other
+        is Hermes's own and stays."""
+        keeper = self.path.parent
+        try:
+            saved = _valid_hold(json.loads(HomeFS(keeper.parent).read_bytes(keeper.name, HOLD_NAME) or b""))
+        except (ValueError, UnicodeDecodeError) as exc:
+            saved = {t: _settings_without_hold(self.w.conn, t) for t in self.tables}
+            warn(f"{self.path} unreadable ({exc}); Hermes's FTS settings taken from the database instead")
+            if self.journal:
+                self.journal.write("fts_hold_recovered", reason=str(exc), settings=saved)
+        return saved
 
     def engage(self) -> None:
         """Save Hermes's settings (durably), then switch automerge off; once per block."""
