@@ -39,6 +39,7 @@ FIFOS = [
     "runtime/active_sessions.json",
     "keeper.toml",
     "active_profile",
+    "gateway.pid",
 ]
 #: The files a command cannot do without are refused in one line (exit 2; check: UNKNOWN); the others
 #: are said to be unreadable and the run keeps what they could protect.

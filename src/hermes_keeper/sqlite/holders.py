@@ -18,7 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from hermes_keeper.errors import TryLater
+from hermes_keeper.errors import KeeperError, TryLater
+from hermes_keeper.fs import read_regular
 from hermes_keeper.sqlite.connect import cjk_library, tokenizer_problem
 from hermes_keeper.sqlite.schema import CJK_INDEX, SchemaInfo
 
@@ -69,11 +70,18 @@ def gateway_pid(home: Path) -> int | None:
 
     Hermes wrote the file: anything else in it (not UTF-8, not a number, out of range) is None.
     """
-    try:
-        raw = (home / "gateway.pid").read_text(encoding="utf-8").strip()
+    try:  # never blocking: a FIFO there is refused, not waited on
+        raw = read_regular(home / "gateway.pid").decode("utf-8").strip()
         data = json.loads(raw)
         pid = int(data["pid"] if isinstance(data, dict) else data)
-    except (OSError, ValueError, KeyError, TypeError, OverflowError):  # UnicodeDecodeError is a ValueError
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        OverflowError,
+        KeeperError,
+    ):  # UnicodeDecodeError: a ValueError
         return None
     return pid if 0 < pid < PID_LIMIT and psutil.pid_exists(pid) else None
 
