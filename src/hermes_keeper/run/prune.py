@@ -86,7 +86,9 @@ class Planned:
     ``last``: sid -> the newest activity of its conversation as the plan saw it (activity newer
     than that is a change); ``keep_titled``: the policy's (a title set since is a change).
     Whatever else the plan required (ended, not pinned, not routed, no live lease) holds for every
-    session it prunes, so it is checked as such.
+    session it prunes, so it is checked as such. Without a plan (ids chosen by the caller) neither
+    activity nor a title is looked at: only what no prune may ever take (open, pinned, routed,
+    leased).
     """
 
     last: dict[str, float] = field(default_factory=dict)
@@ -151,7 +153,7 @@ class _Deleter:
         on_pruned: Callable[[list[str]], None] | None = None,
         planned: Planned | None = None,
     ):
-        self.planned = planned or Planned(keep_titled=ctx.policy.keep_titled)
+        self.planned = planned or Planned(keep_titled=False)
         self.w, self.schema, self.store, self.result = ctx.writer, ctx.schema, store, result
         self.journal, self.hold, self.progress, self.on_pruned = ctx.journal, hold, progress, on_pruned
         self.units = ctx.writer.batch(start=DELETE_START_UNITS, fill=0.9)
@@ -661,7 +663,8 @@ def resume_pending(ctx: RunContext) -> int:
             # The crashed run's conversations, by the same model over the rows it archived.
             units = conversations(Facts.of_row(p["session"]) for p, _ in items).root
             feed = [[_Pending.of(p, costs, units, entry) for p, entry in items]]
-            _delete_all(ctx, store, feed, result, None)
+            # A crashed run's plan is gone; its policy's titles still keep (when unsure, keep).
+            _delete_all(ctx, store, feed, result, None, planned=Planned(keep_titled=ctx.policy.keep_titled))
     if journal and pending:
         journal.write("resumed", sessions=len(result.pruned), skipped=len(result.skipped))
     return len(result.pruned)
