@@ -24,7 +24,7 @@ from hermes_keeper.run.compact import compact_run
 from hermes_keeper.run.context import RunContext
 from hermes_keeper.run.files import KINDS, remove
 from hermes_keeper.run.plan import REFUSE, SNAPSHOT, ZOMBIE_END_REASON, FileAction, Plan
-from hermes_keeper.run.prune import Progress, PruneResult, prune_sessions, resume_pending
+from hermes_keeper.run.prune import Planned, Progress, PruneResult, prune_sessions, resume_pending
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.fts import MergeHold
 from hermes_keeper.sqlite.holders import live_guards, refuse_during_maintenance
@@ -221,6 +221,17 @@ def preflight(profile: Place, schema: SchemaInfo, policy: Policy) -> None:
         Archive.for_home(profile.keeper_dir).close()
 
 
+def planned_facts(plan: Plan, policy: Policy) -> Planned:
+    """What the plan decided each pruned session from, for the deleter to look at again: its
+    conversation's newest activity (the plan's clock less the idle time its reason states; the
+    clock itself where a reason has none) and the policy's ``keep_titled``."""
+    last = {}
+    for sid in plan.prune:
+        idle = plan.decisions[sid].reason.details.get("idle_s")
+        last[sid] = plan.now - idle if isinstance(idle, int | float) else plan.now
+    return Planned(last, policy.keep_titled)
+
+
 def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) -> RunResult:
     """Safeguard, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
 
@@ -271,6 +282,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
                 message_counts={sid: plan.decisions[sid].messages for sid in plan.prune},
                 progress=progress,
                 on_pruned=lambda ids: remove([f for sid in ids for f in by_session.get(sid, [])]),
+                planned=planned_facts(plan, policy),
             )
     except TryLater as exc:
         if journal:

@@ -14,8 +14,9 @@ state.db, takes verified batches in order and deletes their messages through :cl
 - a batch's sessions marked ``archived = 1`` in the transaction that deletes its first
   messages; a conversation finished (dependent rows, session rows) in the one that deletes
   its last;
-- only ids in the verified payload are deleted: a conversation one of whose sessions gained
-  a message meanwhile is put back whole, as it was;
+- only ids in the verified payload are deleted, and a conversation is looked at again in the
+  transaction that finishes it (:func:`changed_since_plan`): one whose session gained a message,
+  was reopened, titled, pinned, routed or leased since the plan is put back whole, as it was;
 - FTS5 automerge held off for the run (:class:`fts.MergeHold`), merges in budgeted steps.
 
 A crash at any moment leaves every session either whole in state.db, or with a verified
@@ -70,6 +71,28 @@ DELETE_START_UNITS = 20_000
 Progress = Callable[[str, int], None]
 WOKE = "new activity during prune"
 GUARDED = "a live lease taken during prune"
+REOPENED = "reopened during prune"
+TITLED = "titled during prune"
+PINNED = "pinned during prune"
+ROUTED = "routed by the gateway during prune"
+#: Float slack when comparing an activity stamp with the plan's (``now - idle_s``, recomputed).
+STAMP_SLACK_S = 1e-3
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the plan decided each session from, for the deleter to look at again.
+
+    ``last``: sid -> the newest activity of its conversation as the plan saw it (activity newer
+    than that is a change); ``keep_titled``: the policy's (a title set since is a change).
+    Whatever else the plan required (ended, not pinned, not routed, no live lease) holds for every
+    session it prunes, so it is checked as such. Without a plan (ids chosen by the caller) neither
+    activity nor a title is looked at: only what no prune may ever take (open, pinned, routed,
+    leased).
+    """
+
+    last: dict[str, float] = field(default_factory=dict)
+    keep_titled: bool = True
 
 
 @dataclass
@@ -128,7 +151,9 @@ class _Deleter:
         hold: MergeHold,
         progress: Progress | None,
         on_pruned: Callable[[list[str]], None] | None = None,
+        planned: Planned | None = None,
     ):
+        self.planned = planned or Planned(keep_titled=False)
         self.w, self.schema, self.store, self.result = ctx.writer, ctx.schema, store, result
         self.journal, self.hold, self.progress, self.on_pruned = ctx.journal, hold, progress, on_pruned
         self.units = ctx.writer.batch(start=DELETE_START_UNITS, fill=0.9)
@@ -201,7 +226,7 @@ class _Deleter:
         mark, self.to_mark = self.to_mark, []
         self.queued -= self.units.size - room
         woke, prompts = self.w.step(
-            lambda c: self._work(c, mark, ids, [[p.sid for p in u] for u in finish]),
+            lambda c: self._work(c, mark, ids, finish),
             self.units,
             units=self.units.size - room,
             kind="delete",
@@ -219,21 +244,24 @@ class _Deleter:
                 self._settle(self.batches.pop(n))
 
     def _work(
-        self, c: sqlite3.Connection, mark: list[str], ids: list[int], finish: list[list[str]]
+        self, c: sqlite3.Connection, mark: list[str], ids: list[int], units: list[list[_Pending]]
     ) -> tuple[dict[str, str], int]:
-        """Returns the sessions that woke up (a message the archive does not have, or a turn lease
-        or compression lock Hermes took after the plan) and why, and the prompts deleted."""
+        """Returns the sessions that woke up (a message the archive does not have, a turn lease or
+        compression lock Hermes took after the plan, or a change :func:`changed_since_plan` finds)
+        and why, and the prompts deleted."""
         if mark:
             sql, arg = _in(mark)
             c.execute(f"UPDATE sessions SET archived = 1 WHERE id {sql}", arg)
         if ids:
             sql, arg = _in(ids)
             c.execute(f"DELETE FROM messages WHERE id {sql}", arg)
-        if not finish:
+        if not units:
             return {}, 0
+        finish = [[p.sid for p in u] for u in units]
         sids = [sid for unit in finish for sid in unit]
         sql, arg = _in(sids)
         woke = dict.fromkeys(live_guards(c, self.schema, sids), GUARDED)
+        woke.update(changed_since_plan(c, self.schema, self.planned, [p for u in units for p in u]))
         woke.update(
             (r[0], WOKE)
             for r in c.execute(f"SELECT DISTINCT session_id FROM messages WHERE session_id {sql}", arg)
@@ -277,6 +305,56 @@ class _Deleter:
 
 
 _NOT_READY = object()
+
+
+def _routed(c: sqlite3.Connection, schema: SchemaInfo, sids: list[str]) -> set[str]:
+    """Of ``sids``, those a ``gateway_routing`` row names now (a scan of a table of one row per
+    chat; a row that is not JSON names nothing, as the survey reads it)."""
+    if not schema.has("gateway_routing", "entry_json"):
+        return set()
+    sql, arg = _in(sids)
+    sid = "CASE WHEN json_valid(entry_json) THEN json_extract(entry_json, '$.session_id') END"
+    return {r[0] for r in c.execute(f"SELECT {sid} FROM gateway_routing WHERE {sid} {sql}", arg)}
+
+
+def _activity(row: sqlite3.Row | tuple, payload: dict) -> float:
+    """The newest stamp of a session: its row's now, the archived messages' (those that came
+    between the plan and the archive's read are deleted with the rest, so they count here)."""
+    stamps = [t for t in row if isinstance(t, int | float)]
+    stamps += [m["timestamp"] for m in payload["messages"] if isinstance(m.get("timestamp"), int | float)]
+    return max(stamps, default=0.0)
+
+
+def changed_since_plan(
+    c: sqlite3.Connection, schema: SchemaInfo, planned: Planned, items: list[_Pending]
+) -> dict[str, str]:
+    """The sessions of ``items`` that are no longer what the plan decided on, and why: reopened
+    (``ended_at IS NULL``), newer activity than planned (a message archived after the plan, the
+    ``last_activity_at`` or ``ended_at`` column), titled (where ``keep_titled``), pinned, or named
+    by the gateway's routing. Read in the deleting transaction, by primary key."""
+    sids = [p.sid for p in items]
+    sql, arg = _in(sids)
+    titled = "title IS NOT NULL AND title <> ''" if planned.keep_titled else "0"
+    pinned = "coalesce(pinned, 0) <> 0" if schema.has("sessions", "pinned") else "0"
+    stamps = ", ".join(col for col in ("ended_at", "last_activity_at") if schema.has("sessions", col))
+    rows = {
+        r[0]: r[1:]
+        for r in c.execute(
+            f"SELECT id, ended_at IS NULL, {titled}, {pinned}, {stamps} FROM sessions WHERE id {sql}", arg
+        )
+    }
+    out = dict.fromkeys(_routed(c, schema, sids), ROUTED)
+    for p in items:
+        row = rows.get(p.sid)
+        if row is None:
+            continue
+        reopened, title, pin, *when = row
+        last = planned.last.get(p.sid)
+        newer = last is not None and _activity(when, p.payload) > last + STAMP_SLACK_S
+        for hit, why in ((pin, PINNED), (title, TITLED), (newer, WOKE), (reopened, REOPENED)):
+            if hit:
+                out[p.sid] = why
+    return out
 
 
 def _poll(feed):
@@ -490,12 +568,13 @@ def _delete_all(
     result: PruneResult,
     progress: Progress | None,
     on_pruned: Callable[[list[str]], None] | None = None,
+    planned: Planned | None = None,
 ) -> None:
     """Run the deleter over ``feed`` with automerge held (the run's hold, else one of its own)."""
     held = nullcontext(ctx.hold) if ctx.hold is not None else ctx.holding()
     try:
         with held as h:
-            deleter = _Deleter(ctx, store, result, h, progress, on_pruned)
+            deleter = _Deleter(ctx, store, result, h, progress, on_pruned, planned)
             deleter.run(iter(feed))
     finally:
         if ctx.journal:
@@ -511,13 +590,15 @@ def prune_sessions(
     message_counts: dict[str, int] | None = None,
     progress: Progress | None = None,
     on_pruned: Callable[[list[str]], None] | None = None,
+    planned: Planned | None = None,
 ) -> PruneResult:
     """Archive (unless the policy says ``archive = false``), verify, then delete these conversations.
 
     ``convs``: the plan's conversations (:meth:`Plan.prune_conversations`), each deleted as a
     whole or put back whole; no linking of its own, so what goes is exactly what was decided.
     Through the run's writer and FTS hold (``ctx``; without a hold, one of its own);
-    ``on_pruned``: called with the ids of each batch as soon as they are gone.
+    ``on_pruned``: called with the ids of each batch as soon as they are gone; ``planned``: what
+    the plan decided from, looked at again as each conversation is deleted (:class:`Planned`).
     """
     result = PruneResult()
     if not convs:
@@ -533,7 +614,7 @@ def prune_sessions(
     archiver = _Archiver(ctx, batches, units, archive, result)
     archiver.start()
     try:
-        _delete_all(ctx, store, archiver, result, progress, on_pruned)
+        _delete_all(ctx, store, archiver, result, progress, on_pruned, planned)
     finally:
         archiver.close()
         if store is not None:
@@ -582,7 +663,8 @@ def resume_pending(ctx: RunContext) -> int:
             # The crashed run's conversations, by the same model over the rows it archived.
             units = conversations(Facts.of_row(p["session"]) for p, _ in items).root
             feed = [[_Pending.of(p, costs, units, entry) for p, entry in items]]
-            _delete_all(ctx, store, feed, result, None)
+            # A crashed run's plan is gone; its policy's titles still keep (when unsure, keep).
+            _delete_all(ctx, store, feed, result, None, planned=Planned(keep_titled=ctx.policy.keep_titled))
     if journal and pending:
         journal.write("resumed", sessions=len(result.pruned), skipped=len(result.skipped))
     return len(result.pruned)
