@@ -86,6 +86,19 @@ print(json.dumps({"jobs": jobs, "ok": ok, "final": final, "error": err}, default
 
 
 @pytest.mark.parametrize("spec", ["0.19.0", IOT, "0.13.0"])
+def systemd_verifies(tmp_path, files) -> None:
+    """systemd's own parser accepts the units (``systemd-analyze --user verify``)."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    verify = subprocess.run(
+        ["systemd-analyze", "--user", "verify", *map(str, files)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"XDG_RUNTIME_DIR": str(runtime)},
+    )
+    assert verify.returncode == 0, verify.stderr
+
+
 def test_hermes_lists_and_runs_the_no_agent_job(home, spec):
     python = str(hermes_python(spec))
     keeper(home, "install", "--via", "hermes", "--hermes", python)
@@ -162,15 +175,7 @@ def test_systemd_units_verify_and_install_idempotently(home, env, tmp_path):
         "default",
     ]
 
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    verify = subprocess.run(
-        ["systemd-analyze", "--user", "verify", *map(str, files)],
-        capture_output=True,
-        text=True,
-        env=os.environ | {"XDG_RUNTIME_DIR": str(runtime)},
-    )
-    assert verify.returncode == 0, verify.stderr
+    systemd_verifies(tmp_path, files)
     assert "enable --now hermes-keeper-default-" in Path(env["FAKE_SYSTEMCTL_LOG"]).read_text()
 
     assert (
@@ -380,15 +385,7 @@ def test_systemd_units_escape_every_control_character(home, env, tmp_path):
         assert not re.search("[\x00-\x09\x0b-\x1f\x7f\x85\u2028\u2029]", text)
     argv = exec_argv(files[0].read_text())
     assert argv[1:] == ["run", "--quiet", "--home", str(root), "--profile", "default"]
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    verify = subprocess.run(
-        ["systemd-analyze", "--user", "verify", *map(str, files)],
-        capture_output=True,
-        text=True,
-        env=os.environ | {"XDG_RUNTIME_DIR": str(runtime)},
-    )
-    assert verify.returncode == 0, verify.stderr
+    systemd_verifies(tmp_path, files)
     assert "unchanged" in keeper(root, "install", "--via", "systemd", env=env).stdout
     keeper(root, "remove", "--via", "systemd", env=env)
     assert not any(f.exists() for f in files)
