@@ -15,23 +15,11 @@ import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.home import Home
+from tests.sessions import session
 
 DAY = 86400.0
 NOW = time.time()
 OLD = NOW - 200 * DAY  # past every default retention
-
-
-def session(sid: str) -> dict:
-    msgs = [("user", f"question {sid}", OLD + 10), ("assistant", f"answer {sid}", OLD + 20)]
-    return {
-        "id": sid,
-        "source": "cli",
-        "started_at": OLD,
-        "ended_at": OLD + 1800,
-        "end_reason": "user_exit",
-        "kwargs": {},
-        "messages": msgs,
-    }
 
 
 def _pidns() -> str:
@@ -99,7 +87,7 @@ CASES = {
 def test_each_protection_alone_keeps_its_session(tmp_path, case):
     setup, code = CASES[case]
     home = tmp_path / "home"
-    demo.build_home(home, demo.DemoSpec(now=NOW, sessions=[session("p"), session("twin")]))
+    demo.build_home(home, demo.DemoSpec(now=NOW, sessions=[session("p", OLD), session("twin", OLD)]))
     setup(home)
     plan = Home(home).profile().plan()
     got = {sid: (d.action, d.reason.code) for sid, d in plan.decisions.items()}
@@ -113,7 +101,7 @@ def test_each_protection_alone_keeps_its_session(tmp_path, case):
 def test_a_compression_lock_whose_holder_is_provably_dead_keeps_nothing(tmp_path):
     """The other side of the lock's case: Hermes's own rule reclaims a dead holder's lock."""
     home = tmp_path / "home"
-    demo.build_home(home, demo.DemoSpec(now=NOW, sessions=[session("p")]))
+    demo.build_home(home, demo.DemoSpec(now=NOW, sessions=[session("p", OLD)]))
     dead = f"pid={_dead_pid()}:pidns={_pidns()}:compress=1"
     _sql(f"INSERT INTO compression_locks VALUES ('p', '{dead}', {{now}}, {{now}} + 600)")(home)
     assert Home(home).profile().plan().decisions["p"].action == "prune"

@@ -18,27 +18,15 @@ from hermes_keeper.archive.store import PRUNED, RESTORED, Archive
 from hermes_keeper.home import Home
 from tests.hermes_env import IOT, Hermes
 from tests.keeper_proc import keeper_cmd
+from tests.sessions import session
 
 DAY = 86400.0
 NOW = time.time()
 OLD = NOW - 200 * DAY
 
 
-def _session(sid: str, start: float) -> dict:
-    msgs = [("user", f"question {sid}", start + 10), ("assistant", f"answer {sid}", start + 20)]
-    return {
-        "id": sid,
-        "source": "cli",
-        "started_at": start,
-        "ended_at": start + 1800,
-        "end_reason": "user_exit",
-        "kwargs": {},
-        "messages": msgs,
-    }
-
-
 def _home(path: Path) -> Path:
-    sessions = [_session("victim", OLD)] + [_session(f"other{i}", OLD + i) for i in range(5)]
+    sessions = [session("victim", OLD)] + [session(f"other{i}", OLD + i) for i in range(5)]
     demo.build_home(path, demo.DemoSpec(now=NOW, sessions=sessions, routed={}))
     conn = sqlite3.connect(path / "state.db")  # the columns of today's Hermes the demo schema lacks
     for col in ("pinned INTEGER NOT NULL DEFAULT 0", "last_activity_at REAL"):

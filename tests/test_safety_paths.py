@@ -18,25 +18,12 @@ from hermes_keeper.archive import store as store_mod
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Home
 from hermes_keeper.run import compact as compact_mod
+from tests.sessions import session
 
 DAY = 86400.0
 NOW = time.time()
 OLD = NOW - 200 * DAY  # past every default retention
 KEY = "agent:main:telegram:dm:7"
-
-
-def session(sid, start, *, source="cli", ended=True, key=None, end="user_exit"):
-    """A session of two messages starting at ``start`` (ended half an hour later unless open)."""
-    msgs = [("user", f"question {sid}", start + 10), ("assistant", f"answer {sid}", start + 20)]
-    return {
-        "id": sid,
-        "source": source,
-        "started_at": start,
-        "ended_at": start + 1800 if ended else None,
-        "end_reason": end if ended else None,
-        "kwargs": {"session_key": key} if key else {},
-        "messages": msgs,
-    }
 
 
 def ids(db: Path, sql: str = "SELECT id FROM sessions") -> set:
