@@ -85,7 +85,6 @@ print(json.dumps({"jobs": jobs, "ok": ok, "final": final, "error": err}, default
 """
 
 
-@pytest.mark.parametrize("spec", ["0.19.0", IOT, "0.13.0"])
 def systemd_verifies(tmp_path, files) -> None:
     """systemd's own parser accepts the units (``systemd-analyze --user verify``)."""
     runtime = tmp_path / "runtime"
@@ -99,6 +98,7 @@ def systemd_verifies(tmp_path, files) -> None:
     assert verify.returncode == 0, verify.stderr
 
 
+@pytest.mark.parametrize("spec", ["0.19.0", IOT, "0.13.0"])
 def test_hermes_lists_and_runs_the_no_agent_job(home, spec):
     python = str(hermes_python(spec))
     keeper(home, "install", "--via", "hermes", "--hermes", python)
