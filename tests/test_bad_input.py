@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
+import time
 from importlib.resources import files
 
 import jsonschema
@@ -161,3 +163,25 @@ def test_a_corrupt_page_is_reported_and_compact_writes_nothing(tmp_path):
     assert any("quick_check" in w for w in json.loads(plan.stdout)["profiles"][0]["warnings"])
     assert "fails quick_check" in keeper("plan", "--home", str(home)).stdout
     assert tree_digest(home)["state.db"] == db_before
+
+
+@pytest.mark.parametrize(("make", "said"), [("folder", "is a folder"), ("fifo", "is a FIFO (named pipe)")])
+def test_a_state_db_that_is_no_file_is_said_as_it_is(tmp_path, make, said):
+    """Not "not found": the name is there, as something else (issue 34); one line, nothing made."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "state.db").mkdir() if make == "folder" else os.mkfifo(home / "state.db")
+    for command in ("report", "plan", "run"):
+        res = keeper(command, "--home", str(home))
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert f"state.db {said}" in res.stderr and "not found" not in res.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["state.db"]
+
+
+def test_an_entry_number_past_sqlite_integers_is_not_in_the_archive(tmp_path):
+    """``#99999999999999999999`` names no entry: one line, exit 2, not an OverflowError (issue 34)."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=30))
+    assert keeper("run", "--home", str(home), "--quiet").returncode == 0
+    res = keeper("archive", "show", "#99999999999999999999", "--home", str(home))
+    assert res.returncode == 2 and "is not in the archive" in res.stderr and "Overflow" not in res.stderr

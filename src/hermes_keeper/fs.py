@@ -34,7 +34,8 @@ SQLITE_SIDES = ("-wal", "-shm", "-journal")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _what(path: Path, st: os.stat_result) -> str:
+def what_it_is(path: Path, st: os.stat_result) -> str:
+    """What ``path`` is (``st`` its stat), said as the end of a sentence that starts with it."""
     if stat.S_ISLNK(st.st_mode):
         return f"is a symlink (to {os.path.realpath(path)})"
     if stat.S_ISDIR(st.st_mode):
@@ -50,7 +51,9 @@ def _what(path: Path, st: os.stat_result) -> str:
 
 def _refuse(path: Path, st: os.stat_result) -> KeeperError:
     """The one line for a keeper path that is not what the keeper made."""
-    return KeeperError(f"{path} {_what(path, st)}; the keeper does not follow or replace it, nothing changed")
+    return KeeperError(
+        f"{path} {what_it_is(path, st)}; the keeper does not follow or replace it, nothing changed"
+    )
 
 
 def _missing(path: Path) -> FileNotFoundError:
@@ -85,11 +88,11 @@ def read_regular(path: Path | str, follow: bool = True) -> bytes:
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.EISDIR):
             raise
-        raise KeeperError(f"{path} {_what(path, os.lstat(path))}; the keeper does not read it") from None
+        raise KeeperError(f"{path} {what_it_is(path, os.lstat(path))}; the keeper does not read it") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise KeeperError(f"{path} {_what(path, st)}; the keeper does not read it")
+            raise KeeperError(f"{path} {what_it_is(path, st)}; the keeper does not read it")
         os.set_blocking(fd, True)
         with os.fdopen(os.dup(fd), "rb") as fh:
             return fh.read()
@@ -455,7 +458,7 @@ def check_export_target(path: Path | str) -> Path:
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise KeeperError(f"export target {out} {_what(out, st)}; choose another file, nothing changed")
+        raise KeeperError(f"export target {out} {what_it_is(out, st)}; choose another file, nothing changed")
     real = Path(os.path.realpath(out.parent)) / out.name
     for home in real.parents:
         if not (home / DB_NAME).exists():

@@ -23,7 +23,9 @@ from hermes_keeper.units import parse_duration
 
 CONTENT_JSON_PREFIX = "\x00json:"
 #: ``#N``: one archive entry, when a session id has several (see :class:`Entry`).
-ENTRY_ADDRESS = re.compile(r"^#(\d+)$")
+#: ``#N``: archive entry N (at most 18 digits: SQLite's integers end at 2**63, and a longer number
+#: names no entry rather than overflowing the query)
+ENTRY_ADDRESS = re.compile(r"^#(\d{1,18})$")
 
 
 def parse_when(text: str, now: float | None = None, end_of_day: bool = False) -> float:

@@ -7,12 +7,14 @@ the columns that are there and refuses, in one line, what it does not understand
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError, TryLater
+from hermes_keeper.fs import what_it_is
 from hermes_keeper.sqlite.connect import connect_ro, id_steps, interrupt_after, was_interrupted
 
 #: Oldest and newest schema_version the tests run against real Hermes: hermes-agent 0.13.0 (11) and
@@ -225,7 +227,10 @@ def inspect(path: Path, check_timestamps: bool = True) -> SchemaInfo:
     path = Path(path)
     info = SchemaInfo(path=str(path), status=MISSING)
     if not path.is_file():
-        info.reason = "state.db not found"
+        try:  # there but not a file (a folder, a FIFO): said as it is, never "not found"
+            info.reason = f"state.db {what_it_is(path, os.stat(path))}"
+        except OSError:
+            info.reason = "state.db not found"
         return info
     if path.stat().st_size == 0:
         info.status, info.reason = MALFORMED, "empty file, not a SQLite database"
