@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from hermes_keeper.cli import main
 from tests.conftest import tree_digest
 from tests.hermes_env import IOT, Hermes
+from tests.holders import dead_holder, live_holder
 from tests.test_schedule import FAKE_CRONTAB
 
 DAY = 86400.0
@@ -30,22 +31,6 @@ DAY = 86400.0
 @pytest.fixture(scope="module")
 def iot() -> Hermes:
     return Hermes(IOT)
-
-
-def _pidns() -> str:
-    return os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
-
-
-def _live_holder(tag: str) -> str:
-    """A holder string in Hermes's format whose process (this test) is alive."""
-    return f"pid={os.getpid()}:pidns={_pidns()}:{tag}"
-
-
-def _dead_holder(tag: str) -> str:
-    """A holder in our PID namespace whose process has exited: provably dead."""
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return f"pid={proc.pid}:pidns={_pidns()}:{tag}"
 
 
 def _session(sid, source, age_days, now, *, end="user_exit", msg=None, **kwargs):
@@ -104,31 +89,31 @@ def test_keeper_honours_every_protection_iot_defines(tmp_path, iot):
         {
             "op": "call",
             "method": "try_acquire_session_turn_lease",
-            "args": ["turn", _live_holder("turn=a")],
+            "args": ["turn", live_holder("turn=a")],
             "kwargs": {"ttl_seconds": 3600},
         },
         {
             "op": "call",
             "method": "try_acquire_session_turn_lease",
-            "args": ["turn_dead", _dead_holder("turn=b")],
+            "args": ["turn_dead", dead_holder("turn=b")],
             "kwargs": {"ttl_seconds": 3600},
         },
         {
             "op": "call",
             "method": "try_acquire_session_turn_lease",
-            "args": ["z_turn", _live_holder("turn=c")],
+            "args": ["z_turn", live_holder("turn=c")],
             "kwargs": {"ttl_seconds": 3600},
         },
         {
             "op": "call",
             "method": "try_acquire_compression_lock",
-            "args": ["lock", _live_holder("c=1")],
+            "args": ["lock", live_holder("c=1")],
             "kwargs": {"ttl_seconds": 3600},
         },
         {
             "op": "call",
             "method": "try_acquire_compression_lock",
-            "args": ["lock_dead", _dead_holder("c=2")],
+            "args": ["lock_dead", dead_holder("c=2")],
             "kwargs": {"ttl_seconds": 3600},
         },
         {"op": "call", "method": "set_session_pinned", "args": ["pin_root", True]},
@@ -485,7 +470,7 @@ def test_a_turn_lease_taken_during_the_prune_puts_its_conversation_back(tmp_path
         entries = original(store, payloads, result, journal)
         if "old3" in {p["session"]["id"] for p in payloads}:
             assert iot.call(
-                tmp_path, "try_acquire_session_turn_lease", "old3", _live_holder("turn=r"), ttl_seconds=600
+                tmp_path, "try_acquire_session_turn_lease", "old3", live_holder("turn=r"), ttl_seconds=600
             )
         return entries
 
@@ -512,7 +497,7 @@ def test_a_turn_lease_taken_after_the_plan_keeps_a_zombie_open(tmp_path, iot, mo
     def resume_then_close(plan, writer, journal, schema):
         assert {z.session_id for z in plan.zombies} == {"tail", "other"}
         assert iot.call(
-            tmp_path, "try_acquire_session_turn_lease", "tail", _live_holder("turn=z"), ttl_seconds=600
+            tmp_path, "try_acquire_session_turn_lease", "tail", live_holder("turn=z"), ttl_seconds=600
         )
         return original(plan, writer, journal, schema)
 
@@ -553,7 +538,7 @@ def test_a_zombie_the_keeper_closed_is_reopened_by_hermes_if_its_process_was_ali
         assert out.stdout.strip() == automatic
 
     # the process was alive: it compresses, under its lease, as Hermes's agent does
-    holder = _live_holder("compress=1")
+    holder = live_holder("compress=1")
     publish = {
         "op": "call",
         "method": "publish_compression_child",

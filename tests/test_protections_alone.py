@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,21 +14,12 @@ import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.home import Home
+from tests.holders import dead_holder, live_holder
 from tests.sessions import session
 
 DAY = 86400.0
 NOW = time.time()
 OLD = NOW - 200 * DAY  # past every default retention
-
-
-def _pidns() -> str:
-    return os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
 
 
 def _sql(*statements):
@@ -55,7 +45,7 @@ def _runtime_lease(home: Path) -> None:
     (home / "runtime" / "active_sessions.json").write_text(json.dumps({"entries": [entry]}))
 
 
-LIVE = f"pid={os.getpid()}:pidns={_pidns()}:compress=1"
+LIVE = live_holder("compress=1")
 CASES = {
     "compression lock": (
         _sql(f"INSERT INTO compression_locks VALUES ('p', '{LIVE}', {{now}}, {{now}} + 600)"),
@@ -102,6 +92,6 @@ def test_a_compression_lock_whose_holder_is_provably_dead_keeps_nothing(tmp_path
     """The other side of the lock's case: Hermes's own rule reclaims a dead holder's lock."""
     home = tmp_path / "home"
     demo.build_home(home, demo.DemoSpec(now=NOW, sessions=[session("p", OLD)]))
-    dead = f"pid={_dead_pid()}:pidns={_pidns()}:compress=1"
+    dead = dead_holder("compress=1")
     _sql(f"INSERT INTO compression_locks VALUES ('p', '{dead}', {{now}}, {{now}} + 600)")(home)
     assert Home(home).profile().plan().decisions["p"].action == "prune"
