@@ -16,31 +16,11 @@ import zipfile
 from pathlib import Path
 
 import jsonschema
-import pytest
 
 from hermes_keeper.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "hermes_keeper"
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory) -> tuple[Path, str]:
-    """(wheel, build log), built once from a copy of the tree: a stale ``build/`` in the clone
-    (setuptools never empties it) cannot slip a deleted module into the wheel."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    clone = tmp / "clone"
-    shutil.copytree(ROOT / "src", clone / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, clone / name)
-    log = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp / "dist"), str(clone)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (wheel,) = (tmp / "dist").glob("hermes_keeper-*.whl")
-    return wheel, log.stdout + log.stderr
 
 
 def test_wheel_carries_every_module_and_data_file_and_builds_without_warnings(built):

@@ -70,14 +70,15 @@ class When:
 
 
 def keeper_executable() -> list[str]:
-    """The keeper by absolute path, as a scheduler with a short PATH must call it.
+    """The keeper by absolute path, as a scheduler with a short PATH must call it: the path it was
+    started by (pipx's ~/.local/bin link, not the venv it points into: a `pipx reinstall` keeps it).
 
     The console script that is running (``sys.argv[0]``), else the one beside this Python
     (its virtualenv or pipx venv), else the one on PATH, else ``python -m hermes_keeper``.
     """
     argv0 = Path(sys.argv[0])
     if argv0.name == NAME and argv0.is_file():
-        return [str(argv0.resolve())]
+        return [str(argv0.absolute())]
     beside = Path(sys.executable).parent / NAME
     if beside.is_file():
         return [str(beside.absolute())]
