@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jsonschema
 
+import hermes_keeper
 from hermes_keeper.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +39,9 @@ def test_wheel_carries_every_module_and_data_file_and_builds_without_warnings(bu
     assert shipped == tree
     assert {"hermes_keeper/data/hermes_schema.sql", "hermes_keeper/schemas/report.json"} <= shipped
     assert "SetuptoolsDeprecationWarning" not in log and "SetuptoolsWarning" not in log
+    # The version a release carries: the package's, the wheel's and the CHANGELOG's newest entry.
+    newest = re.search(r"^## (\d+\.\d+\.\d+) - \d{4}-\d{2}-\d{2}$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert meta["Version"] == hermes_keeper.__version__ == newest.group(1)
     # The README promises the Python the wheel asks for.
     minimum = re.fullmatch(r">=(\d+\.\d+)", meta["Requires-Python"]).group(1)
     assert f"Python {minimum}+" in (ROOT / "README.md").read_text()
