@@ -14,6 +14,7 @@ import click
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profiles
+from hermes_keeper.interrupt import Interrupted
 
 #: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
 HOMES_KEY = "hermes_keeper.homes"
@@ -110,7 +111,7 @@ def metrics_to(textfile: str | None) -> Iterator[Any]:
     target, metrics = textfile_target(textfile), Metrics()
     try:
         yield metrics
-    except SystemExit:
+    except (SystemExit, Interrupted):
         metrics.write(target)
         raise
     metrics.write(target)
