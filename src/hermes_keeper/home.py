@@ -576,6 +576,8 @@ def each(
             yield Outcome(p, skipped=str(note))
         except KeeperError as exc:
             yield Outcome(p, error=str(exc), exit_code=exc.exit_code)
+        except BrokenPipeError:  # stdout's reader left: the command ends (cli._end_of_pipe)
+            raise
         except OSError as exc:  # read-only home, full disk: this profile only
             yield Outcome(p, error=os_error_line(exc), exit_code=KeeperError.exit_code)
 
