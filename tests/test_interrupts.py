@@ -101,6 +101,13 @@ def _history(home) -> list[dict]:
     return json.loads(out.stdout)["profiles"][0]["entries"]
 
 
+def test_json_has_the_interrupted_runs_row(home):
+    out = _interrupted_run(home, "SIGTERM", "--json")
+    assert out.returncode == 143
+    [row] = json.loads(out.stdout)["profiles"]
+    assert row["interrupted"] == "SIGTERM" and row["archived"] > 0
+
+
 def test_next_run_says_what_it_resumed(home):
     planned = planned_prune(home)
     out = _interrupted_run(home, "SIGINT")

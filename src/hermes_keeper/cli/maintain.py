@@ -219,7 +219,8 @@ def _run(profiles, dry_run: bool, o: RunOptions, metrics=None):
                 result = profile.run(policy, progress=progress)
             except Interrupted as exc:  # what it did before the signal, said and measured
                 if exc.result is not None:
-                    click.echo(exc.result.summary(), err=quiet or as_json)
+                    if not as_json:  # (--json: its row, for_each)
+                        click.echo(exc.result.summary(), err=quiet)
                     if metrics:
                         metrics.run(exc.result)
                 raise

@@ -203,13 +203,20 @@ def for_each(
     """
     outcomes, rows = [], []
     quiet = click.get_current_context().params.get("quiet")  # a skipped profile is no news for cron
-    for o in each(profiles, action, needs_db):
-        outcomes.append(o)
-        rows.append(outcome_row(o, to_dict))
-        if o.error is not None or (o.skipped is not None and not quiet):
-            click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
-        elif not as_json:
-            show(o.profile, o.value)
+    try:
+        for o in each(profiles, action, needs_db):
+            outcomes.append(o)
+            rows.append(outcome_row(o, to_dict))
+            if o.error is not None or (o.skipped is not None and not quiet):
+                click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
+            elif not as_json:
+                show(o.profile, o.value)
+    except Interrupted as exc:  # the JSON of what was done, the stopped run's row last
+        if as_json:
+            emit_json(
+                rows + ([] if exc.result is None else [{"profile": exc.result.profile} | to_dict(exc.result)])
+            )
+        raise
     if as_json:
         emit_json(rows)
     code = exit_code(outcomes)
