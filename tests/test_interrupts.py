@@ -122,3 +122,25 @@ def test_next_run_says_what_it_resumed(home):
     assert summary["resumed"] > 0
     assert f"resumed {summary['resumed']} sessions an interrupted run had archived" in out.stdout
     assert not session_ids(home / "state.db") & planned  # all done in the end
+
+
+#: ``python -c CTRL_C_IN_REPORT ARGS...``: the keeper with Ctrl-C arriving as its report starts.
+CTRL_C_IN_REPORT = """
+import os, signal, sys
+from hermes_keeper import home
+build = home.build_report
+def interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    return build(*args, **kwargs)
+home.build_report = interrupted
+from hermes_keeper.cli import main
+main(sys.argv[1:], prog_name="hermes-keeper")
+"""
+
+
+def test_ctrl_c_in_any_command_is_130_not_aborted(home):
+    """Outside a run's steps Ctrl-C ends the command at once: the shell's 130 and one line, not
+    click's 'Aborted!' and exit 1."""
+    cmd = [sys.executable, "-c", CTRL_C_IN_REPORT, "report", "--home", str(home)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert (out.returncode, out.stderr) == (130, "hermes-keeper: interrupted\n")
