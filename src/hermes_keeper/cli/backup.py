@@ -17,6 +17,7 @@ from hermes_keeper.cli.options import (
     examples,
     for_each,
     json_option,
+    one_profile_options,
     profile_options,
     quiet_option,
     yes_option,
@@ -171,7 +172,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
 
 
 @click.command(epilog=examples("restore --latest --dry-run", "restore state-20261203T040000Z.db.zst --yes"))
-@profile_options
+@one_profile_options
 @click.argument("backup_name", required=False, metavar="[BACKUP]")
 @click.option("--latest", is_flag=True, help="The newest backup of this home.")
 @dest_option

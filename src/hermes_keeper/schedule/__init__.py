@@ -128,9 +128,28 @@ class Change:
     where: str
     text: str
     note: str = ""
+    runs: Runs | None = None  # show: when the scheduler runs it next and ran it last
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.runs is None:
+            del d["runs"]
+        return d
+
+
+@dataclass(frozen=True)
+class Runs:
+    """What the scheduler itself says of a job: its next run, its last one and that one's result
+    (None: it does not say, or never ran it), local time ``YYYY-MM-DD HH:MM`` where the keeper
+    computes it, the scheduler's own words otherwise."""
+
+    next: str | None = None
+    last: str | None = None
+    result: str | None = None
+
+    def line(self) -> str:
+        last = f"{self.last} ({self.result})" if self.last and self.result else self.last
+        return f"next run: {self.next or 'not known'}; last run: {last or 'none recorded by the scheduler'}"
 
 
 def backend(via: str):
