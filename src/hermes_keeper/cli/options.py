@@ -6,6 +6,7 @@ import functools
 import json
 import shlex
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -178,6 +179,13 @@ def outcome_row(o: Outcome, to_dict: Callable[[Any], dict] = lambda value: value
     return row | {"home": str(o.profile.home)} | why
 
 
+def debug_traceback(o: Outcome) -> None:
+    """Under ``hermes-keeper --debug``, the traceback of a profile's failure (the error boundary
+    shows it for one profile; :func:`each` caught it for several)."""
+    if o.exception is not None and click.get_current_context().find_root().params.get("debug"):
+        traceback.print_exception(o.exception)
+
+
 def for_each(
     profiles: Sequence[Profile],
     action: Callable[[Profile], Any],
@@ -198,6 +206,7 @@ def for_each(
         outcomes.append(o)
         rows.append(outcome_row(o, to_dict))
         if o.error is not None or o.skipped is not None:
+            debug_traceback(o)
             click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
         elif not as_json:
             show(o.profile, o.value)

@@ -1,0 +1,136 @@
+"""``--all-profiles``: one bad profile never stops the others; symlinked profiles (issue 34)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hermes_keeper import demo
+from hermes_keeper.home import Profile, each, exit_code
+from tests.conftest import tree_digest
+
+NAMES = ("alpha", "bravo", "charlie")
+
+
+def keeper(*args):
+    return subprocess.run([sys.executable, "-m", "hermes_keeper", *args], capture_output=True, text=True)
+
+
+def _damage_a_messages_page(db) -> None:
+    """Scribble over a leaf page of ``messages``: every read of the table fails with
+    ``database disk image is malformed`` (an ``sqlite3.DatabaseError``, no refusal of the keeper's)."""
+    conn = sqlite3.connect(db)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = [
+        r[0]
+        for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' ORDER BY pageno"
+        )
+    ]
+    conn.close()
+    with open(db, "r+b") as fh:
+        fh.seek((pages[len(pages) // 2] - 1) * page_size)
+        fh.write(b"\xff" * 64)
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A home whose first profile (``alpha``) has a damaged page; ``bravo`` and ``charlie`` after it."""
+    root = tmp_path / "home"
+    now = time.time()
+    demo.build_home(root, demo.generate(now, sessions=30))
+    for name in NAMES:
+        demo.build_home(root / "profiles" / name, demo.generate(now, sessions=30))
+    _damage_a_messages_page(root / "profiles" / "alpha" / "state.db")
+    return root
+
+
+@pytest.mark.parametrize("command", ["run", "report", "plan"])
+def test_a_damaged_profile_is_named_and_the_later_ones_still_run(home, command):
+    """Was: ``SQLite: database disk image is malformed`` with no profile name, exit 1, and
+    ``bravo`` and ``charlie`` never ran (each() caught only refusals and OSError)."""
+    res = keeper(command, "--home", str(home), "--all-profiles", "--json")
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines() == [
+        "hermes-keeper: alpha: SQLite: database disk image is malformed (run with --debug for details)"
+    ]
+    rows = {row["profile"]: row for row in json.loads(res.stdout)["profiles"]}
+    assert list(rows) == ["default", *NAMES]
+    assert "malformed" in rows["alpha"]["error"]
+    assert all("error" not in rows[name] for name in ("default", "bravo", "charlie"))
+
+
+def test_check_names_the_damaged_profile_and_checks_the_others(home):
+    """Was: ``HERMES-KEEPER UNKNOWN - SQLite: ...`` for the whole home, no profile checked."""
+    res = keeper("check", "--home", str(home), "--all-profiles", "--json")
+    doc = json.loads(res.stdout)
+    rows = {row["profile"]: row for row in doc["profiles"]}
+    assert "alpha: SQLite: database disk image is malformed" in doc["line"]
+    assert "malformed" in rows["alpha"]["error"]
+    assert all(rows[name].get("status") for name in ("default", "bravo", "charlie")), rows
+    assert res.returncode == doc["code"] >= 2  # CRITICAL (never ran, no backup) or UNKNOWN: the worst
+
+
+def test_debug_shows_the_damaged_profile_s_traceback_and_still_runs_the_others(home):
+    res = keeper("--debug", "plan", "--home", str(home), "--all-profiles")
+    assert res.returncode == 1
+    assert "Traceback" in res.stderr and "sqlite3.DatabaseError" in res.stderr
+    assert "== charlie plan ==" in res.stdout
+
+
+def test_each_isolates_any_exception_and_the_exit_code_is_the_worst(tmp_path):
+    """The library's loop: a bug in one profile is its own outcome, with the boundary's line."""
+    profiles = [Profile(n, tmp_path / n, tmp_path) for n in ("a", "b", "c")]
+    for p in profiles:
+        p.home.mkdir()
+        (p.home / "state.db").touch()
+
+    def action(p):
+        if p.name == "b":
+            raise ZeroDivisionError("boom")
+        return p.name
+
+    outcomes = list(each(profiles, action))
+    assert [o.value for o in outcomes] == ["a", None, "c"]
+    assert outcomes[1].error == "unexpected error: ZeroDivisionError: boom (run with --debug for details)"
+    assert isinstance(outcomes[1].exception, ZeroDivisionError) and outcomes[1].exit_code == 1
+    assert exit_code(outcomes) == 1
+    assert exit_code(list(each(profiles[1:2] * 2, action))) == 1  # nothing ran: the failures' own code
+
+
+def test_symlinked_profiles_are_followed_or_reported(tmp_path):
+    """A profile moved to another disk and linked back is kept like any other (was: silently left
+    out of --all-profiles); a link to nothing, to the home, or to another profile's folder is a
+    note naming it, and nothing behind it changes."""
+    root, moved = tmp_path / "home", tmp_path / "disk2" / "work"
+    now = time.time()
+    demo.build_home(root, demo.generate(now, sessions=30))
+    demo.build_home(root / "profiles" / "bravo", demo.generate(now, sessions=30))
+    demo.build_home(moved, demo.generate(now, sessions=30))
+    links = root / "profiles"
+    (links / "work").symlink_to(moved)
+    (links / "loop").symlink_to("..")
+    (links / "twin").symlink_to("bravo")
+    (links / "gone").symlink_to(tmp_path / "nowhere")
+    res = keeper("run", "--home", str(root), "--all-profiles", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {row["profile"]: row for row in json.loads(res.stdout)["profiles"]}
+    assert rows["work"]["pruned"] > 0 and (moved / "keeper" / "archive.db").is_file()
+    assert (
+        "is a symlink to" in rows["loop"]["skipped_because"]
+        and "holds the home" in rows["loop"]["skipped_because"]
+    )
+    assert "the folder of profile 'bravo'" in rows["twin"]["skipped_because"]
+    assert "not a folder" in rows["gone"]["skipped_because"]
+    assert rows["bravo"]["pruned"] > 0  # once, as itself
+    assert sorted(line.split(":")[1].strip() for line in res.stderr.splitlines()) == ["gone", "loop", "twin"]
+    assert not (tmp_path / "nowhere").exists()
+    before = tree_digest(root)
+    refused = keeper("run", "--home", str(root), "--profile", "twin")
+    assert refused.returncode == 2 and "not followed" in refused.stderr
+    assert tree_digest(root) == before
