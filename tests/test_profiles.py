@@ -134,3 +134,31 @@ def test_symlinked_profiles_are_followed_or_reported(tmp_path):
     refused = keeper("run", "--home", str(root), "--profile", "twin")
     assert refused.returncode == 2 and "not followed" in refused.stderr
     assert tree_digest(root) == before
+
+
+def _damage_the_cell_offsets_of_an_interior_page(db) -> None:
+    """An interior page of ``messages`` whose cell offsets point nowhere: ``quick_check`` gives
+    several rows, the first holding a line break (``*** in database main ***\\nOn tree page ...``)."""
+    conn = sqlite3.connect(db)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    (page,) = conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'internal' ORDER BY pageno"
+    ).fetchone()
+    conn.close()
+    with open(db, "r+b") as fh:
+        fh.seek((page - 1) * page_size + 12)
+        fh.write(b"\x00\x00\xff\xff" * 8)
+
+
+def test_a_quick_check_failure_under_all_profiles_is_one_line(tmp_path):
+    """Was: 6 stderr lines (SQLite's rows, and the line breaks inside them, went out as they were)."""
+    root = tmp_path / "home"
+    now = time.time()
+    demo.build_home(root, demo.generate(now, sessions=30))
+    demo.build_home(root / "profiles" / "alpha", demo.generate(now, sessions=30))
+    _damage_the_cell_offsets_of_an_interior_page(root / "profiles" / "alpha" / "state.db")
+    res = keeper("compact", "--home", str(root), "--all-profiles", "--quiet")
+    assert res.returncode == 1
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("hermes-keeper: alpha: ") and "fails quick_check (On tree page" in line
+    assert "; On tree page" in line and "***" not in line

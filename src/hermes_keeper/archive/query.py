@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from hermes_keeper.archive.payload import RawText, decode_value
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.sqlite.schema import check_line
 from hermes_keeper.units import parse_duration
 
 CONTENT_JSON_PREFIX = "\x00json:"
@@ -323,9 +324,8 @@ def verify(store: Archive) -> VerifyResult:
     result = VerifyResult()
     problems = []
     for f in store.files:
-        rows = [r[0] for r in f.conn.execute("PRAGMA quick_check")]
-        if rows != ["ok"]:
-            problems.append(f"{f.path.name}: {'; '.join(rows)}")
+        if (line := check_line(f.conn.execute("PRAGMA quick_check").fetchall())) != "ok":
+            problems.append(f"{f.path.name}: {line}")
     result.database = "; ".join(problems)[:500] or "ok"
     newest = store.newest()
     for e in sorted(store.entries(), key=lambda e: (e.session_id, -e.entry)):

@@ -40,7 +40,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_ro, connect_rw
 from hermes_keeper.sqlite.holders import find_holders
-from hermes_keeper.sqlite.schema import inspect
+from hermes_keeper.sqlite.schema import check_line, inspect
 
 SAFETY_PREFIX = "state.db.keeper-before-restore-"
 RESTORE_TMP = ".state.db.keeper-restore.tmp"
@@ -213,7 +213,7 @@ def _check_restored(fs: HomeFS, tmp: Path, record: BackupRecord) -> None:
     no sidecar of its own left (its modes were just set; a ``-wal`` would hold commits)."""
     conn = connect_ro(tmp)
     try:
-        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        check = check_line(conn.execute("PRAGMA quick_check(5)").fetchall())
     finally:
         conn.close()
     sizes = {RESTORE_TMP + side: fs.lstat(RESTORE_TMP + side) for side in ("-journal", "-wal")}

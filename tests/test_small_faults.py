@@ -1,0 +1,71 @@
+"""Issue 34's smaller points: each a case met, what the keeper does now (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+
+from click.testing import CliRunner
+
+from hermes_keeper import demo
+from hermes_keeper.cli import main
+from hermes_keeper.cli.text import term
+
+NOW = time.time()
+SEPARATORS = "\u2028\u2029\x85"  # LINE SEPARATOR, PARAGRAPH SEPARATOR, NEXT LINE (NEL)
+
+
+def keeper(*args):
+    return subprocess.run([sys.executable, "-m", "hermes_keeper", *args], capture_output=True, text=True)
+
+
+def test_unicode_line_separators_never_reach_the_terminal_raw(tmp_path):
+    """Was: U+2028 and U+2029 in an id, title or source went out raw (a line break to many
+    terminals and pagers); U+0085 was already escaped with the C1 controls."""
+    home = tmp_path / "home"
+    start = NOW - 400 * 86400
+    spec = {
+        "id": f"id{SEPARATORS}x",
+        "source": f"cli{SEPARATORS}",
+        "started_at": start,
+        "ended_at": start + 60,
+        "title": f"t{SEPARATORS}end",
+        "messages": [["user", f"walrus {SEPARATORS}", start + 10] for _ in range(30)],
+    }
+    demo.build_home(home, demo.DemoSpec(NOW, sessions=[spec]))
+    (home / "keeper.toml").write_text("keep_titled = false\n")
+    runner = CliRunner()
+    outputs = [
+        runner.invoke(main, [*args, "--home", str(home)]).output for args in (["report"], ["plan", "-v"])
+    ]
+    assert runner.invoke(main, ["run", "--home", str(home), "--quiet"]).exit_code == 0
+    for args in (["list"], ["show", "id"], ["search", "walrus"]):
+        res = runner.invoke(main, ["archive", *args, "--home", str(home)])
+        assert res.exit_code == 0, res.output
+        outputs.append(res.output)
+    for out in outputs:
+        assert not any(c in out for c in SEPARATORS), out
+    assert all("\\u2028\\u2029\\x85" in out for out in outputs[1:])  # plan -v and the archive name the id
+    assert term(f"a{SEPARATORS}b") == "a\\u2028\\u2029\\x85b"
+
+
+def test_compact_says_its_failure_on_stderr(tmp_path, hold_open):
+    """compact exits 75 when Hermes holds a database it cannot switch to incremental: that line
+    goes to stderr (also with --quiet), stdout stays empty (was: stdout, and nothing with --quiet)."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=60))
+    (home / "keeper.toml").write_text('live_vacuum_stall = "10ms"\n')
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE source = 'cron')")
+    conn.commit()
+    conn.close()
+    hold_open(home / "state.db", via_hermes=False)
+    for quiet in ([], ["--quiet"]):
+        res = keeper("compact", "--home", str(home), *quiet)
+        assert res.returncode == 75, res.stderr
+        assert res.stdout == ""
+        (line,) = res.stderr.splitlines()
+        assert line.startswith("hermes-keeper: default: freed") and "auto_vacuum none -> none" in line
+        assert "when no process holds the database" in line
