@@ -69,3 +69,23 @@ def test_compact_says_its_failure_on_stderr(tmp_path, hold_open):
         (line,) = res.stderr.splitlines()
         assert line.startswith("hermes-keeper: default: freed") and "auto_vacuum none -> none" in line
         assert "when no process holds the database" in line
+
+
+def test_run_into_a_closed_pipe_does_not_say_nothing_changed(tmp_path):
+    """``run | true``: the reader is gone before the summary line. Was exit 2, the code of "refused,
+    nothing changed", after the run had pruned everything; now 141 (a process SIGPIPE ended)."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=30))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hermes_keeper", "run", "--home", str(home)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader went away: the summary's write gets EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141, err
+    assert err.splitlines() == [
+        "hermes-keeper: output cut: its reader closed the pipe; what was done stands (the journal has it)"
+    ]
+    listed = keeper("archive", "list", "--home", str(home), "--json")
+    assert '"session_id"' in listed.stdout  # the run did prune and archive

@@ -3,6 +3,7 @@
 import errno
 import os
 import shutil
+import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -32,6 +33,11 @@ def os_error_line(exc: OSError) -> str:
     """An OSError (read-only home, full disk, permissions) as one line: reason and file."""
     where = f": {exc.filename}" if exc.filename else ""
     return f"{exc.strerror or exc}{where}"
+
+
+#: A command whose reader went away (``run | head``): the exit status of a process SIGPIPE ended,
+#: never 2's "refused, nothing changed" (the run before its summary line changed what it changed).
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 #: Below this many free bytes an SQLite I/O error is taken for what it almost surely is. Not 1 MiB:
@@ -80,6 +86,11 @@ def failure_line(exc: BaseException, where: Path | None = None) -> tuple[str, in
         )
     if isinstance(exc, KeeperError):
         return str(exc), exc.exit_code
+    if isinstance(exc, BrokenPipeError):
+        return (
+            "output cut: its reader closed the pipe; what was done stands (the journal has it)",
+            EXIT_BROKEN_PIPE,
+        )
     if isinstance(exc, OSError):  # read-only home, permissions: refused, nothing changed
         return os_error_line(exc), KeeperError.exit_code
     if is_busy(exc):  # another process kept the database locked past every wait
