@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -89,3 +91,34 @@ def test_run_into_a_closed_pipe_does_not_say_nothing_changed(tmp_path):
     ]
     listed = keeper("archive", "list", "--home", str(home), "--json")
     assert '"session_id"' in listed.stdout  # the run did prune and archive
+
+
+def test_an_id_that_is_not_utf8_keeps_the_json_valid(tmp_path):
+    """``plan --json -v`` with a session id whose bytes are not UTF-8 (``id\\xffA``). Was: the raw
+    0xff byte written into the document, which no JSON reader takes. Now JSON's ``\\udcff``
+    escape (Python's ``surrogateescape`` of the byte): valid UTF-8, and it reads back as the same
+    name the keeper takes on its command line (``os.fsdecode(b"id\\xffA")``)."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=10))
+    conn = sqlite3.connect(home / "state.db")
+    t0 = NOW - 200 * 86400
+    conn.execute(
+        "INSERT INTO sessions (id, source, started_at, ended_at, end_reason)"
+        " VALUES (CAST(X'6964ff41' AS TEXT), 'cron', ?, ?, 'cron_complete')",
+        (t0, t0 + 100),
+    )
+    conn.commit()
+    conn.close()
+    res = subprocess.run(
+        [sys.executable, "-m", "hermes_keeper", "plan", "--json", "-v", "--home", str(home)],
+        capture_output=True,
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout.decode("utf-8"))  # strict: was UnicodeDecodeError at the 0xff
+    (odd,) = [d for d in doc["profiles"][0]["decisions"] if d["session_id"] == os.fsdecode(b"id\xffA")]
+    assert odd["reason"] == "id is not valid UTF-8" and b'"id\\udcffA"' in res.stdout
+    assert keeper("run", "--home", str(home), "--quiet").returncode == 0  # an archive to look in
+    named = keeper("archive", "show", os.fsdecode(b"id\xffA"), "--home", str(home))
+    assert (
+        named.returncode == 2 and "'id\\udcffA' is not in the archive" in named.stderr
+    )  # was: unexpected error

@@ -122,6 +122,11 @@ def list_entries(store: Archive, filters: Filters = ALL) -> list[Entry]:
 def resolve_id(store: Archive, text: str) -> Entry:
     """The entry ``text`` names: an exact archived id (its newest entry), ``#N`` (entry N), else a
     unique prefix of an id (like Hermes's ``resolve_session_id``)."""
+    if not text.isascii() and not _utf8(text):  # bytes given on the command line that are not UTF-8
+        raise KeeperError(
+            f"{text!r} is not in the archive: a session whose id is not UTF-8 is never archived, "
+            "it stays in state.db as it is"
+        )
     if (e := store.entry(text)) is not None:
         return e
     if ENTRY_ADDRESS.match(text) and (e := store.by_entry(int(text[1:]))) is not None:
@@ -133,6 +138,14 @@ def resolve_id(store: Archive, text: str) -> Entry:
     if not found:
         raise KeeperError(f"{text!r} is not in the archive (see `hermes-keeper archive list`)")
     raise KeeperError(f"{text!r} matches several archived sessions: {', '.join(sorted(set(found))[:5])}, ...")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def content_text(value) -> str:
