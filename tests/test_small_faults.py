@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.cli.text import term
+from hermes_keeper.hermes_config import ADOPT_COMMENT, read_auto_prune
 
 NOW = time.time()
 SEPARATORS = "\u2028\u2029\x85"  # LINE SEPARATOR, PARAGRAPH SEPARATOR, NEXT LINE (NEL)
@@ -122,3 +123,44 @@ def test_an_id_that_is_not_utf8_keeps_the_json_valid(tmp_path):
     assert (
         named.returncode == 2 and "'id\\udcffA' is not in the archive" in named.stderr
     )  # was: unexpected error
+
+
+HERMES_STYLE_CONFIG = """\
+model:
+    default: "anthropic/claude-opus-4"
+    provider: auto
+toolsets:
+  - hermes-cli
+  - web
+terminal:
+    backend: local
+    env:
+      - FOO=1
+display:
+  extra:   [a,  b]
+sessions:
+    auto_prune: true   # prune old ones
+    retention_days: 30
+"""
+
+
+def test_adopt_changes_only_the_auto_prune_line(tmp_path):
+    """Was: 7 unrelated lines re-indented (ruamel's dump: lists under a key, 4-space blocks, the
+    spacing in a flow list). Now the one line is changed, or added, and every other byte stays."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=5))
+    config = home / "config.yaml"
+    config.write_text(HERMES_STYLE_CONFIG)
+    assert keeper("adopt", "--home", str(home), "--yes").returncode == 0
+    before, after = HERMES_STYLE_CONFIG.splitlines(), config.read_text().splitlines()
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+    assert changed == [
+        ("    auto_prune: true   # prune old ones", f"    auto_prune: false  # {ADOPT_COMMENT}")
+    ]
+    without = HERMES_STYLE_CONFIG.replace("    auto_prune: true   # prune old ones\n", "")
+    config.write_text(without)
+    assert keeper("adopt", "--home", str(home), "--yes").returncode == 0
+    assert config.read_text() == without.replace(
+        "sessions:\n", f"sessions:\n    auto_prune: false  # {ADOPT_COMMENT}\n"
+    )
+    assert not read_auto_prune(home, 31).enabled
