@@ -164,3 +164,54 @@ def test_adopt_changes_only_the_auto_prune_line(tmp_path):
         "sessions:\n", f"sessions:\n    auto_prune: false  # {ADOPT_COMMENT}\n"
     )
     assert not read_auto_prune(home, 31).enabled
+
+
+def test_sessions_with_cyclic_parents_are_restored_with_their_links(tmp_path):
+    """Parents in a cycle (``a`` under ``b`` under ``a``; three in a ring; one its own parent),
+    rows Hermes does not make but a damaged or hand-edited state.db holds. Was: archived by a run,
+    then every restore stopped by state.db (``FOREIGN KEY constraint failed``: no order puts a
+    parent first). Now each goes back, its link set once the whole cycle is in."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=5))
+    links = {"two_a": "two_b", "two_b": "two_a", "ring_a": "ring_c", "ring_b": "ring_a", "ring_c": "ring_b"}
+    links["self_a"] = "self_a"
+    conn = sqlite3.connect(home / "state.db")
+    t0 = NOW - 200 * 86400
+    for sid, parent in links.items():
+        conn.execute(
+            "INSERT INTO sessions (id, source, started_at, ended_at, end_reason, parent_session_id)"
+            " VALUES (?, 'cli', ?, ?, 'compression', ?)",
+            (sid, t0, t0 + 100, parent),
+        )
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', 'hi', ?)",
+            (sid, t0 + 1),
+        )
+    conn.commit()
+    conn.close()
+    assert keeper("run", "--home", str(home), "--quiet").returncode == 0
+    for sid in ("two_a", "ring_b", "self_a"):
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hermes_keeper",
+                "archive",
+                "restore",
+                sid,
+                "--force",
+                "--home",
+                str(home),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+    conn = sqlite3.connect(home / "state.db")
+    marks = ",".join("?" * len(links))
+    back = dict(
+        conn.execute(f"SELECT id, parent_session_id FROM sessions WHERE id IN ({marks})", list(links))
+    )
+    conn.close()
+    assert back == links
