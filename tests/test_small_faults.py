@@ -215,3 +215,29 @@ def test_sessions_with_cyclic_parents_are_restored_with_their_links(tmp_path):
     )
     conn.close()
     assert back == links
+
+
+def test_backups_follow_a_home_that_was_moved(tmp_path):
+    """Backups were matched by the home's absolute path: after ``mv ~/.hermes /new/place`` they
+    vanished (``check`` CRITICAL "no verified backup", ``restore --latest`` "no backups of").
+    Those in the home's own keeper/backups, whose recorded home holds no state.db any more, are
+    its own; a backup of a home that is still there stays that home's."""
+    old, new, other = tmp_path / "old", tmp_path / "new", tmp_path / "other"
+    for home in (old, other):
+        demo.build_home(home, demo.generate(NOW, sessions=20))
+        assert keeper("backup", "--home", str(home), "--quiet").returncode == 0
+    old.rename(new)
+    doc = json.loads(keeper("check", "--home", str(new), "--json").stdout)
+    (backup_age,) = [m for m in doc["profiles"][0]["measures"] if m["label"] == "backup_age"]
+    assert backup_age["value"] is not None and "no verified backup" not in doc["line"]
+    res = keeper("restore", "--latest", "--dry-run", "--home", str(new))
+    assert res.returncode == 0 and f"{new}/keeper/backups/state-" in res.stdout, res.stderr
+    # another home's backup copied into this folder is not taken for this home's
+    other_record = json.loads((other / "keeper" / "backups" / "manifest.json").read_text())["backups"][0]
+    manifest = new / "keeper" / "backups" / "manifest.json"
+    body = json.loads(manifest.read_text())
+    manifest.write_text(
+        json.dumps(body | {"backups": [other_record | {"created_at": NOW + 60}, *body["backups"]]})
+    )
+    listed = json.loads(keeper("backups", "--home", str(new), "--json").stdout)["profiles"][0]["backups"]
+    assert [b["home"] for b in listed] == [str(old)]

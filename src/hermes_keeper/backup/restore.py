@@ -32,6 +32,7 @@ from hermes_keeper.backup.snapshot import (
     decompress_to,
     list_backups,
     match_modes,
+    of_home,
     verify_backup,
 )
 from hermes_keeper.errors import KeeperError, os_error_line
@@ -69,7 +70,7 @@ def find_backup(profile: Place, name: str | Path | None, dest_dir: Path | str | 
         folder, name = Path(name).parent, Path(name).name
     records = list_backups(folder)
     if name is None:
-        mine = [r for r in records if r.home == str(profile.home)]
+        mine = [r for r in records if of_home(r, profile.home)]
         if not mine:
             raise KeeperError(f"no backups of {profile.home} in {folder}")
         return mine[-1]
