@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hermes_keeper import demo
-from hermes_keeper.home import Profile, each, exit_code
+from hermes_keeper.home import Profile, each, exit_code, select_profiles
 from tests.conftest import tree_digest
 
 NAMES = ("alpha", "bravo", "charlie")
@@ -162,3 +162,16 @@ def test_a_quick_check_failure_under_all_profiles_is_one_line(tmp_path):
     (line,) = res.stderr.splitlines()
     assert line.startswith("hermes-keeper: alpha: ") and "fails quick_check (On tree page" in line
     assert "; On tree page" in line and "***" not in line
+
+
+def test_hermes_home_inside_a_symlinked_profile_names_it_under_its_root(tmp_path):
+    """``hermes -p work`` sets HERMES_HOME to ``<root>/profiles/work``; when that is a link to
+    another disk it is still profile ``work`` of ``<root>`` (one keeper lock for the home). Was:
+    the link's target taken for a home of its own, profile ``default``, with its own lock."""
+    root, moved = tmp_path / "home", tmp_path / "disk2" / "elsewhere"
+    root.mkdir()
+    moved.mkdir(parents=True)
+    (root / "profiles").mkdir()
+    (root / "profiles" / "work").symlink_to(moved)
+    (picked,) = select_profiles(env={"HERMES_HOME": str(root / "profiles" / "work")})
+    assert (picked.name, picked.root, picked.home.resolve()) == ("work", root.resolve(), moved.resolve())

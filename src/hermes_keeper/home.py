@@ -452,10 +452,10 @@ def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] |
     path = Path(raw).expanduser()
     if not path.is_dir():
         raise KeeperError(f"Hermes home not found: {path}")
-    path = path.resolve()
-    if path.parent.name == "profiles" and PROFILE_NAME.match(path.name):
-        return path.parent.parent
-    return path
+    for named in (Path(os.path.abspath(path)), path.resolve()):  # a symlinked profile: by its link
+        if named.parent.name == "profiles" and PROFILE_NAME.match(named.name):
+            return named.parent.parent.resolve()
+    return path.resolve()
 
 
 def discover_profiles(root: Path) -> list[Profile]:
@@ -520,8 +520,8 @@ def select_profiles(
         return profiles
     by_name = {p.name: p for p in profiles}
     if profile is None:
-        given = Path(raw_home).expanduser().resolve() if raw_home else None
-        profile = given.name if given is not None and given != root else active_profile_name(root)
+        given = Path(os.path.abspath(Path(raw_home).expanduser())) if raw_home else None  # a link's own name
+        profile = given.name if given is not None and given.resolve() != root else active_profile_name(root)
     if profile not in by_name:
         known = ", ".join(sorted(by_name))
         raise KeeperError(f"profile {profile!r} not found under {root} (known: {known})")
