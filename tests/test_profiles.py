@@ -175,3 +175,16 @@ def test_hermes_home_inside_a_symlinked_profile_names_it_under_its_root(tmp_path
     (root / "profiles" / "work").symlink_to(moved)
     (picked,) = select_profiles(env={"HERMES_HOME": str(root / "profiles" / "work")})
     assert (picked.name, picked.root, picked.home.resolve()) == ("work", root.resolve(), moved.resolve())
+
+
+def test_a_profile_s_failure_line_is_escaped_for_the_terminal(tmp_path):
+    """The line naming one profile's failure (its path is the user's, any bytes) goes through the
+    terminal escaping the one-profile error line has (was: printed raw under --all-profiles)."""
+    root = tmp_path / "we\x1b[31mird\u2028home"
+    demo.build_home(root, demo.generate(time.time(), sessions=5))
+    (root / "profiles" / "alpha").mkdir(parents=True)
+    (root / "profiles" / "alpha" / "state.db").write_bytes(b"not a database\n" * 50)
+    res = keeper("report", "--home", str(root), "--all-profiles")
+    assert res.returncode == 1
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("hermes-keeper: alpha: ") and "we\\x1b[31mird\\u2028home" in line

@@ -217,7 +217,9 @@ def for_each(
         rows.append(outcome_row(o, to_dict))
         if o.error is not None or o.skipped is not None:
             debug_traceback(o)
-            click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
+            from hermes_keeper.cli.text import term  # only on this path: rich is not cheap to import
+
+            click.echo(f"hermes-keeper: {o.profile.name}: {term(o.error or o.skipped)}", err=True)
         elif not as_json:
             show(o.profile, o.value)
     if as_json:
