@@ -188,3 +188,22 @@ def test_a_profile_s_failure_line_is_escaped_for_the_terminal(tmp_path):
     assert res.returncode == 1
     (line,) = res.stderr.splitlines()
     assert line.startswith("hermes-keeper: alpha: ") and "we\\x1b[31mird\\u2028home" in line
+
+
+def test_a_damaged_archive_is_named_and_the_other_archives_are_still_read(tmp_path):
+    """``archive list`` and ``archive search`` went through no :func:`each`: one archive that is
+    no database stopped both for every profile, unnamed. Now its line, an ``error`` row, exit 1."""
+    root = tmp_path / "home"
+    now = time.time()
+    demo.build_home(root, demo.generate(now, sessions=20))
+    demo.build_home(root / "profiles" / "alpha", demo.generate(now, sessions=20))
+    assert keeper("run", "--home", str(root), "--all-profiles", "--quiet").returncode == 0
+    (root / "keeper" / "archive.db").write_bytes(b"not a database\n" * 500)
+    listed = keeper("archive", "list", "--home", str(root), "--all-profiles", "--json")
+    assert listed.returncode == 1
+    default, alpha = json.loads(listed.stdout)["profiles"]
+    assert "cannot open the archive" in default["error"] and alpha["sessions"]
+    (line,) = listed.stderr.splitlines()
+    assert line.startswith("hermes-keeper: default: ") and "cannot open the archive" in line
+    found = keeper("archive", "search", "the", "--home", str(root), "--all-profiles")
+    assert found.returncode == 1 and "alpha: " in found.stdout and "archived sessions match" in found.stdout
