@@ -163,14 +163,6 @@ def command_name() -> str:
     return " ".join(reversed(words))
 
 
-def emit_json(rows: list[dict], **overall: Any) -> None:
-    """The one JSON shape of every command (docs/json.md): ``{"command": "archive list",
-    "profiles": [{"profile": NAME, ...}, ...]}``, one row per profile, in the order done.
-    ``overall``: keys about the whole invocation, beside ``command`` (check's Nagios status)."""
-    doc = {"command": command_name(), **overall, "profiles": rows}
-    click.echo(_LONE_SURROGATE.sub(_escaped, json.dumps(doc, indent=2, ensure_ascii=False)))
-
-
 #: The bytes of an id (or any text) that were not UTF-8, as Python keeps them (``surrogateescape``:
 #: byte 0xff is U+DCFF): JSON's ``\udcff`` escape, so the document stays UTF-8 and reads back exact.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -178,6 +170,14 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 def _escaped(m: re.Match) -> str:
     return f"\\u{ord(m.group()):04x}"
+
+
+def emit_json(rows: list[dict], **overall: Any) -> None:
+    """The one JSON shape of every command (docs/json.md): ``{"command": "archive list",
+    "profiles": [{"profile": NAME, ...}, ...]}``, one row per profile, in the order done.
+    ``overall``: keys about the whole invocation, beside ``command`` (check's Nagios status)."""
+    doc = {"command": command_name(), **overall, "profiles": rows}
+    click.echo(_LONE_SURROGATE.sub(_escaped, json.dumps(doc, indent=2, ensure_ascii=False)))
 
 
 def outcome_row(o: Outcome, to_dict: Callable[[Any], dict] = lambda value: value.to_dict()) -> dict:
