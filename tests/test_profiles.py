@@ -207,3 +207,20 @@ def test_a_damaged_archive_is_named_and_the_other_archives_are_still_read(tmp_pa
     assert line.startswith("hermes-keeper: default: ") and "cannot open the archive" in line
     found = keeper("archive", "search", "the", "--home", str(root), "--all-profiles")
     assert found.returncode == 1 and "alpha: " in found.stdout and "archived sessions match" in found.stdout
+
+
+def test_adopt_all_profiles_goes_on_past_a_config_it_cannot_edit(tmp_path):
+    """``adopt --all-profiles``: a config.yaml that is not YAML in one profile was a refusal for
+    the whole command, the later profiles never adopted. Now it is named, the others changed."""
+    root = tmp_path / "home"
+    for home in (root, root / "profiles" / "alpha", root / "profiles" / "bravo"):
+        demo.build_home(home, demo.generate(time.time(), sessions=5))
+        (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    (root / "profiles" / "alpha" / "config.yaml").write_text("sessions: [unclosed\n")
+    res = keeper("adopt", "--home", str(root), "--all-profiles", "--yes")
+    assert res.returncode == 1
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("hermes-keeper: alpha: ") and "not valid YAML" in line
+    assert (root / "profiles" / "alpha" / "config.yaml").read_text() == "sessions: [unclosed\n"
+    for home in (root, root / "profiles" / "bravo"):
+        assert "auto_prune: false" in (home / "config.yaml").read_text()
