@@ -33,7 +33,7 @@ from hermes_keeper.archive.store import ArchiveDamaged, archive_exists
 from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.restore import find_backup, restore_backup
 from hermes_keeper.check import SCHEDULED, UNSCHEDULED, check_profile
-from hermes_keeper.errors import KeeperError, os_error_line, warn
+from hermes_keeper.errors import KeeperError, failure_line, warn
 from hermes_keeper.facts import checked_unless_it_stalls
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
@@ -465,21 +465,43 @@ def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] |
     path = Path(raw).expanduser()
     if not path.is_dir():
         raise KeeperError(f"Hermes home not found: {path}")
-    path = path.resolve()
-    if path.parent.name == "profiles" and PROFILE_NAME.match(path.name):
-        return path.parent.parent
-    return path
+    for named in (Path(os.path.abspath(path)), path.resolve()):  # a symlinked profile: by its link
+        if named.parent.name == "profiles" and PROFILE_NAME.match(named.name):
+            return named.parent.parent.resolve()
+    return path.resolve()
 
 
 def discover_profiles(root: Path) -> list[Profile]:
-    """The default profile plus every valid ``profiles/<name>/`` directory, sorted by name."""
+    """The default profile plus every valid ``profiles/<name>/`` directory, sorted by name; a
+    symlinked one too (a profile moved to another disk), which :func:`link_problem` confines."""
     profiles = [Profile(DEFAULT_PROFILE, root, root)]
     pdir = root / "profiles"
     if pdir.is_dir():
         for child in sorted(pdir.iterdir()):
-            if child.is_dir() and not child.is_symlink() and PROFILE_NAME.match(child.name):
+            if (child.is_dir() or child.is_symlink()) and PROFILE_NAME.match(child.name):
                 profiles.append(Profile(child.name, child, root))
     return profiles
+
+
+def link_problem(profile: Profile, profiles: Sequence[Profile]) -> str | None:
+    """Why a symlinked profile folder is not followed, else None (followed like Hermes follows it:
+    its target is the profile's home, whose own files the door still never follows out of).
+
+    Not followed: a link to no folder, to the home or a folder holding it (a loop), or to a folder
+    another profile already is (one state.db kept twice over)."""
+    if not profile.home.is_symlink():
+        return None
+    target = profile.home.resolve()
+    said = f"profiles/{profile.name} is a symlink to {target}"
+    if not target.is_dir():
+        return f"{said}, not a folder"
+    if target == profile.root or target in profile.root.parents:
+        return f"{said}, which holds the home itself"
+    mine = profiles.index(profile)
+    for i, other in enumerate(profiles):  # the real folder, else the first link to it, is kept
+        if i != mine and (i < mine or not other.home.is_symlink()) and other.home.resolve() == target:
+            return f"{said}, the folder of profile {other.name!r} (kept once, as {other.name!r})"
+    return None
 
 
 def active_profile_name(root: Path) -> str:
@@ -511,11 +533,13 @@ def select_profiles(
         return profiles
     by_name = {p.name: p for p in profiles}
     if profile is None:
-        given = Path(raw_home).expanduser().resolve() if raw_home else None
-        profile = given.name if given is not None and given != root else active_profile_name(root)
+        given = Path(os.path.abspath(Path(raw_home).expanduser())) if raw_home else None  # a link's own name
+        profile = given.name if given is not None and given.resolve() != root else active_profile_name(root)
     if profile not in by_name:
         known = ", ".join(sorted(by_name))
         raise KeeperError(f"profile {profile!r} not found under {root} (known: {known})")
+    if why := link_problem(by_name[profile], profiles):
+        raise KeeperError(f"{why}: not followed")
     return [by_name[profile]]
 
 
@@ -544,6 +568,7 @@ class Outcome:
     error: str | None = None
     exit_code: int = 0
     skipped: str | None = None
+    exception: BaseException | None = None  # what ``error`` says, for a traceback under ``--debug``
 
 
 NEW_PROFILE = "no state.db yet (a new profile), skipped"
@@ -556,10 +581,12 @@ class Skipped(Exception):
 def each(
     profiles: Sequence[Profile], action: Callable[[Profile], Any], needs_db: bool = True
 ) -> Iterator[Outcome]:
-    """``action`` on every profile, each on its own: a refusal in one never stops the others.
+    """``action`` on every profile, each on its own: no failure in one (a refusal, a damaged
+    page, a bug) stops the others.
 
     With one profile the error is raised as it is (one line, its exit code); with several,
-    each becomes an :class:`Outcome`, and a profile folder without ``state.db`` is skipped
+    each becomes an :class:`Outcome` (:func:`errors.failure_line`: the line and code the error
+    boundary would give), and a profile folder without ``state.db`` is skipped
     (unless the action does not need one: ``archive verify`` checks an archive whatever
     became of the database).
     """
@@ -567,6 +594,9 @@ def each(
         yield Outcome(profiles[0], action(profiles[0]))
         return
     for p in profiles:
+        if why := link_problem(p, profiles):
+            yield Outcome(p, skipped=f"{why}: not followed, skipped")
+            continue
         if needs_db and not p.db_path.exists():
             yield Outcome(p, skipped=NEW_PROFILE)
             continue
@@ -574,12 +604,11 @@ def each(
             yield Outcome(p, action(p))
         except Skipped as note:
             yield Outcome(p, skipped=str(note))
-        except KeeperError as exc:
-            yield Outcome(p, error=str(exc), exit_code=exc.exit_code)
-        except BrokenPipeError:  # stdout's reader left: the command ends (cli._end_of_pipe)
+        except (BrokenPipeError, Interrupted):  # stdout's reader left, a signal: the command ends
             raise
-        except OSError as exc:  # read-only home, full disk: this profile only
-            yield Outcome(p, error=os_error_line(exc), exit_code=KeeperError.exit_code)
+        except Exception as exc:  # a refusal, a read-only home, a damaged page: this profile only
+            line, code = failure_line(exc, p.home)
+            yield Outcome(p, error=line, exit_code=code, exception=exc)
 
 
 def exit_code(outcomes: Sequence[Outcome]) -> int:

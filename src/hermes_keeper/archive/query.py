@@ -21,6 +21,7 @@ from hermes_keeper.archive.index import indexable, open_index
 from hermes_keeper.archive.payload import RawText, decode_value
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.sqlite.schema import check_line
 from hermes_keeper.units import parse_duration
 
 CONTENT_JSON_PREFIX = "\x00json:"
@@ -123,6 +124,11 @@ def list_entries(store: Archive, filters: Filters = ALL) -> list[Entry]:
 def resolve_id(store: Archive, text: str) -> Entry:
     """The entry ``text`` names: an exact archived id (its newest entry), ``#N`` (entry N), else a
     unique prefix of an id (like Hermes's ``resolve_session_id``)."""
+    if not text.isascii() and not _utf8(text):  # bytes given on the command line that are not UTF-8
+        raise KeeperError(
+            f"{text!r} is not in the archive: a session whose id is not UTF-8 is never archived, "
+            "it stays in state.db as it is"
+        )
     if (e := store.entry(text)) is not None:
         return e
     if ENTRY_ADDRESS.match(text) and (e := store.by_entry(int(text[1:]))) is not None:
@@ -134,6 +140,14 @@ def resolve_id(store: Archive, text: str) -> Entry:
     if not found:
         raise KeeperError(f"{text!r} is not in the archive (see `hermes-keeper archive list`)")
     raise KeeperError(f"{text!r} matches several archived sessions: {', '.join(sorted(set(found))[:5])}, ...")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def content_text(value) -> str:
@@ -379,9 +393,8 @@ def verify(store: Archive) -> VerifyResult:
     result = VerifyResult()
     problems = []
     for f in store.files:
-        rows = [r[0] for r in f.conn.execute("PRAGMA quick_check")]
-        if rows != ["ok"]:
-            problems.append(f"{f.path.name}: {'; '.join(rows)}")
+        if (line := check_line(f.conn.execute("PRAGMA quick_check").fetchall())) != "ok":
+            problems.append(f"{f.path.name}: {line}")
     result.database = "; ".join(problems)[:500] or "ok"
     newest = store.newest()
     for e in sorted(store.entries(), key=lambda e: (e.session_id, -e.entry)):

@@ -6,7 +6,9 @@ import functools
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, replace
+from typing import Any
 
 import click
 from rich.table import Table
@@ -21,16 +23,18 @@ from hermes_keeper.archive.query import (
 )
 from hermes_keeper.cli.options import (
     HelpGroup,
+    debug_traceback,
     emit_json,
     examples,
     for_each,
     one_profile_options,
+    outcome_row,
     profile_options,
 )
 from hermes_keeper.cli.render import busy, console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.home import Profile, ProfileArchive, Skipped
+from hermes_keeper.home import Outcome, Profile, ProfileArchive, Skipped, each, exit_code
 
 
 def _when_option(value: str | None, end_of_day: bool) -> float | None:
@@ -85,9 +89,30 @@ def _one(profiles: list[Profile]) -> Profile:
     return profiles[0]
 
 
-def _archives(profiles: list[Profile]) -> list[ProfileArchive]:
-    """Each selected profile's archive; with one profile, a missing archive is an error."""
-    return [p.archive for p in profiles if len(profiles) == 1 or p.archive.exists]
+NO_ARCHIVE = "no archive"
+
+
+def _read_archives(profiles: list[Profile], read: Callable[[ProfileArchive], Any]) -> list[Outcome]:
+    """``read`` of each selected profile's archive through :func:`each`: one damaged archive is
+    its line on stderr and the others are still read; with several profiles, one without an
+    archive is left out unsaid."""
+
+    def action(p: Profile):
+        if len(profiles) > 1 and not p.archive.exists:
+            raise Skipped(NO_ARCHIVE)
+        return read(p.archive)
+
+    outcomes = [o for o in each(profiles, action, needs_db=False) if o.skipped != NO_ARCHIVE]
+    for o in outcomes:
+        if o.error is not None or o.skipped is not None:
+            debug_traceback(o)
+            click.echo(term(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}"), err=True)
+    return outcomes
+
+
+def _exit_if_failed(outcomes: list[Outcome]) -> None:
+    if code := exit_code(outcomes):
+        sys.exit(code)
 
 
 @click.group(cls=HelpGroup, epilog=examples("archive list", "archive show ID", "archive restore ID"))
@@ -104,9 +129,12 @@ def archive():
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(profiles, filters, as_json):
     """Archived sessions with source, dates, title, message count and size."""
-    listed = [(a.profile, a.list(filters)) for a in _archives(profiles)]
+    outcomes = _read_archives(profiles, lambda a: a.list(filters))
+    listed = [(o.profile, o.value) for o in outcomes if o.error is None and o.skipped is None]
     if as_json:
-        emit_json([{"profile": p.name, "sessions": [asdict(e) for e in entries]} for p, entries in listed])
+        rows = [outcome_row(o, lambda entries: {"sessions": [asdict(e) for e in entries]}) for o in outcomes]
+        emit_json(rows)
+        _exit_if_failed(outcomes)
         return
     rows = [(p, e) for p, entries in listed for e in entries]
     t = Table(title=f"{len(rows)} archived sessions", title_justify="left")
@@ -121,6 +149,7 @@ def list_cmd(profiles, filters, as_json):
         cells += [str(e.message_count), units.size(e.raw_bytes), e.state]
         t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
     console().print(t)
+    _exit_if_failed(outcomes)
 
 
 @archive.command(
@@ -153,9 +182,11 @@ def show(profiles, session_id, as_json, full, show_all):
 @click.option("--json", "as_json", is_flag=True)
 def search_cmd(profiles, text, filters, limit, as_json):
     """Archived sessions whose messages contain TEXT (case-insensitive), with a snippet."""
-    results = [(a.profile, a.search(text, filters, limit)) for a in _archives(profiles)]
+    outcomes = _read_archives(profiles, lambda a: a.search(text, filters, limit))
+    results = [(o.profile, o.value) for o in outcomes if o.error is None and o.skipped is None]
     if as_json:
-        emit_json([{"profile": p.name, **r.to_dict()} for p, r in results])
+        emit_json([outcome_row(o) for o in outcomes])
+        _exit_if_failed(outcomes)
         return
     out = console()
     for p, r in results:
@@ -172,6 +203,7 @@ def search_cmd(profiles, text, filters, limit, as_json):
         click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
         if r.damaged:
             click.echo(f"{prefix}{len(r.damaged)} damaged rows not searched (see `archive verify`)", err=True)
+    _exit_if_failed(outcomes)
 
 
 @archive.command(

@@ -252,12 +252,12 @@ def compact(profiles, wait_idle, no_vacuum, dry_run, as_json, quiet):
         with busy(f"{p.name}: compacting state.db", as_json):
             return p.compact(wait, allow_full_vacuum=not no_vacuum)
 
-    outcomes = for_each(
-        profiles,
-        action,
-        as_json,
-        lambda _p, res: quiet or _compact_line(res.to_dict()),
-    )
+    def show(_p, res) -> None:
+        failed = res.unconverted and not no_vacuum  # the command's failure: stderr, also with --quiet
+        if failed or not quiet:
+            _compact_line(res.to_dict(), failed)
+
+    outcomes = for_each(profiles, action, as_json, show)
     stuck = [o.value for o in outcomes if o.value is not None and o.value.unconverted]
     if stuck and not no_vacuum:
         sys.exit(TryLater.exit_code if all(r.holders for r in stuck) else 1)
@@ -274,13 +274,15 @@ def _compact_preview(_profile, o: dict) -> None:
     )
 
 
-def _compact_line(r: dict) -> None:
+def _compact_line(r: dict, failed: bool = False) -> None:
     click.echo(
-        (
+        ("hermes-keeper: " if failed else "")
+        + term(
             f"{r['profile']}: freed {units.size(r['freed_bytes'])} on disk (state.db "
             f"{units.size(r['db_bytes_before'])} -> {units.size(r['db_bytes_after'])}, WAL "
             f"{units.size(r['wal_bytes_before'])} -> {units.size(r['wal_bytes_after'])}); "
             f"{units.size(r['free_bytes_after'])} reclaimable still in state.db; auto_vacuum "
             f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}" + (f"; {r['note']}" if r["note"] else "")
         ),
+        err=failed,
     )

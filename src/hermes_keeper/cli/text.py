@@ -9,9 +9,10 @@ import re
 
 from rich.text import Text
 
-#: C0 and C1 controls (ESC starts the terminal's escape sequences), DEL, and the bidi marks,
-#: overrides and isolates that make a terminal show text in another order than it is.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: C0 and C1 controls (ESC starts the terminal's escape sequences; U+0085 is NEL), DEL, the
+#: Unicode line and paragraph separators (U+2028, U+2029: a line break to many terminals and
+#: pagers), and the bidi marks, overrides and isolates that show text in another order than it is.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def term(value) -> str:
