@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import click
 
@@ -80,3 +81,9 @@ class KeeperGroup(HelpGroup):
 def main(debug: bool) -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    warnings.showwarning = _warning_line
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning (keeper.toml's ``retention.crom``) as one line on stderr, as a failure is."""
+    click.echo(f"hermes-keeper: warning: {message}", err=True)

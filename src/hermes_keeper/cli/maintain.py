@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -15,6 +16,7 @@ from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.cli.options import (
     HelpGroup,
+    Size,
     config_option,
     dest_option,
     examples,
@@ -28,6 +30,8 @@ from hermes_keeper.cli.options import (
 )
 from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.model.policy import CONFIG_NAME, config_problems
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
@@ -131,7 +135,7 @@ def _render_every_session(plan: Plan, out: Console) -> None:
             cell(z.session_id),
             cell(z.source),
             "close",
-            f"open, idle {units.duration(round(z.idle_s / 3600) * 3600)}",
+            f"open, idle {units.span(z.idle_s)}",
         )
     for sid in sorted(plan.decisions):
         x = plan.decisions[sid]
@@ -246,6 +250,7 @@ _run_options = [
     ),
     click.option(
         "--keep-size",
+        type=Size(),
         default=None,
         metavar="SIZE",
         help="This run only: prune the oldest eligible until state.db is under SIZE (disk.max_db_bytes).",
@@ -278,9 +283,33 @@ def plan(profiles, **opts):
     _run(profiles, True, RunOptions(**opts))
 
 
-@click.group(cls=HelpGroup, epilog=examples("config show"))
+@click.group(cls=HelpGroup, epilog=examples("config show", "config check"))
 def config():
-    """The effective policy."""
+    """The effective policy, and whether keeper.toml says what was meant."""
+
+
+@config.command("check", epilog=examples("config check", "config check --config /etc/keeper.toml"))
+@profile_options
+@config_option
+def config_check(profiles, config_path):
+    """Check keeper.toml: every wrong key, value or profile section on its own line, with the
+    spelling it most likely meant. Exit 0 when it is valid (warnings printed), 2 when not."""
+    paths = dict.fromkeys(Path(config_path) if config_path else p.root / CONFIG_NAME for p in profiles)
+    bad = False
+    for path in paths:
+        if config_path and not path.exists():
+            raise KeeperError(f"config file not found: {path}")
+        errors, warns = config_problems(path)
+        for line in errors:
+            click.echo(term(f"error: {line}"))
+        for line in warns:
+            click.echo(term(f"warning: {line}"))
+        summary = "valid" if path.exists() else "absent: every default applies"
+        summary += f", {units.plural(len(warns), 'warning')}" if warns else ""
+        click.echo(term(f"{path}: {units.plural(len(errors), 'error')}" if errors else f"{path}: {summary}"))
+        bad = bad or bool(errors)
+    if bad:
+        sys.exit(2)
 
 
 @config.command("show", epilog=examples("config show", "config show --all-profiles --json"))
