@@ -3,12 +3,13 @@ and counts; bare sizes refused; typos in keeper.toml named with what was meant; 
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 from click.testing import CliRunner
 
-from hermes_keeper import units
+from hermes_keeper import demo, units
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.model.policy import PolicyWarning, effective_policy
@@ -99,3 +100,78 @@ def test_config_check_of_a_good_file_or_none_exits_0(tmp_path):
     (tmp_path / "keeper.toml").write_text('[retention]\ncron = "3d"\n')
     res = CliRunner().invoke(main, ["config", "check", "--home", str(tmp_path)])
     assert res.exit_code == 0 and res.output.strip().endswith("keeper.toml: valid")
+
+
+# --- 80 columns, pipes, ASCII ----------------------------------------------------------------
+
+TERMINAL_80 = {"COLUMNS": "80", "TTY_COMPATIBLE": "1", "TERM": "dumb"}  # rich's terminal, no colours
+PIPED_80 = {"COLUMNS": "80", "TTY_COMPATIBLE": None}  # a pipe: COLUMNS must not make it wrap
+
+
+@pytest.fixture(scope="module")
+def ran_home(tmp_path_factory):
+    """A demo home after one run: an archive and a backup to list."""
+    home = tmp_path_factory.mktemp("out") / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=60))
+    res = CliRunner().invoke(main, ["run", "--home", str(home)])
+    assert res.exit_code == 0, res.output
+    return home
+
+
+def _invoke(env: dict, *args) -> str:
+    res = CliRunner(env=env).invoke(main, list(args))
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def _whole_on_a_line(output: str, names) -> None:
+    lines = output.splitlines()
+    for name in names:
+        assert any(name in line for line in lines), f"{name} cut or split over lines"
+
+
+@pytest.mark.parametrize("env", [TERMINAL_80, PIPED_80], ids=["terminal-80", "piped-COLUMNS-80"])
+def test_plan_v_at_80_columns_never_cuts_an_id(tmp_path, env):
+    """219 ids were cut with an ellipsis by `plan -v` at 80 columns."""
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=60))
+    out = _invoke(env, "plan", "-v", "--home", str(tmp_path))
+    plan = json.loads(_invoke({}, "plan", "-v", "--json", "--home", str(tmp_path)))["profiles"][0]
+    ids = [d["session_id"] for d in plan["decisions"]]
+    assert ids and "\u2026" not in out
+    _whole_on_a_line(out, ids)
+    if env is TERMINAL_80:
+        assert max(map(len, out.splitlines())) <= 80
+
+
+@pytest.mark.parametrize("env", [TERMINAL_80, PIPED_80], ids=["terminal-80", "piped-COLUMNS-80"])
+def test_archive_list_and_backups_keep_ids_and_names_whole_at_80_columns(ran_home, env):
+    """Both wrapped ids and backup names over lines, piped too, contrary to the README."""
+    home = str(ran_home)
+    listed = json.loads(_invoke({}, "archive", "list", "--json", "--home", home))["profiles"][0]["sessions"]
+    out = _invoke(env, "archive", "list", "--home", home)
+    _whole_on_a_line(out, [e["session_id"] for e in listed])
+    backups = [p.name for p in (ran_home / "keeper" / "backups").glob("state-*.db.zst")]
+    out = _invoke(env, "backups", "--home", home)
+    _whole_on_a_line(out, [*backups, str(ran_home / "keeper" / "backups")])
+    if env is TERMINAL_80:
+        assert max(map(len, out.splitlines())) <= 80
+
+
+@pytest.mark.parametrize("locale", [{"LANG": "C"}, {"LC_ALL": "C", "LANG": "en_US.UTF-8"}, {"LANG": None}])
+def test_a_non_utf8_locale_gets_ascii_only(ran_home, locale):
+    """No box characters, no ellipsis, no bullets under LANG=C / LC_ALL=C (or no locale, as cron)."""
+    env = TERMINAL_80 | {"LC_ALL": None, "LC_CTYPE": None} | locale
+    for args in (["report"], ["plan", "-v"], ["archive", "list"], ["backups"], ["history"]):
+        out = _invoke(env, *args, "--home", str(ran_home))
+        assert out.isascii(), (args, sorted({ch for ch in out if not ch.isascii()}))
+
+
+def test_a_utf8_locale_keeps_its_box_drawing(ran_home):
+    out = _invoke(TERMINAL_80 | {"LANG": "C.UTF-8", "LC_ALL": None}, "report", "--home", str(ran_home))
+    assert "\u2501" in out and "\u00b7" in out
+
+
+def test_ascii_keeps_json_exact(ran_home):
+    """--json is data: under LANG=C it stays valid JSON with the text exactly as stored."""
+    out = _invoke({"LANG": "C", "LC_ALL": None}, "plan", "--json", "--home", str(ran_home))
+    assert json.loads(out)["command"] == "plan"

@@ -129,7 +129,9 @@ def test_units():
     assert (
         parse_duration("90s") == 90 and parse_duration("2w") == 14 * DAY and parse_duration(" 12h ") == 43200
     )
-    assert parse_size("500MB") == 500 * 10**6 and parse_size("2GiB") == 2 * 1024**3 and parse_size("10B") == 10
+    assert (
+        parse_size("500MB") == 500 * 10**6 and parse_size("2GiB") == 2 * 1024**3 and parse_size("10B") == 10
+    )
     with pytest.raises(KeeperError, match="--wait-idle: a duration needs a unit"):
         parse_duration(600, "--wait-idle")
 

@@ -67,13 +67,18 @@ def show_utc(on: bool) -> None:
     _UTC["on"] = on
 
 
-def when(ts: float, seconds: bool = False) -> str:
-    """``2026-12-06 04:14 CET``: a point in time, always with its zone (the local one, or UTC
-    under ``--utc``), beside backup names that are UTC."""
+def when(ts: float, seconds: bool = False, zone: bool = True) -> str:
+    """``2026-12-06 04:14 CET``: a point in time with its zone (the local one, or UTC under
+    ``--utc``), beside backup names that are UTC. ``zone=False`` in a column whose header names
+    it (:func:`zone`)."""
     fmt = "%Y-%m-%d %H:%M" + (":%S" if seconds else "")
-    if _UTC["on"]:
-        return time.strftime(fmt + " UTC", time.gmtime(ts))
-    return time.strftime(fmt + " %Z", time.localtime(ts))
+    shown = time.strftime(fmt, time.gmtime(ts) if _UTC["on"] else time.localtime(ts))
+    return f"{shown} {zone_of(ts)}" if zone else shown
+
+
+def zone_of(ts: float | None = None) -> str:
+    """The zone :func:`when` shows times in: ``UTC``, or the local one's name (``CET``)."""
+    return "UTC" if _UTC["on"] else time.strftime("%Z", time.localtime(ts))
 
 
 def ago(ts: float, now: float, digits: int = 0) -> str:

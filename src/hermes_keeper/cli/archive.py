@@ -9,7 +9,6 @@ from collections import Counter
 from dataclasses import asdict, replace
 
 import click
-from rich.table import Table
 
 from hermes_keeper import units
 from hermes_keeper.archive import hermes_import
@@ -20,7 +19,7 @@ from hermes_keeper.archive.query import (
     when,
 )
 from hermes_keeper.cli.options import HelpGroup, emit_json, examples, for_each, profile_options
-from hermes_keeper.cli.render import busy, console
+from hermes_keeper.cli.render import busy, console, print_table, table
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile, ProfileArchive, Skipped
@@ -102,18 +101,19 @@ def list_cmd(profiles, filters, as_json):
         emit_json([{"profile": p.name, "sessions": [asdict(e) for e in entries]} for p, entries in listed])
         return
     rows = [(p, e) for p, entries in listed for e in entries]
-    t = Table(title=f"{len(rows)} archived sessions", title_justify="left")
+    cols = ("id", "source", "started", "last activity", "title", "msgs", "size", "state")
     if len(profiles) > 1:
-        t.add_column("profile")
-    for col in ("id", "source", "started", "last activity", "title", "msgs", "size", "state"):
-        t.add_column(col, overflow="fold", justify="right" if col in ("msgs", "size") else "left")
+        cols = ("profile", *cols)
+    title = f"{units.plural(len(rows), 'archived session')} (times {units.zone_of()})"
+    t = table(title, cols, whole=["profile", "id", "source"], right=["msgs", "size"], title_justify="left")
     repeated = {k for k, n in Counter((p.name, e.session_id) for p, e in rows).items() if n > 1}
     for p, e in rows:
         address = f"{e.session_id} #{e.entry}" if (p.name, e.session_id) in repeated else e.session_id
-        cells = [cell(address), cell(e.source), when(e.started_at), when(e.last_activity), cell(e.title)]
+        cells = [cell(address), cell(e.source), when(e.started_at, False), when(e.last_activity, False)]
+        cells += [cell(e.title)]
         cells += [str(e.message_count), units.size(e.raw_bytes), e.state]
-        t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
-    console().print(t)
+        t.add_row(*([cell(p.name)] if len(profiles) > 1 else []), *cells)
+    print_table(console(), t, drop=("started", "title", "state"))
 
 
 @archive.command(

@@ -7,7 +7,7 @@ import sys
 import time
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from hermes_keeper import units
 from hermes_keeper.cli.options import (
@@ -21,7 +21,7 @@ from hermes_keeper.cli.options import (
     quiet_option,
     yes_option,
 )
-from hermes_keeper.cli.render import busy, console
+from hermes_keeper.cli.render import busy, console, print_table, table
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.model.policy import setting
@@ -133,9 +133,8 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
 
     def show(_profile, o: dict) -> None:
         out, now = console(), time.time()
-        t = Table(title=f"{o['profile']}: backups in {o['folder']}")
-        for col in ("backup", "size", "database", "age", "verified", "kept because"):
-            t.add_column(col, overflow="fold")
+        cols = ("backup", "size", "database", "age", "verified", "kept because")
+        t = table(Text(f"{o['profile']}: backups in {term(o['folder'])}"), cols, whole=["backup"])
         for b in o["backups"]:
             t.add_row(
                 cell(b["name"]),
@@ -145,7 +144,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
                 "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
                 ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
-        out.print(t)
+        print_table(out, t, drop=("database",))
         for name in o["removed"]:
             out.print(cell(f"removed {name}"))
         if dry_run and prune:

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 from rich.text import Text
 
 from hermes_keeper import units
@@ -28,7 +27,7 @@ from hermes_keeper.cli.options import (
     quiet_option,
     textfile_option,
 )
-from hermes_keeper.cli.render import auto_prune_line, console, heading
+from hermes_keeper.cli.render import KeeperTable, auto_prune_line, console, heading, print_table, table
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.model.policy import CONFIG_NAME, config_problems
@@ -49,8 +48,8 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
         return
     heading(out, f"[bold]{plan.profile}[/] plan")
     _render_plan_work(plan, d, out)
-    out.print(_by_source_table(d))
-    out.print(_keep_reasons_table(d))
+    print_table(out, _by_source_table(d))
+    print_table(out, _keep_reasons_table(d))
     if verbose:
         _render_every_session(plan, out)
     _render_plan_after(plan, d, verbose, out)
@@ -99,11 +98,10 @@ def _render_plan_work(plan: Plan, d: dict, out: Console) -> None:
         out.print(cell(f"  {i}. {step}"))
 
 
-def _by_source_table(d: dict) -> Table:
+def _by_source_table(d: dict) -> KeeperTable:
     """Per session source: how many sessions are pruned and kept, and the pruned ones' size."""
-    t = Table(title="By source")
-    for col in ("source", "prune", "keep", "messages", "~size"):
-        t.add_column(col, justify="left" if col == "source" else "right")
+    cols = ("source", "prune", "keep", "messages", "~size")
+    t = table("By source", cols, whole=["source"], right=cols[1:])
     for src, c in d["by_source"].items():
         t.add_row(
             cell(src),
@@ -115,11 +113,9 @@ def _by_source_table(d: dict) -> Table:
     return t
 
 
-def _keep_reasons_table(d: dict) -> Table:
+def _keep_reasons_table(d: dict) -> KeeperTable:
     """Why sessions are kept, most common first, each reason's words beside its stable code."""
-    t = Table(title="Why sessions are kept")
-    for col in ("reason", "code", "sessions"):
-        t.add_column(col, justify="right" if col == "sessions" else "left")
+    t = table("Why sessions are kept", ("reason", "code", "sessions"), whole=["code"], right=["sessions"])
     for r in d["keep_reasons"]:
         t.add_row(cell(r["reason"]), r["code"], str(r["sessions"]))
     return t
@@ -127,9 +123,7 @@ def _keep_reasons_table(d: dict) -> Table:
 
 def _render_every_session(plan: Plan, out: Console) -> None:
     """``-v``: every zombie close and session decision with its reason, then every file action."""
-    t = Table(title="Every session")
-    for col in ("session", "source", "action", "reason"):
-        t.add_column(col)
+    t = table("Every session", ("session", "source", "action", "reason"), whole=["session", "source"])
     for z in plan.zombies:
         t.add_row(
             cell(z.session_id),
@@ -140,7 +134,7 @@ def _render_every_session(plan: Plan, out: Console) -> None:
     for sid in sorted(plan.decisions):
         x = plan.decisions[sid]
         t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason.text))
-    out.print(t)
+    print_table(out, t)
     for f in plan.files:
         out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
     for f in plan.kept_files:
@@ -226,7 +220,7 @@ def _run(profiles, dry_run: bool, o: RunOptions, metrics=None):
     def show(_profile, value) -> None:
         if not dry_run:
             if not quiet:
-                click.echo(value.summary())
+                out.print(cell(value.summary()))
             return
         _render_plan(value, verbose, out, next_hint)
 
@@ -320,11 +314,9 @@ def config_show(profiles, config_path, as_json):
     """Print the effective policy per profile and where each value came from."""
 
     def show(profile, policy) -> None:
-        t = Table(title=f"policy for {profile.name}")
-        for col in ("key", "value", "from"):
-            t.add_column(col, overflow="fold")
+        t = table(f"policy for {profile.name}", ("key", "value", "from"), whole=["key"])
         for row in policy.settings():
-            t.add_row(row["key"], row["value"], row["from"])
-        console().print(t)
+            t.add_row(cell(row["key"]), cell(row["value"]), cell(row["from"]))
+        print_table(console(), t)
 
     for_each(profiles, lambda p: p.config(config_path), as_json, show)
