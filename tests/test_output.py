@@ -175,3 +175,59 @@ def test_ascii_keeps_json_exact(ran_home):
     """--json is data: under LANG=C it stays valid JSON with the text exactly as stored."""
     out = _invoke({"LANG": "C", "LC_ALL": None}, "plan", "--json", "--home", str(ran_home))
     assert json.loads(out)["command"] == "plan"
+
+
+# --- the report's words and numbers ------------------------------------------------------------
+
+
+def test_the_files_table_does_not_call_removable_copies_never_removed(tmp_path):
+    """It said malformed copies are "never removed" while the next table removes them."""
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=40))
+    out = _invoke({}, "report", "--home", str(tmp_path))
+    assert "malformed-backup-* (never removed)" not in out
+    assert "state.db.malformed-backup-*" in out
+
+
+def test_orphans_are_not_shown_as_part_of_the_transcripts_row(tmp_path):
+    """Orphans (2.5 MB) read as a part of the transcripts (2.1 MB): they are of every sessions/ kind."""
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=40))
+    out = _invoke({}, "report", "--home", str(tmp_path))
+    assert "of these: orphans" not in out and "of all sessions/ files above: orphans" in out
+
+
+def test_counts_in_sentences_agree_with_their_number(tmp_path):
+    """``1 rows``, ``1 files``, ``exported 1 sessions``."""
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=40))
+    home = str(tmp_path)
+    _invoke({}, "run", "--home", home)
+    assert "(1 row," in _invoke({}, "history", "--home", home)
+    listed = json.loads(_invoke({}, "archive", "list", "--json", "--home", home))["profiles"][0]["sessions"]
+    one = listed[0]["session_id"]
+    out = str(tmp_path / "x.jsonl")
+    res = CliRunner().invoke(main, ["archive", "export", one, "--home", home, "-o", out])
+    assert res.exit_code == 0, res.output
+    assert "exported 1 session (" in res.output
+
+
+def test_archive_list_names_the_source_a_typo_meant(ran_home):
+    """``archive list --source crn`` listed nothing and said nothing."""
+    res = CliRunner().invoke(main, ["archive", "list", "--source", "crn", "--home", str(ran_home)])
+    assert res.exit_code == 0
+    assert "warning: no archived session has source 'crn' (did you mean cron?)" in res.output
+    res = CliRunner().invoke(main, ["archive", "list", "--source", "cron", "--home", str(ran_home)])
+    assert "warning" not in res.output
+
+
+def test_growth_per_day_does_not_drop_after_a_prune(tmp_path):
+    """Pruned sessions left the 30-day window, so a run made the home look as if it grew slower."""
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=120))
+
+    def growth() -> dict:
+        out = _invoke({}, "report", "--json", "--home", str(tmp_path))
+        return json.loads(out)["profiles"][0]["growth"]["last_30d"]
+
+    before = growth()
+    _invoke({}, "run", "--home", str(tmp_path))
+    after = growth()
+    assert after["sessions"] == before["sessions"] and after["messages"] == before["messages"]
+    assert after["bytes_per_day"] >= 0.8 * before["bytes_per_day"]

@@ -23,6 +23,7 @@ from hermes_keeper.cli.render import busy, console, print_table, table
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Profile, ProfileArchive, Skipped
+from hermes_keeper.model.policy import did_you_mean
 
 
 def _when_option(value: str | None, end_of_day: bool) -> float | None:
@@ -71,6 +72,22 @@ def filter_options(fn):
     return wrapper
 
 
+def _warn_unmatched_sources(archives: list[ProfileArchive], filters: Filters, listed: list) -> None:
+    """``--source crn``: a source no archived session has is said on stderr, with the one of the
+    archive's sources it most likely meant (an empty list alone reads as "nothing archived")."""
+    shown = {e.source for _p, entries in listed for e in entries}
+    missing = [s for s in filters.sources if s not in shown]
+    if not missing:
+        return
+    known = {e.source for a in archives for e in a.list(Filters())}
+    for source in missing:
+        if source not in known:
+            hint = did_you_mean(source, known) or f" (the archive has: {', '.join(sorted(known)) or 'none'})"
+            click.echo(
+                term(f"hermes-keeper: warning: no archived session has source {source!r}{hint}"), err=True
+            )
+
+
 def _one(profiles: list[Profile]) -> Profile:
     if len(profiles) != 1:
         raise KeeperError("this archive command works on one profile at a time (--profile NAME)")
@@ -96,7 +113,9 @@ def archive():
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(profiles, filters, as_json):
     """Archived sessions with source, dates, title, message count and size."""
-    listed = [(a.profile, a.list(filters)) for a in _archives(profiles)]
+    archives = _archives(profiles)
+    listed = [(a.profile, a.list(filters)) for a in archives]
+    _warn_unmatched_sources(archives, filters, listed)
     if as_json:
         emit_json([{"profile": p.name, "sessions": [asdict(e) for e in entries]} for p, entries in listed])
         return
@@ -162,9 +181,11 @@ def search_cmd(profiles, text, filters, limit, as_json):
             snippet.highlight_words([text], style="bold yellow", case_sensitive=False)  # a terminal only
             out.print(snippet)
         shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
-        click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
+        scanned = units.plural(r.scanned, "archived session")
+        click.echo(f"{prefix}{r.total} of {scanned} match{shown} ({units.took(r.seconds)})")
         if r.damaged:
-            click.echo(f"{prefix}{len(r.damaged)} damaged rows not searched (see `archive verify`)", err=True)
+            damaged = units.plural(len(r.damaged), "damaged row")
+            click.echo(f"{prefix}{damaged} not searched (see `archive verify`)", err=True)
 
 
 @archive.command(
@@ -262,7 +283,8 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     with busy("exporting archived sessions"):
         res, paths = _one(profiles).archive.export(output, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"
-    click.echo(f"exported {res.sessions} sessions ({res.messages} messages) to {where}", err=True)
+    n, m = units.plural(res.sessions, "session"), units.plural(res.messages, "message")
+    click.echo(f"exported {n} ({m}) to {where}", err=True)
     click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
     for sid, why in res.too_big.items():
         click.echo(
@@ -288,7 +310,9 @@ def _export_markdown(profile: Profile, output: str | None, filters: Filters, spl
     with busy("exporting archived sessions as Markdown"):
         res, paths = profile.archive.export_markdown(output, filters)
     click.echo(
-        f"exported {res.sessions} sessions ({res.messages} messages) as Markdown to {output}", err=True
+        f"exported {units.plural(res.sessions, 'session')} ({units.plural(res.messages, 'message')})"
+        f" as Markdown to {output}",
+        err=True,
     )
     _damaged_exit(res.damaged)
 
@@ -308,7 +332,7 @@ def verify_cmd(profiles, as_json):
         db = "" if r.database == "ok" else f"; archive files quick_check: {r.database}"
         bad = len(r.damaged) or db
         click.secho(
-            f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}",
+            f"{p.name}: checked {units.plural(r.checked, 'archived session')}, {len(r.damaged)} damaged{db}",
             fg="red" if bad else None,
         )
         for why in r.damaged.values():

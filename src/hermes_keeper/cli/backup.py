@@ -90,8 +90,9 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
         lambda _p, done: (
             quiet
             or click.echo(
-                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
-                f" {units.size(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
+                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (a copy of"
+                f" state.db without its free pages: {units.size(done.record.raw_bytes)}, took"
+                f" {units.took(done.seconds)}); rotated out:"
                 f" {', '.join(done.rotated_out) or 'none'}"
             )
         ),
@@ -133,7 +134,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
 
     def show(_profile, o: dict) -> None:
         out, now = console(), time.time()
-        cols = ("backup", "size", "database", "age", "verified", "kept because")
+        cols = ("backup", "size", "db copy", "age", "verified", "kept because")
         t = table(Text(f"{o['profile']}: backups in {term(o['folder'])}"), cols, whole=["backup"])
         for b in o["backups"]:
             t.add_row(
@@ -144,7 +145,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
                 "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
                 ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
-        print_table(out, t, drop=("database",))
+        print_table(out, t, drop=("db copy",))
         for name in o["removed"]:
             out.print(cell(f"removed {name}"))
         if dry_run and prune:

@@ -65,7 +65,11 @@ def _render_plan_work(plan: Plan, d: dict, out: Console) -> None:
         f"{units.plural(d['prune']['sessions'], 'session')} "
         f"({units.plural(d['prune']['messages'], 'message')}, ~{units.size(d['prune']['est_bytes'])}) "
         f"· remove {units.plural(d['files']['remove'], 'file')} ({units.size(d['files']['bytes'])})"
-        + (f" · keep {d['files']['kept']} files a rule covers (-v: why)" if d["files"]["kept"] else "")
+        + (
+            f" · keep {units.plural(d['files']['kept'], 'file')} a rule covers (-v: why)"
+            if d["files"]["kept"]
+            else ""
+        )
     )
     only = plan.not_in_state_db
     if only.files:
@@ -149,7 +153,7 @@ def _render_plan_after(plan: Plan, d: dict, verbose: bool, out: Console) -> None
         f"{units.plural(d['remaining']['messages'], 'message')}"
     )
     if d["hermes_auto_prune"]:
-        what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
+        what = f"{units.plural(d['hermes_auto_prune']['deletes_kept'], 'session')} this plan keeps"
         out.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
     if plan.archive_retention is not None:
         _render_archive_retention(plan.archive_retention, verbose, out)
@@ -161,7 +165,8 @@ def _render_archive_retention(r: RetentionPlan, verbose: bool, out: Console) -> 
     """What ``[archive] keep`` / ``max_bytes`` drops from the archive (the gone-for-good warning follows)."""
     files = f", {len(r.delete_files)} month files deleted whole" if r.delete_files else ""
     out.print(
-        f"archive: {r.entries} entries in {units.size(r.bytes)}; drop {len(r.drops)} entries "
+        f"archive: {units.plural(r.entries, 'entry', 'entries')} in {units.size(r.bytes)}; drop "
+        f"{units.plural(len(r.drops), 'entry', 'entries')} "
         f"(~{units.size(r.freed_bytes)}{files})",
         markup=False,
     )

@@ -198,14 +198,14 @@ def _files_table(files: FilesSection) -> KeeperTable:
     t = table("Files beside state.db", ("where", "files", "bytes"), right=["files", "bytes"])
     for kind, v in files.sessions_dir.items():
         t.add_row(FILE_KIND_LABELS.get(kind, f"sessions/ {kind}"), str(v.files), units.size(v.bytes))
-    o = files.orphans
-    t.add_row("  of these: orphans (session gone)", str(o.files), units.size(o.bytes))
+    o = files.orphans  # transcripts, snapshots and request dumps alike: not a part of one row
+    t.add_row("  of all sessions/ files above: orphans (session gone)", str(o.files), units.size(o.bytes))
     for d, v in files.other.items():
         if v.files:
             t.add_row(cell(d if d in OTHER_FILES else f"{d}/"), str(v.files), units.size(v.bytes))
     if copies := files.malformed_copies:
         t.add_row(
-            "state.db.malformed-backup-* (never removed)",
+            "state.db.malformed-backup-* (Hermes's copies of a damaged state.db)",
             str(len(copies)),
             units.size(sum(m.bytes for m in copies)),
         )
@@ -332,7 +332,8 @@ def _archive_line(a: ArchiveUsage, now: float, c: Console) -> None:
     budget = f" of a {units.size(a.budget)} budget" if a.budget is not None else ""
     oldest = f", oldest active {units.ago(a.oldest, now)}" if a.oldest is not None else ""
     c.print(
-        f"archive: {units.size(a.bytes)}{budget} in {a.files} files, {a.entries} entries{oldest}",
+        f"archive: {units.size(a.bytes)}{budget} in {units.plural(a.files, 'file')}, "
+        f"{units.plural(a.entries, 'entry', 'entries')}{oldest}",
         markup=False,
     )
     if a.over_budget:
@@ -365,7 +366,8 @@ def render_report(rep: Report, c: Console | None = None) -> None:
     )
     _archive_line(rep.archive, now, c)
     ap = rep.hermes_auto_prune
-    what = f"{ap.deletes} sessions ({ap.deletes_messages} messages, {ap.deletes_titled} titled)"
+    messages = units.plural(ap.deletes_messages, "message")
+    what = f"{units.plural(ap.deletes, 'session')} ({messages}, {ap.deletes_titled} titled)"
     c.print(auto_prune_text(ap.enabled, ap.origin, ap.retention_days, ap.next_run, now, what))
     _holders_line(rep.holders, c)
     c.print(f"[dim]report taken {units.when(now, seconds=True)}[/]")
@@ -434,7 +436,9 @@ def _sessions_lines(s: SessionsSection, now: float, c: Console) -> None:
             "session the gateway could route to[/]"
         )
     if s.future:
-        c.print(f"[yellow]{s.future} sessions dated in the future: kept, their age is unknown[/]")
+        c.print(
+            f"[yellow]{units.plural(s.future, 'session')} dated in the future: kept, their age is unknown[/]"
+        )
     if s.largest.messages:
         print_table(c, _largest_table(s, now))
     for r in s.runaways[:RUNAWAYS_SHOWN]:
