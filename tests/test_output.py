@@ -4,6 +4,7 @@ and counts; bare sizes refused; typos in keeper.toml named with what was meant; 
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -139,6 +140,8 @@ def test_plan_v_at_80_columns_never_cuts_an_id(tmp_path, env):
     ids = [d["session_id"] for d in plan["decisions"]]
     assert ids and "\u2026" not in out
     _whole_on_a_line(out, ids)
+    # a zombie idle 38 days said "idle 919h" beside "idle 37d" for a pruned session
+    assert "open, idle" in out and all(int(h) < 24 for h in re.findall(r"idle (\d+)h", out))
     if env is TERMINAL_80:
         assert max(map(len, out.splitlines())) <= 80
 
@@ -231,3 +234,18 @@ def test_growth_per_day_does_not_drop_after_a_prune(tmp_path):
     after = growth()
     assert after["sessions"] == before["sessions"] and after["messages"] == before["messages"]
     assert after["bytes_per_day"] >= 0.8 * before["bytes_per_day"]
+
+
+def test_utc_shows_every_time_in_utc_and_local_times_name_their_zone(ran_home, monkeypatch):
+    """Local times without a zone sat next to UTC backup names."""
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    try:
+        local = _invoke({}, "history", "--home", str(ran_home))
+        utc = _invoke({}, "--utc", "history", "--home", str(ran_home))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+        units.show_utc(False)
+    assert "times CET" in local or "times CEST" in local
+    assert "times UTC" in utc

@@ -14,7 +14,7 @@ import warnings
 
 import click
 
-from hermes_keeper import __version__
+from hermes_keeper import __version__, units
 from hermes_keeper.cli.options import HOMES_KEY, HelpGroup, examples
 from hermes_keeper.errors import failure_line
 
@@ -78,9 +78,11 @@ class KeeperGroup(HelpGroup):
 )
 @click.version_option(__version__, prog_name="hermes-keeper")
 @click.option("--debug", is_flag=True, help="Show the traceback of a failure.")
-def main(debug: bool) -> None:
+@click.option("--utc", is_flag=True, help="Show every time in UTC (as backup names are), not the local zone.")
+def main(debug: bool, utc: bool) -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    units.show_utc(utc)
     warnings.showwarning = _warning_line
 
 

@@ -363,7 +363,7 @@ def compact_step(auto_vacuum: str | None, live_bytes: int, stall_limit_s: float)
         return "incremental vacuum in budgeted steps"
     return (
         f"one-time VACUUM to incremental auto-vacuum (~{units.size(live_bytes)} to copy): with Hermes"
-        f" stopped, or beside it if its measured stall estimate is at most {stall_limit_s:g} s"
+        f" stopped, or beside it if its measured stall estimate is at most {units.duration(stall_limit_s)}"
         " (a one-time wait of Hermes's writes, at a quiet moment if one comes); otherwise the"
         " freed pages stay in state.db, reclaimable"
     )
