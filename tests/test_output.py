@@ -140,10 +140,13 @@ def test_plan_v_at_80_columns_never_cuts_an_id(tmp_path, env):
     ids = [d["session_id"] for d in plan["decisions"]]
     assert ids and "\u2026" not in out
     _whole_on_a_line(out, ids)
+    paths = [f["path"] for f in plan["file_actions"]]
+    assert max(map(len, paths)) > 80  # request dumps: a path longer than the terminal stays whole
+    _whole_on_a_line(out, paths)
     # a zombie idle 38 days said "idle 919h" beside "idle 37d" for a pruned session
     assert "open, idle" in out and all(int(h) < 24 for h in re.findall(r"idle (\d+)h", out))
-    if env is TERMINAL_80:
-        assert max(map(len, out.splitlines())) <= 80
+    if env is TERMINAL_80:  # only a word longer than the terminal (a path) makes a line longer
+        assert all(len(line) <= 80 or " " not in line.strip() for line in out.splitlines())
 
 
 @pytest.mark.parametrize("env", [TERMINAL_80, PIPED_80], ids=["terminal-80", "piped-COLUMNS-80"])

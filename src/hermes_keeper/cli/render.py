@@ -8,6 +8,7 @@ name or a path is never cut or wrapped: a table folds its other columns first (:
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -76,13 +77,48 @@ class AsciiFile:
         return getattr(self._stream, name)
 
 
+def word_lines(text: Text, width: int) -> list[Text]:
+    """``text`` wrapped between words at ``width``; a longer word (a path, an id) alone on its
+    line, whole (rich would fold or crop it)."""
+    out = []
+    for para in text.split("\n", allow_blank=True):
+        plain, start, end = para.plain, 0, 0  # the line's start, the end of its last word
+        for m in re.finditer(r"\S+", plain):
+            if m.end() - start > width and end > start:
+                out.append(para[start:end])
+                start = m.start()
+            end = m.end()
+        out.append(para[start:end] if end else para)
+    return out
+
+
+class KeeperConsole(Console):
+    """A console whose text lines wrap between words only: a word longer than the terminal (a
+    path, an id, the ``next:`` command) stays whole on a line of its own, never folded or cut."""
+
+    def print(self, *objects, **kwargs) -> None:
+        if (
+            self.soft_wrap
+            or kwargs.get("soft_wrap")
+            or len(objects) != 1
+            or not isinstance(objects[0], str | Text)
+        ):
+            return super().print(*objects, **kwargs)
+        text = objects[0]
+        if isinstance(text, str):
+            text = self.render_str(
+                text, markup=kwargs.pop("markup", None), highlight=kwargs.pop("highlight", None)
+            )
+        return super().print(Text("\n").join(word_lines(text, self.width)), soft_wrap=True, **kwargs)
+
+
 def console(stderr: bool = False, **kwargs) -> Console:
     """The one console every command prints through: on a terminal rich's own width (``COLUMNS``);
     piped, no wrap at all, whatever ``COLUMNS`` says, so a session id or a file name a user
     copies into the next command is never split over lines. ASCII under a non-UTF-8 locale."""
     if ascii_only():
         kwargs["file"] = AsciiFile(sys.stderr if stderr else sys.stdout)
-    c = Console(stderr=stderr, **kwargs)
+    c = KeeperConsole(stderr=stderr, **kwargs)
     if not c.is_terminal:
         c.width, c.soft_wrap = PIPED_WIDTH, True
     return c
