@@ -252,3 +252,16 @@ def test_utc_shows_every_time_in_utc_and_local_times_name_their_zone(ran_home, m
         units.show_utc(False)
     assert "times CET" in local or "times CEST" in local
     assert "times UTC" in utc
+
+
+def test_the_database_is_one_size_in_report_history_and_backup(tmp_path):
+    """The same state.db was 11.8 MB (report), 11.4 (backup --dry-run: its used pages, called "a
+    database") and another figure in history after a run (a scaled estimate of its tables)."""
+    demo.build_home(tmp_path, demo.generate(time.time(), sessions=60))
+    home = str(tmp_path)
+    out = _invoke({}, "backup", "--dry-run", "--home", home)
+    assert "a copy without its free pages" in out and "would back up a " not in out
+    _invoke({}, "run", "--home", home)
+    rep = json.loads(_invoke({}, "report", "--json", "--home", home))["profiles"][0]
+    run_row = _invoke({}, "history", "--home", home).splitlines()[-1]
+    assert " run " in run_row and f" {units.size(rep['database']['bytes'])} " in run_row

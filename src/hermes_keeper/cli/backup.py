@@ -106,7 +106,8 @@ def _backup_preview(_profile, o: dict) -> None:
     gone = ", ".join(o["would_rotate_out"]) or "none"
     click.echo(
         term(
-            f"{o['profile']}: would back up a {units.size(o['database_bytes'])} database into {o['folder']}; "
+            f"{o['profile']}: would back up state.db (a copy without its free pages:"
+            f" {units.size(o['database_bytes'])}) into {o['folder']}; "
             f"then rotate out: {gone}"
         )
     )

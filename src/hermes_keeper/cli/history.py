@@ -41,7 +41,7 @@ def history(profiles, as_json, limit, every_kind):
             t.add_row(
                 units.when(e.ts, zone=False),
                 e.kind + runs,
-                units.size(database_bytes(f["components"])) if "components" in f else "",
+                "" if (db := database_bytes(f)) is None else units.size(db),
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
                 units.size(f["freed_bytes"]) if "freed_bytes" in f else "",
                 units.took(f["seconds"]) if "seconds" in f else "",
