@@ -15,7 +15,10 @@ from tests.conftest import tree_digest
 
 
 def run_demo(*args):
-    return CliRunner().invoke(main, ["demo", *args], env={"COLUMNS": "100"})
+    # a 100-column terminal (rich's TTY_COMPATIBLE), without colour codes; piped, nothing wraps
+    return CliRunner().invoke(
+        main, ["demo", *args], env={"COLUMNS": "100", "TTY_COMPATIBLE": "1", "TERM": "dumb"}
+    )
 
 
 def test_demo_builds_into_dir_and_reports(tmp_path):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
+from hermes_keeper import units
 from hermes_keeper.archive.index import indexable, open_index
 from hermes_keeper.archive.payload import RawText, decode_value
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
@@ -414,8 +415,9 @@ def verify(store: Archive) -> VerifyResult:
     return result
 
 
-def when(ts) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if isinstance(ts, (int, float)) else "-"
+def when(ts, zone: bool = True) -> str:
+    """:func:`units.when`, or ``-`` where Hermes recorded no time."""
+    return units.when(ts, zone=zone) if isinstance(ts, (int, float)) else "-"
 
 
 def _fold(text: str, limit: int) -> str:
@@ -448,7 +450,7 @@ def render_conversation(
         if m.get("active", 1) == 0 and not inactive:
             continue
         mark = " (inactive)" if m.get("active", 1) == 0 else ""
-        head = f"[{when(m.get('timestamp'))}] {m.get('role')}{mark}"
+        head = f"[{when(m.get('timestamp'), zone=False)}] {m.get('role')}{mark}"  # zone: the header's
         text = content_text(m.get("content"))
         if m.get("role") == "tool":
             name = m.get("tool_name") or ""

@@ -7,7 +7,7 @@ import sys
 import time
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from hermes_keeper import units
 from hermes_keeper.cli.options import (
@@ -22,7 +22,7 @@ from hermes_keeper.cli.options import (
     quiet_option,
     yes_option,
 )
-from hermes_keeper.cli.render import busy, console
+from hermes_keeper.cli.render import busy, console, print_table, table
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.model.policy import setting
@@ -91,8 +91,9 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
         lambda _p, done: (
             quiet
             or click.echo(
-                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
-                f" {units.size(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
+                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (a copy of"
+                f" state.db without its free pages: {units.size(done.record.raw_bytes)}, took"
+                f" {units.took(done.seconds)}); rotated out:"
                 f" {', '.join(done.rotated_out) or 'none'}"
             )
         ),
@@ -106,7 +107,8 @@ def _backup_preview(_profile, o: dict) -> None:
     gone = ", ".join(o["would_rotate_out"]) or "none"
     click.echo(
         term(
-            f"{o['profile']}: would back up a {units.size(o['database_bytes'])} database into {o['folder']}; "
+            f"{o['profile']}: would back up state.db (a copy without its free pages:"
+            f" {units.size(o['database_bytes'])}) into {o['folder']}; "
             f"then rotate out: {gone}"
         )
     )
@@ -134,9 +136,8 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
 
     def show(_profile, o: dict) -> None:
         out, now = console(), time.time()
-        t = Table(title=f"{o['profile']}: backups in {o['folder']}")
-        for col in ("backup", "size", "database", "age", "verified", "kept because"):
-            t.add_column(col, overflow="fold")
+        cols = ("backup", "size", "db copy", "age", "verified", "kept because")
+        t = table(Text(f"{o['profile']}: backups in {term(o['folder'])}"), cols, whole=["backup"])
         for b in o["backups"]:
             t.add_row(
                 cell(b["name"]),
@@ -146,7 +147,7 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
                 "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
                 ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
-        out.print(t)
+        print_table(out, t, drop=("db copy",))
         for name in o["removed"]:
             out.print(cell(f"removed {name}"))
         if dry_run and prune:

@@ -17,6 +17,7 @@ import click
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profiles
 from hermes_keeper.interrupt import Interrupted
+from hermes_keeper.units import parse_size
 
 #: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
 HOMES_KEY = "hermes_keeper.homes"
@@ -41,6 +42,20 @@ def examples(*commands: str) -> str:
     """A command's ``--help`` epilog: the commands as typed, never rewrapped (click's ``\\b``).
     Every command has one (tests/test_docs.py)."""
     return "\b\nExamples:\n" + "\n".join(f"  hermes-keeper {c}" for c in commands)
+
+
+class Size(click.ParamType):
+    """A size option (``--keep-size 500MB``): refused at once when it has no unit, as keeper.toml's
+    sizes are; passed on as written (the policy parses it, and shows it as written)."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        try:
+            parse_size(value, repr(value))
+        except KeeperError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/json.md).")
