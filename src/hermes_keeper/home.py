@@ -41,7 +41,7 @@ from hermes_keeper.hermes_config import adopt_change, write_config
 from hermes_keeper.history import History, record_report, record_run
 from hermes_keeper.journal import Journal
 from hermes_keeper.kept import keep_sessions
-from hermes_keeper.lock import keeper_lock
+from hermes_keeper.lock import db_lock, keeper_lock
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
@@ -52,7 +52,7 @@ from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, compact_step, make_plan
 from hermes_keeper.run.survey import survey_profile
 from hermes_keeper.run.transcripts import hold_only_copies
-from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer
+from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -65,8 +65,8 @@ class Profile(Place):
 
     @contextmanager
     def _changing(self) -> Iterator[Journal]:
-        """One keeper per home (the lock), and every change journaled."""
-        with keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
+        """One keeper per home and per database (the locks), and every change journaled."""
+        with db_lock(self.db_path), keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
 
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
@@ -168,9 +168,13 @@ class Profile(Place):
         policy = self.config()
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
+        # before the lock and the journal: a database the backup refuses leaves the home as it was
+        schema = inspect(self.db_path, check_timestamps=False)
+        schema.require_readable()
+        snapshot.preflight_backup(self, schema, snapshot.backup_dir(self, dest), None)
         with self._changing() as journal:
             t0 = time.perf_counter()
-            record = snapshot.take_backup(self, dest, journal=journal)
+            record = snapshot.take_backup(self, dest, journal=journal, schema=schema)
             seconds = round(time.perf_counter() - t0, 2)
             removed = (
                 []
@@ -288,6 +292,9 @@ class Profile(Place):
         """Free pages back to the disk in budgeted steps (the policy's budget, rest and busy wait);
         the one-time full VACUUM when idle, or beside Hermes when its stall fits."""
         policy = policy or self.config()
+        schema = inspect(self.db_path)  # before the lock and the journal, as compact checks it
+        schema.require_actionable()
+        refuse_during_maintenance(schema)
         with self._changing() as journal:
             return compact(
                 self,
@@ -312,6 +319,7 @@ class Profile(Place):
     def adopt(self) -> bool:
         """Turn Hermes's own auto-prune off in config.yaml (comments kept), journaled, so the keeper
         alone owns retention; False when it already was off."""
+        self.fs.require_owner()  # before config.yaml is rewritten
         before, after = adopt_change(self.home)
         if before == after:
             return False
@@ -384,6 +392,8 @@ class ProfileArchive:
         keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would.
         Refused while Hermes's own auto-prune would delete one again (``adopt`` first), unless ``force``."""
         policy = policy or self.profile.config()
+        inspect(self.profile.db_path).require_actionable()  # before the lock and the journal
+        open_archive(self.profile).close()  # no archive: refused, nothing created
         with self.profile._changing() as journal:
             res = restore_sessions(
                 self.profile,
@@ -454,7 +464,8 @@ def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] |
         raise KeeperError(f"Hermes home not found: {path}")
     path = path.resolve()
     if path.parent.name == "profiles" and PROFILE_NAME.match(path.name):
-        return path.parent.parent
+        path = path.parent.parent
+    HomeFS(path).require_owner()  # root on a user's home: refused before a byte is read or made
     return path
 
 
