@@ -69,6 +69,16 @@ class Profile(Place):
         with db_lock(self.db_path), keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
 
+    def _checked_db(self, actionable: bool = True) -> SchemaInfo:
+        """The home and state.db checked as a command's step will check them, before the lock, the
+        journal or ``keeper/`` are made: what the step refuses is left as it was."""
+        self.fs.require_home()
+        schema = inspect(self.db_path, check_timestamps=actionable)
+        if actionable:
+            schema.require_actionable()
+        schema.require_readable()
+        return schema
+
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
         """The effective policy: defaults, ``keeper.toml`` (or ``config_path``), this profile's section."""
         return effective_policy(self.root, self.name, config_path, overrides)
@@ -168,9 +178,7 @@ class Profile(Place):
         policy = self.config()
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
-        # before the lock and the journal: a database the backup refuses leaves the home as it was
-        schema = inspect(self.db_path, check_timestamps=False)
-        schema.require_readable()
+        schema = self._checked_db(actionable=False)
         snapshot.preflight_backup(self, schema, snapshot.backup_dir(self, dest), None)
         with self._changing() as journal:
             t0 = time.perf_counter()
@@ -292,9 +300,7 @@ class Profile(Place):
         """Free pages back to the disk in budgeted steps (the policy's budget, rest and busy wait);
         the one-time full VACUUM when idle, or beside Hermes when its stall fits."""
         policy = policy or self.config()
-        schema = inspect(self.db_path)  # before the lock and the journal, as compact checks it
-        schema.require_actionable()
-        refuse_during_maintenance(schema)
+        refuse_during_maintenance(self._checked_db())
         with self._changing() as journal:
             return compact(
                 self,
@@ -392,7 +398,8 @@ class ProfileArchive:
         keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would.
         Refused while Hermes's own auto-prune would delete one again (``adopt`` first), unless ``force``."""
         policy = policy or self.profile.config()
-        inspect(self.profile.db_path).require_actionable()  # before the lock and the journal
+        self.profile._checked_db()
+        self.profile.fs.check_keeper_tree()  # a symlinked keeper/backups said first, as it was
         open_archive(self.profile).close()  # no archive: refused, nothing created
         with self.profile._changing() as journal:
             res = restore_sessions(
