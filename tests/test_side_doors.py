@@ -154,6 +154,17 @@ def test_adopt_keeps_config_owner_group_and_mode(home):
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (NOBODY, NOBODY, 0o640)
 
 
+def test_adopt_in_a_folder_that_is_not_a_home_changes_nothing(tmp_path):
+    """``adopt`` rewrote config.yaml, then its journal refused the folder: exit 2, "nothing
+    changed", and config.yaml changed. The journal's checks now come first."""
+    folder = tmp_path / "not-yet"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("model: x\n")
+    before = snapshot(folder)
+    refused(keeper("adopt", "--yes", "--home", str(folder)), "not a Hermes home")
+    assert snapshot(folder) == before
+
+
 def test_demo_refuses_a_hermes_home_without_a_database(tmp_path):
     """``demo DIR`` wrote 317 fake sessions into a real home that had no state.db yet."""
     home = tmp_path / "real"

@@ -66,7 +66,8 @@ def _linked(path: Path, st: os.stat_result) -> KeeperError | None:
         return None
     return KeeperError(
         f"{path} is a hard link ({st.st_nlink} names for one file, another may be outside the home); "
-        "the keeper does not write through it, nothing changed"
+        "the keeper does not write through it, nothing changed (give it a name of its own: copy it and "
+        "move the copy over it)"
     )
 
 

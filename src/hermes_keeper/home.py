@@ -325,7 +325,8 @@ class Profile(Place):
     def adopt(self) -> bool:
         """Turn Hermes's own auto-prune off in config.yaml (comments kept), journaled, so the keeper
         alone owns retention; False when it already was off."""
-        self.fs.require_owner()  # before config.yaml is rewritten
+        self.fs.require_home()  # what the journal checks, before config.yaml is rewritten
+        self.fs.check_keeper_tree()
         before, after = adopt_change(self.home)
         if before == after:
             return False
