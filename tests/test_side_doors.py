@@ -127,6 +127,15 @@ def test_root_on_a_users_home_is_refused(built, command):
         assert {p.lstat().st_uid for p in (home, *home.rglob("*"))} == {NOBODY}
 
 
+def test_root_on_a_root_folder_with_a_users_database_is_refused(home):
+    """A folder root owns (a mounted volume) holding the state.db Hermes runs as its user: what
+    root would make beside it (keeper/) the user could not open either."""
+    os.chown(home / "state.db", NOBODY, NOBODY)
+    before = snapshot(home)
+    refused(keeper("run", "--home", str(home)), "belongs to nobody")
+    assert snapshot(home) == before
+
+
 def test_library_as_root_refuses_a_users_home(built):
     """A library caller as root on a user's home: refused before anything, as the command is."""
     with users_home(built) as home:

@@ -404,13 +404,19 @@ class HomeFS:
         raise KeeperError(f"{self.home} is not a Hermes home ({DB_NAME} not found); nothing changed")
 
     def require_owner(self) -> None:
-        """Refuse to work, as root, on a home another user owns (``sudo hermes-keeper run --home
-        ~ann/.hermes``): what root makes or rewrites there (``keeper/``, a ``config.yaml`` 0600)
-        that user, and Hermes running as them, can no longer open. Refused rather than switched
+        """Refuse to work, as root, on a home another user owns, or whose ``state.db`` they own
+        (``sudo hermes-keeper run --home ~ann/.hermes``): what root makes or rewrites there
+        (``keeper/``, a ``config.yaml`` 0600) that user, and Hermes running as them, can no
+        longer open. Refused rather than switched
         to that user mid-process: a Python installed where they cannot read (root's pyenv or pipx)
         would then fail at its next import, with the command half done."""
-        uid = os.stat(self.home).st_uid
-        if os.geteuid() != 0 or uid == 0:
+        if os.geteuid() != 0:
+            return
+        owners = [os.stat(self.home).st_uid]
+        with suppress(FileNotFoundError):  # a root-owned folder (a volume) with Hermes's state.db in it
+            owners.append(os.lstat(self.home / DB_NAME).st_uid)
+        uid = next((u for u in owners if u != 0), 0)
+        if uid == 0:
             return
         try:
             user = pwd.getpwuid(uid).pw_name
