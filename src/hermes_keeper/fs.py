@@ -407,9 +407,9 @@ class HomeFS:
         """Refuse to work, as root, on a home another user owns, or whose ``state.db`` they own
         (``sudo hermes-keeper run --home ~ann/.hermes``): what root makes or rewrites there
         (``keeper/``, a ``config.yaml`` 0600) that user, and Hermes running as them, can no
-        longer open. Refused rather than switched
-        to that user mid-process: a Python installed where they cannot read (root's pyenv or pipx)
-        would then fail at its next import, with the command half done."""
+        longer open. Refused rather than switched to that user mid-process: a Python installed
+        where they cannot read (root's pyenv or pipx) would then fail at its next import, with
+        the command half done."""
         if os.geteuid() != 0:
             return
         owners = [os.stat(self.home).st_uid]

@@ -66,7 +66,7 @@ class Profile(Place):
     @contextmanager
     def _changing(self) -> Iterator[Journal]:
         """One keeper per home and per database (the locks), and every change journaled."""
-        with db_lock(self.db_path), keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
+        with keeper_lock(self.root), db_lock(self.db_path), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
 
     def _checked_db(self, actionable: bool = True) -> SchemaInfo:
@@ -76,7 +76,8 @@ class Profile(Place):
         schema = inspect(self.db_path, check_timestamps=actionable)
         if actionable:
             schema.require_actionable()
-        schema.require_readable()
+        else:
+            schema.require_readable()
         return schema
 
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:

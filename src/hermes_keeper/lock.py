@@ -62,7 +62,8 @@ def db_lock(db: Path) -> Iterator[None]:
     same lock, where ``<root>/keeper.lock`` differs by root. The folder, not ``state.db``: it
     exists before the database does (a restore into a home that lost it), it stays the same
     when a restore puts another file in place, and a descriptor of the database itself, closed,
-    would drop the POSIX locks SQLite holds on it. No file is created for it.
+    would drop the POSIX locks SQLite holds on it. No file is created for it. Taken after
+    ``keeper_lock``: a second keeper by the same path is told the first one's pid there.
     """
     folder = Path(os.path.realpath(db)).parent
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -71,7 +72,7 @@ def db_lock(db: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise KeeperError(
-                f"another hermes-keeper is running on {db} (reached by another path to {folder});"
+                f"another hermes-keeper is running on {db} (through another path to {folder});"
                 " try again later"
             ) from None
         except OSError as exc:
