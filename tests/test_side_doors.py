@@ -9,6 +9,8 @@ mount for real, fail loudly, never skip).
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import shutil
 import stat
@@ -255,3 +257,20 @@ def test_the_database_lock_holds_before_the_database_exists(two_paths):
     res = keeper("restore", "--latest", "--yes", "--home", str(mnt))
     assert res.returncode == 0, res.stderr
     assert (root / "profiles" / "work" / "state.db").is_file()
+
+
+def test_where_a_folder_cannot_be_flocked_keeper_lock_alone_guards(home, monkeypatch):
+    """NFS emulates flock with POSIX locks, which a folder opened read-only cannot take (EBADF):
+    the database lock is then left out, not the command."""
+    real = fcntl.flock
+
+    def nfs_flock(fd, op):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", nfs_flock)
+    done = Home(home).profile().backup()
+    assert done.record.path.is_file()
+    with Home(home).profile()._changing(), pytest.raises(KeeperError, match=r"pid \d+"):
+        Home(home).profile().backup()  # the same home: keeper.lock still says no
