@@ -47,7 +47,7 @@ def test_demo_refuses_a_folder_with_a_database(tmp_path):
     before = tree_digest(tmp_path)
     res = run_demo(str(tmp_path))
     assert res.exit_code == 2
-    assert "already holds a state.db" in res.output and len(res.output.strip().splitlines()) == 1
+    assert "is not empty (notes.txt, state.db)" in res.output and len(res.output.strip().splitlines()) == 1
     assert tree_digest(tmp_path) == before
 
 

@@ -231,7 +231,8 @@ def _off(view):
 
 
 def write_config(home: Path, text: str) -> None:
-    """Replace ``config.yaml`` durably, keeping its mode (0600 for a new one: it may hold keys).
+    """Replace ``config.yaml`` durably, keeping its mode (0600 for a new one: it may hold keys) and,
+    as root, its owner and group (Hermes, running as its user, must still read it).
 
     Through the door: a symlinked ``config.yaml`` is refused (:func:`adopt_change` said so first),
     never replaced or read through.
@@ -245,6 +246,8 @@ def write_config(home: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            if st is not None and os.geteuid() == 0:
+                os.fchown(f.fileno(), st.st_uid, st.st_gid)
             os.fchmod(f.fileno(), mode)  # the file mkstemp just made, by its descriptor
             os.fsync(f.fileno())
         fs.rename(name, to=CONFIG_NAME)

@@ -42,7 +42,7 @@ from hermes_keeper.history import History, record_report, record_run
 from hermes_keeper.interrupt import Interrupted, stop_on_signals
 from hermes_keeper.journal import Journal
 from hermes_keeper.kept import keep_sessions
-from hermes_keeper.lock import keeper_lock
+from hermes_keeper.lock import db_lock, keeper_lock
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
@@ -53,7 +53,7 @@ from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, compact_step, make_plan
 from hermes_keeper.run.survey import survey_profile
 from hermes_keeper.run.transcripts import hold_only_copies
-from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer
+from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -66,9 +66,20 @@ class Profile(Place):
 
     @contextmanager
     def _changing(self) -> Iterator[Journal]:
-        """One keeper per home (the lock), and every change journaled."""
-        with keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
+        """One keeper per home and per database (the locks), and every change journaled."""
+        with keeper_lock(self.root), db_lock(self.db_path), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
+
+    def _checked_db(self, actionable: bool = True) -> SchemaInfo:
+        """The home and state.db checked as a command's step will check them, before the lock, the
+        journal or ``keeper/`` are made: what the step refuses is left as it was."""
+        self.fs.require_home()
+        schema = inspect(self.db_path, check_timestamps=actionable)
+        if actionable:
+            schema.require_actionable()
+        else:
+            schema.require_readable()
+        return schema
 
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
         """The effective policy: defaults, ``keeper.toml`` (or ``config_path``), this profile's section."""
@@ -181,9 +192,11 @@ class Profile(Place):
         policy = self.config()
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
+        schema = self._checked_db(actionable=False)
+        snapshot.preflight_backup(self, schema, snapshot.backup_dir(self, dest), None)
         with self._changing() as journal:
             t0 = time.perf_counter()
-            record = snapshot.take_backup(self, dest, journal=journal)
+            record = snapshot.take_backup(self, dest, journal=journal, schema=schema)
             seconds = round(time.perf_counter() - t0, 2)
             removed = (
                 []
@@ -301,6 +314,7 @@ class Profile(Place):
         """Free pages back to the disk in budgeted steps (the policy's budget, rest and busy wait);
         the one-time full VACUUM when idle, or beside Hermes when its stall fits."""
         policy = policy or self.config()
+        refuse_during_maintenance(self._checked_db())
         with self._changing() as journal:
             return compact(
                 self,
@@ -325,6 +339,8 @@ class Profile(Place):
     def adopt(self) -> bool:
         """Turn Hermes's own auto-prune off in config.yaml (comments kept), journaled, so the keeper
         alone owns retention; False when it already was off."""
+        self.fs.require_home()  # what the journal checks, before config.yaml is rewritten
+        self.fs.check_keeper_tree()
         before, after = adopt_change(self.home)
         if before == after:
             return False
@@ -397,6 +413,9 @@ class ProfileArchive:
         keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would.
         Refused while Hermes's own auto-prune would delete one again (``adopt`` first), unless ``force``."""
         policy = policy or self.profile.config()
+        self.profile._checked_db()
+        self.profile.fs.check_keeper_tree()  # a symlinked keeper/backups said first, as it was
+        open_archive(self.profile).close()  # no archive: refused, nothing created
         with self.profile._changing() as journal:
             res = restore_sessions(
                 self.profile,
@@ -465,10 +484,13 @@ def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] |
     path = Path(raw).expanduser()
     if not path.is_dir():
         raise KeeperError(f"Hermes home not found: {path}")
-    for named in (Path(os.path.abspath(path)), path.resolve()):  # a symlinked profile: by its link
+    root = path.resolve()
+    for named in (Path(os.path.abspath(path)), root):  # a symlinked profile: by its link
         if named.parent.name == "profiles" and PROFILE_NAME.match(named.name):
-            return named.parent.parent.resolve()
-    return path.resolve()
+            root = named.parent.parent.resolve()
+            break
+    HomeFS(root).require_owner()  # root on a user's home: refused before a byte is read or made
+    return root
 
 
 def discover_profiles(root: Path) -> list[Profile]:

@@ -33,7 +33,7 @@ import zstandard
 from hermes_keeper import units
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
+from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_file
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_file, connect_ro
@@ -409,7 +409,7 @@ def apply_rotation(
     folder = Path(folder)
     if not (folder / MANIFEST).exists():
         return []
-    private_dir(folder)  # never rotate through a symlinked backup folder
+    HomeFS(folder.parent).private_dir(folder.name, tighten=False)  # never through a symlinked folder
     with _manifest_lock(folder):
         drop = {
             r.name: r
