@@ -69,7 +69,11 @@ def test_one_time_conversion_when_idle_then_hermes_vacuum_keeps_it(home, hermes)
     assert sql(home, "PRAGMA auto_vacuum")[0] == [(2,)]
 
 
-def test_incremental_steps_while_hermes_writes(home, hermes):
+def test_incremental_steps_while_hermes_writes(home, hermes, monkeypatch):
+    # The cut's one write races the writer's (50/s); on a loaded machine the writer can win every
+    # one of the default 20 tries (a second), and the keeper then says so and leaves the WAL for
+    # the next run. What this test holds is that the cut works when it gets its turn: more tries.
+    monkeypatch.setattr(compact_mod, "WAL_CUT_TRIES", 400)
     sql(home, "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM")
     delete_cron(home)
     free_before = sql(home, "PRAGMA freelist_count")[0][0][0]
@@ -82,6 +86,7 @@ def test_incremental_steps_while_hermes_writes(home, hermes):
     assert res.free_bytes_after <= 16 * 4096 and res.backup is None
     assert res.db_bytes_before - res.db_bytes_after >= res.pages_freed * 4096 * 0.9
     # Moved pages pass through the WAL; a live Hermes never truncates it, so ours keeps it bounded.
+    assert "was not cut back" not in res.note
     assert res.wal_bytes_after <= WAL_LIMIT_BYTES + 1_000_000
     hermes_view(hermes, home)  # indexes intact after the merges
 
