@@ -301,27 +301,31 @@ def search(
         raise KeeperError("search text is empty")
     t0 = time.perf_counter()
     candidates = _candidates(store, text) if use_index else None
-    result = (
-        _scan(store, text, filters, limit)
-        if candidates is None
-        else _confirm(store, text, filters, limit, candidates)
-    )
+    result = _scan(store, text, filters, limit, candidates)
     result.seconds = time.perf_counter() - t0
     return result
 
 
+#: Above this share of the archive the index's candidates are read faster by streaming every
+#: payload than one by one (bench/archive_search.py: 'kubernetes', 96% of the sessions).
+STREAM_SHARE = 0.25
+
+
 def _candidates(store: Archive, text: str) -> set[int] | None:
+    """The index's candidates for ``text``; None: scan every payload (the index cannot answer
+    the text or be kept here, or it narrows too little to be worth reading entry by entry)."""
     if not indexable(text):
         return None
     index = open_index(store, searchable_fields)
     if index is None:
         return None
     try:
-        return index.candidates(store, text)
+        found = index.candidates(store, text)
     except sqlite3.OperationalError:  # locked by another search's refresh, a full disk: scan
         return None
     finally:
         index.close()
+    return None if len(found) > STREAM_SHARE * index.held else found
 
 
 def _found(result: SearchResult, payload: dict, entry: Entry, text: str, limit: int | None) -> None:
@@ -333,32 +337,33 @@ def _found(result: SearchResult, payload: dict, entry: Entry, text: str, limit: 
         result.hits.append(hit)
 
 
-def _confirm(
-    store: Archive, text: str, filters: Filters, limit: int | None, candidates: set[int]
-) -> SearchResult:
-    """The index's candidates among the chosen entries, each confirmed in its payload."""
-    result = SearchResult()
+def _chosen(store: Archive, filters: Filters, candidates: set[int] | None, result: SearchResult):
+    """(entry, payload or None when damaged) of the chosen entries, newest first: every payload
+    streamed, or, with the index's ``candidates``, only theirs, each read by its entry."""
+    if candidates is None:
+        for entry, raw in filters.scan(store, payloads=True):
+            result.scanned += 1
+            yield entry, raw
+        return
     for entry in filters.scan(store):
         result.scanned += 1
-        if entry.entry not in candidates:
-            continue
-        try:
-            payload = store.get_entry(entry.entry)
-        except ArchiveDamaged:
-            result.damaged.append(entry.session_id)
-            continue
-        _found(result, payload, entry, text, limit)
-    return result
+        if entry.entry in candidates:
+            try:
+                yield entry, store.entry_bytes(entry.entry)
+            except ArchiveDamaged:
+                yield entry, None
 
 
-def _scan(store: Archive, text: str, filters: Filters, limit: int | None) -> SearchResult:
-    """Every chosen payload, decompressed and searched as bytes; only rows that may match are parsed."""
+def _scan(
+    store: Archive, text: str, filters: Filters, limit: int | None, candidates: set[int] | None = None
+) -> SearchResult:
+    """The chosen payloads (of ``candidates`` only, when the index gave them) searched as bytes;
+    only rows that may match are parsed."""
     result = SearchResult()
     ascii_only = text.isascii()
     byte_needles = [n.encode("utf-8") for n in needles(text)]
     str_needles = needles(text)
-    for entry, raw in filters.scan(store, payloads=True):
-        result.scanned += 1
+    for entry, raw in _chosen(store, filters, candidates, result):
         if raw is None:
             result.damaged.append(entry.session_id)
             continue
