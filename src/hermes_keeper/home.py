@@ -187,7 +187,7 @@ class Profile(Place):
         schema = inspect(self.db_path)
         schema.require_readable()
         try:
-            snapshot.preflight_backup(self, schema, folder, None)
+            snapshot.preflight_backup(self, schema, folder)
             refused = None
         except KeeperError as exc:
             refused = str(exc)

@@ -70,7 +70,7 @@ def rotation_options(fn):
 @json_option
 @quiet_option
 def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
-    """Consistent snapshot of state.db (VACUUM INTO), checked, zstd-compressed; Hermes keeps running.
+    """Consistent page-for-page snapshot of state.db, checked, zstd-compressed; Hermes keeps running.
 
     Older backups of the same home are then rotated (see `backups` for why each is kept).
     """
@@ -80,7 +80,7 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
         return
 
     def action(p):
-        with busy(f"{p.name}: backing up state.db (VACUUM INTO, then zstd)", as_json):
+        with busy(f"{p.name}: backing up state.db (page copy, then zstd)", as_json):
             return p.backup(dest, rotate=rotate)
 
     for_each(
@@ -90,7 +90,9 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
         lambda _p, done: (
             quiet
             or click.echo(
-                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
+                f"{done.record.profile}: "
+                + ("state.db unchanged since " if done.record.reused else "")
+                + f"{done.record.path} {units.size(done.record.bytes)} (database"
                 f" {units.size(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
                 f" {', '.join(done.rotated_out) or 'none'}"
             )

@@ -251,7 +251,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
         raise KeeperError(plan.safeguard.why)
     if plan.safeguard.kind == SNAPSHOT:
         dest = policy.backup_dest
-        record = take_backup(profile, dest, journal=journal, schema=ctx.schema, holders=ctx.holders())
+        record = take_backup(profile, dest, journal=journal, schema=ctx.schema)
         res.backup = record.name
         # or backups pile up
         apply_rotation(backup_dir(profile, dest), profile.home, journal=journal, **policy.rotation)
