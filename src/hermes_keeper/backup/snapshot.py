@@ -39,7 +39,15 @@ import zstandard
 from hermes_keeper import units
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, TryLater, os_error_line
-from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
+from hermes_keeper.fs import (
+    KEEPER_DIR,
+    HomeFS,
+    durable_rename,
+    open_private,
+    plain_name,
+    private_dir,
+    private_file,
+)
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_file, connect_ro
@@ -504,12 +512,14 @@ def rotation(
     home: Path | str | None = None,
     now: float | None = None,
     check: Callable[[BackupRecord], bool] = verify_backup,
+    max_bytes: int | None = None,
     **rules: int,
 ) -> list[tuple[BackupRecord, Decision, bool]]:
     """Each backup (of ``home``, or of every home) with its decision and ``check``, newest first.
 
     ``rules`` are :func:`plan_rotation`'s (keep_last, keep_daily, keep_weekly, keep_monthly) and its
-    defaults.
+    defaults. ``max_bytes`` is ``[keeper] max_bytes``: what the rest of the home's ``keeper/``
+    (archive, history, journal) leaves of it is each home's room for backups.
 
     Rules apply per home: one home's backups never push another's out of a shared folder.
     """
@@ -518,10 +528,31 @@ def rotation(
     by_name = {r.name: r for r in records}
     rows = []
     for h in sorted({r.home for r in records}):
-        group = [(r.name, r.created_at, verified[r.name]) for r in records if r.home == h]
-        for d in plan_rotation(group, now=now, **rules):
+        group = [(r.name, r.created_at, verified[r.name], r.bytes) for r in records if r.home == h]
+        room = None if max_bytes is None else max(0, max_bytes - other_keeper_bytes(Path(h), folder))
+        for d in plan_rotation(group, now=now, max_bytes=room, **rules):
             rows.append((by_name[d.id], d, verified[d.id]))
     return sorted(rows, key=lambda row: row[0].created_at, reverse=True)
+
+
+def tree_bytes(folder: Path) -> int:
+    """The regular files under ``folder`` (never through a link; a linked folder counts nothing)."""
+    total = 0
+    if folder.is_symlink() or not folder.is_dir():
+        return 0
+    for dirpath, _dirs, names in os.walk(folder, followlinks=False):
+        for n in names:
+            with suppress(FileNotFoundError):
+                st = os.lstat(os.path.join(dirpath, n))
+                total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
+
+
+def other_keeper_bytes(home: Path, folder: Path) -> int:
+    """``<home>/keeper/`` without the backup folder ``folder`` (when it is in there)."""
+    keeper = home / KEEPER_DIR
+    inside = Path(folder).resolve().is_relative_to(keeper.resolve())
+    return tree_bytes(keeper) - (tree_bytes(Path(folder)) if inside else 0)
 
 
 def apply_rotation(
