@@ -49,7 +49,7 @@ from hermes_keeper.report_types import Report
 from hermes_keeper.run.compact import compact
 from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import apply_plan, preflight
-from hermes_keeper.run.plan import Plan, compact_step, make_plan
+from hermes_keeper.run.plan import REFUSE, SNAPSHOT, Plan, Safeguard, compact_step, make_plan
 from hermes_keeper.run.survey import survey_profile
 from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer
@@ -105,6 +105,11 @@ class Profile(Place):
         plan = make_plan(survey_profile(self, schema, now, holders, db_check), policy, now)
         hold_only_copies(self, plan)  # reads the .jsonl transcripts it removes: diverted ones stay
         plan.archive_retention = plan_archive_retention(self, policy, now)
+        if plan.safeguard.kind == SNAPSHOT:  # what it costs, where it goes, refused if it does not fit
+            cost = snapshot.backup_cost(self, schema, snapshot.backup_dir(self, policy.backup_dest))
+            plan.backup = cost.to_dict()
+            if cost.refused:
+                plan.safeguard = Safeguard(REFUSE, cost.refused)
         if plan.archive_retention and (loud := plan.archive_retention.warning()) is not None:
             plan.warnings.append(loud)
         return plan

@@ -548,6 +548,15 @@ def tree_bytes(folder: Path) -> int:
     return total
 
 
+def keeper_bytes(profile: Place, dest: Path | str | None = None) -> int:
+    """The keeper's share of the home: ``keeper/``, and the backup folder where it is elsewhere
+    in the home (one outside it is not the home's)."""
+    folder = backup_dir(profile, dest).resolve()
+    home, keeper = profile.home.resolve(), profile.keeper_dir.resolve()
+    elsewhere = folder.is_relative_to(home) and not folder.is_relative_to(keeper)
+    return tree_bytes(profile.keeper_dir) + (tree_bytes(folder) if elsewhere else 0)
+
+
 def other_keeper_bytes(home: Path, folder: Path) -> int:
     """``<home>/keeper/`` without the backup folder ``folder`` (when it is in there)."""
     keeper = home / KEEPER_DIR

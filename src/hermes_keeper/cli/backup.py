@@ -282,6 +282,12 @@ def _compact_line(r: dict) -> None:
             f"{units.size(r['db_bytes_before'])} -> {units.size(r['db_bytes_after'])}, WAL "
             f"{units.size(r['wal_bytes_before'])} -> {units.size(r['wal_bytes_after'])}); "
             f"{units.size(r['free_bytes_after'])} reclaimable still in state.db; auto_vacuum "
-            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}" + (f"; {r['note']}" if r["note"] else "")
+            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}"
+            + (
+                f"; backed up first: {r['backup']} (in the backup folder, kept by rotation)"
+                if r["backup"]
+                else ""
+            )
+            + (f"; {r['note']}" if r["note"] else "")
         ),
     )

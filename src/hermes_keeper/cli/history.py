@@ -25,7 +25,8 @@ from hermes_keeper.history import database_bytes
 @click.option("--all", "every_kind", is_flag=True, help="Reports (and checks) too, not only runs.")
 def history(profiles, as_json, limit, every_kind):
     """What each run did: when, db size after, pruned, archived, zombies closed, files removed,
-    freed, duration, longest write transaction.
+    freed, the home's net change (what Hermes's files lost less what keeper/ gained: backups,
+    archive), duration, longest write transaction.
 
     Read-only. Every `run` and `report` records its figures in <home>/keeper/history.db;
     rows older than 30 days are thinned to one a day, older than a year to one a week.
@@ -36,7 +37,7 @@ def history(profiles, as_json, limit, every_kind):
         t = Table(title=f"{profile.name}: history ({len(entries)} rows)", show_edge=False)
         t.add_column("when", no_wrap=True)
         t.add_column("kind")
-        for col in ("db", "pruned", "archived", "closed", "files", "freed", "took", "max txn"):
+        for col in ("db", "pruned", "archived", "closed", "files", "freed", "home", "took", "max txn"):
             t.add_column(col, justify="right")
         for e in entries:
             f = e.figures
@@ -47,6 +48,7 @@ def history(profiles, as_json, limit, every_kind):
                 units.size(database_bytes(f["components"])) if "components" in f else "",
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
                 units.size(f["freed_bytes"]) if "freed_bytes" in f else "",
+                units.change(-f["net_freed_bytes"]) if "net_freed_bytes" in f else "",
                 units.duration(round(f["seconds"], 1)) if "seconds" in f else "",
                 f"{f['max_txn_ms']:.0f} ms" if "max_txn_ms" in f else "",
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 from hermes_keeper import units
 from hermes_keeper.archive.retention import apply_retention
 from hermes_keeper.archive.store import Archive, archive_exists
-from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
+from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, keeper_bytes, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.journal import Journal
 from hermes_keeper.model.policy import Policy
@@ -60,6 +60,8 @@ class RunResult:
     compact: dict | None = None
     seconds: float = 0.0  # the whole run, lock wait included (set by Profile.run)
     archive_retention: dict | None = None  # what [archive] keep / max_bytes dropped
+    keeper_bytes_before: int = 0  # keeper/ (backups, archive, history, journal): the keeper's own share
+    keeper_bytes_after: int = 0
 
     @property
     def freed_bytes(self) -> int:
@@ -68,12 +70,18 @@ class RunResult:
         (``reclaimable_bytes``); nor is a WAL Hermes left at its high-water mark."""
         return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
 
+    @property
+    def net_freed_bytes(self) -> int:
+        """What the home got back: what Hermes's files lost less what ``keeper/`` gained (the run's
+        backup, the archive's new entries); negative when the home grew."""
+        return self.freed_bytes - (self.keeper_bytes_after - self.keeper_bytes_before)
+
     def summary(self) -> str:
         """One line; "freed" only for bytes the disk got back, pages still in the file are "reclaimable"."""
         text = (
             f"{self.profile}: zombies closed {self.zombies_closed}, pruned {len(self.prune.pruned)}, "
             f"archived {len(self.prune.archived)}, files removed {self.files_removed}; "
-            f"freed {units.size(self.freed_bytes)} on disk; remaining "
+            f"freed {units.size(self.freed_bytes)} on disk, {net_words(self)}; remaining "
             f"{units.plural(self.remaining_sessions, 'session')}, "
             f"{units.plural(self.remaining_messages, 'message')}"
         )
@@ -97,6 +105,9 @@ class RunResult:
             "file_bytes_before": self.file_bytes_before,
             "file_bytes_after": self.file_bytes_after,
             "freed_bytes": self.freed_bytes,
+            "keeper_bytes_before": self.keeper_bytes_before,
+            "keeper_bytes_after": self.keeper_bytes_after,
+            "net_freed_bytes": self.net_freed_bytes,
             "reclaimable_bytes": self.reclaimable_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "writer": self.writer,
@@ -107,6 +118,16 @@ class RunResult:
             "archive_retention": self.archive_retention,
             "summary": self.summary(),
         }
+
+
+def net_words(res: RunResult) -> str:
+    """``net 8.1 MB (keeper/ +5.7 MB)``, or ``the home grew 336.0 MB (keeper/ +485.9 MB)``."""
+    net, keeper = res.net_freed_bytes, units.change(res.keeper_bytes_after - res.keeper_bytes_before)
+    return (
+        f"net {units.size(net)} (keeper/ {keeper})"
+        if net >= 0
+        else f"the home grew {units.size(-net)} (keeper/ {keeper})"
+    )
 
 
 def writer_figures(w: Writer, hold: MergeHold | None) -> dict:
@@ -243,6 +264,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     preflight(profile, ctx.schema, policy)
     res = RunResult(
         profile.name,
+        keeper_bytes_before=keeper_bytes(profile, policy.backup_dest),
         db_bytes_before=ctx.schema.used_bytes,
         file_bytes_before=ctx.schema.db_bytes + profile.wal_bytes(),
         safeguard=plan.safeguard.kind,
@@ -305,6 +327,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
         res.remaining_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:
         conn.close()
+    res.keeper_bytes_after = keeper_bytes(profile, policy.backup_dest)
     if journal:
         journal.write("summary", **{k: v for k, v in res.to_dict().items() if k != "skipped"})
     return res

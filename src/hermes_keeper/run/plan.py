@@ -222,6 +222,16 @@ def safeguard(policy: Policy, journal_mode: str | None, holders: list[Holder], d
     return Safeguard(NONE, "no snapshot and no archive (backup = false, --no-archive): deletes are final")
 
 
+def backup_words(cost: dict | None) -> str:
+    """`` (~23.4 MB compressed into <folder>, 58.5 MB while it is made; 12.0 GB free there)``."""
+    if not cost:
+        return ""
+    return (
+        f" (~{units.size(cost['est_bytes'])} compressed into {cost['folder']}, "
+        f"{units.size(cost['db_bytes'])} more while it is made; {units.size(cost['free_bytes'])} free there)"
+    )
+
+
 @dataclass
 class Plan:
     profile: str
@@ -255,6 +265,8 @@ class Plan:
         return list(out.values())
 
     safeguard: Safeguard = NOTHING_DELETED
+    #: the snapshot's :class:`~hermes_keeper.backup.snapshot.BackupCost` (a dict), when it takes one
+    backup: dict | None = None
 
     @property
     def nothing_to_do(self) -> bool:
@@ -264,7 +276,7 @@ class Plan:
         """What a run does, in order (the executor's order), each step only when it has work."""
         out = []
         if self.prune and self.safeguard.kind == SNAPSHOT:
-            out.append("backup: a verified snapshot of state.db")
+            out.append("backup: a verified snapshot of state.db" + backup_words(self.backup))
         if self.zombies:
             out.append(f"close {len(self.zombies)} zombie sessions")
         if self.prune:
@@ -333,6 +345,7 @@ class Plan:
             and {**self.hermes_auto_prune, "deletes_kept": len(self.hermes_deletes_kept)},
             "warnings": self.warnings,
             "safeguard": asdict(self.safeguard),
+            "backup": self.backup,
             "archive_retention": self.archive_retention and self.archive_retention.to_dict(verbose),
             "archive": self.archive,
             "steps": self.steps(),
