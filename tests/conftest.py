@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.backup import snapshot
 from hermes_keeper.sqlite import walreset
 from tests.hermes_env import Hermes
 
@@ -134,3 +135,9 @@ def hermes_home(hermes, tmp_path_factory):
         return Path(shutil.copytree(built[key], dest))
 
     return make
+
+
+@pytest.fixture
+def unmarked(monkeypatch):
+    """Several backups of one unchanged database: no mark, so none is skipped as unchanged."""
+    monkeypatch.setattr(snapshot, "source_mark", lambda _db, _now: "")

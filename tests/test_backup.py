@@ -88,7 +88,7 @@ def test_backup_files_are_private_and_recorded(home):
     assert rec.bytes < rec.raw_bytes / 2  # zstd on conversation text
 
 
-def test_backup_to_another_folder_with_names_that_sort(home, tmp_path):
+def test_backup_to_another_folder_with_names_that_sort(home, tmp_path, unmarked):
     profile = select_profiles(home)[0]
     dest = tmp_path / "elsewhere" / "my backups"
     new_year = datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()

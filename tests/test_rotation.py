@@ -126,12 +126,6 @@ def test_max_bytes_drops_the_oldest_kept_never_the_newest_verified():
     assert [i for i in tiny if tiny[i].keep] == ["8"] and tiny["8"].reasons[-1] == "newest verified backup"
 
 
-@pytest.fixture
-def unmarked(monkeypatch):
-    """Several backups of one unchanged database: no mark, so none is skipped as unchanged."""
-    monkeypatch.setattr(snapshot, "source_mark", lambda _db, _now: "")
-
-
 def test_apply_rotation_per_home_in_a_shared_folder(tmp_path, unmarked):
     dest = tmp_path / "shared"
     homes = {}

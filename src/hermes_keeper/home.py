@@ -191,18 +191,15 @@ class Profile(Place):
         folder = snapshot.backup_dir(self, dest or policy.backup_dest)
         schema = inspect(self.db_path)
         schema.require_readable()
-        try:
-            snapshot.preflight_backup(self, schema, folder)
-            refused = None
-        except KeeperError as exc:
-            refused = str(exc)
+        cost = snapshot.backup_cost(self, schema, folder)
         rules = policy.rotation | (rotate if isinstance(rotate, dict) else {})
         rows = [] if rotate is False else snapshot.rotation(folder, self.home, now=time.time(), **rules)
         return {
             "profile": self.name,
             "folder": str(folder),
             "database_bytes": schema.used_bytes,
-            "refused": refused,
+            "refused": cost.refused,
+            "cost": cost.to_dict(),
             # the rules as they stand now; the new backup may push one more out
             "would_rotate_out": [r.name for r, d, _ in rows if not d.keep],
         }

@@ -104,11 +104,12 @@ def _backup_preview(_profile, o: dict) -> None:
     if o["refused"]:
         click.echo(term(f"{o['profile']}: would be refused: {o['refused']}"))
         return
-    gone = ", ".join(o["would_rotate_out"]) or "none"
+    gone, cost = ", ".join(o["would_rotate_out"]) or "none", o["cost"]
     click.echo(
         term(
-            f"{o['profile']}: would back up a {units.size(o['database_bytes'])} database into {o['folder']}; "
-            f"then rotate out: {gone}"
+            f"{o['profile']}: would back up a {units.size(o['database_bytes'])} database into {o['folder']}"
+            f" (~{units.size(cost['est_bytes'])} compressed, {units.size(cost['db_bytes'])} more while it is"
+            f" made; {units.size(cost['free_bytes'])} free there); then rotate out: {gone}"
         )
     )
 
