@@ -21,6 +21,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from hermes_keeper import demo, units  # noqa: E402
 from hermes_keeper.backup import snapshot  # noqa: E402
+from hermes_keeper.backup.rotation import plan_rotation  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
 
 DAY = 86400.0
@@ -151,6 +153,19 @@ def simulate(args) -> list[dict]:
     return rows
 
 
+def steady_backups(before: bool, nights: int = 400) -> list[int]:
+    """How many backups rotation keeps on each of the last 100 of ``nights`` nightly backups."""
+    rules = {"keep_monthly": 12} if before else {}
+    kept: list[tuple] = []
+    counts = []
+    for i in range(nights):
+        kept.append((str(i), START + i * DAY, True))
+        keep = {d.id for d in plan_rotation(kept, now=START + i * DAY, **rules) if d.keep}
+        kept = [b for b in kept if b[0] in keep]
+        counts.append(len(kept))
+    return counts[-100:]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nights", type=int, default=60)
@@ -180,6 +195,12 @@ def main() -> None:
         f"{max(r['backups'] for r in tail)}"
     )
     print("last run:", rows[-1]["summary"])
+    year = steady_backups(args.before)
+    each = statistics.mean(r["backup_bytes"] / r["backups"] for r in tail)
+    print(
+        f"rotation over a year of nights (pure): {min(year)}-{max(year)} backups in the last 100, so"
+        f" about {units.size(max(year) * each)} of backups at {units.size(each)} each"
+    )
 
 
 if __name__ == "__main__":

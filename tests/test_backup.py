@@ -273,3 +273,18 @@ def test_unreadable_manifest_is_refused_before_copying(home):
     res = CliRunner().invoke(main, ["backup", "--home", str(home)])
     assert res.exit_code == 2 and "unreadable backup manifest" in res.output
     assert sorted(p.name for p in folder.iterdir()) == [".manifest.lock", "manifest.json"]
+
+
+def test_a_manifest_from_before_source_marks_reads_and_is_backed_up_again(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    profile = select_profiles(home)[0]
+    first = take_backup(profile)
+    manifest = first.folder / "manifest.json"
+    body = json.loads(manifest.read_text())
+    for entry in body["backups"]:
+        del entry["source_mark"]  # as an earlier keeper wrote it
+    manifest.write_text(json.dumps(body))
+    [old] = list_backups(first.folder)
+    assert old.source_mark == "" and verify_backup(old)
+    assert not take_backup(profile, now=time.time() + 60).reused  # no mark: nothing to compare

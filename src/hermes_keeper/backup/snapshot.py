@@ -132,7 +132,7 @@ _FIELD_TYPES = {
 
 def _record(r: dict, folder: Path) -> BackupRecord:
     """One manifest entry, checked: the types above, and a name that is a plain file in ``folder``."""
-    values = {k: r[k] if k in r or k not in _ADDED else _ADDED[k] for k in _STORED}
+    values = {k: r.get(k, _ADDED[k]) if k in _ADDED else r[k] for k in _STORED}
     wrong = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, _FIELD_TYPES[k])]
     if wrong:
         raise TypeError(f"{', '.join(wrong)} of the wrong type")
