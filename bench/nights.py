@@ -6,7 +6,9 @@ sessions each day; at 03:00 of each simulated night ``Profile.run()`` runs as cr
 (backup, prune, archive, compact), with the keeper's clock (``time.time``) moved to that night.
 After each run it measures the home: state.db and its WAL, ``keeper/`` (backups, archive), the
 whole home, and what a deduplicating store (restic, borg) would add for tonight's backup: the
-bytes of its decompressed pages that last night's backup did not hold.
+bytes of its decompressed pages that last night's backup did not hold, and the ones
+that a copy of state.db just after last night's run did not hold either (Hermes's own writes of
+the day; the rest is the run's own rewrite: its prune, full FTS merge and compact).
 
 ``--before`` is the keeper as it was: each backup a ``VACUUM INTO`` copy (no page shared
 with the last one), never skipped, rotation last 3 / daily 7 / weekly 4 / monthly 12.
@@ -67,14 +69,27 @@ def tree_bytes(path: Path) -> int:
 
 def page_hashes(record) -> set[bytes]:
     """The decompressed backup's pages, each as a digest."""
-    out = set()
     with open(record.path, "rb") as fh:
-        reader = zstandard.ZstdDecompressor().stream_reader(fh)
-        while block := reader.read(PAGE * 256):
-            out.update(
-                hashlib.blake2b(block[i : i + PAGE], digest_size=16).digest()
-                for i in range(0, len(block), PAGE)
-            )
+        return _hashes(zstandard.ZstdDecompressor().stream_reader(fh))
+
+
+def image_hashes(db: Path, work: Path) -> set[bytes]:
+    """The pages of a copy of ``db`` made as the keeper makes its backups (page copy or VACUUM INTO)."""
+    copy = work / "image.db"
+    snapshot.copy_pages(db, copy, "wal")
+    try:
+        with open(copy, "rb") as fh:
+            return _hashes(fh)
+    finally:
+        copy.unlink()
+
+
+def _hashes(reader) -> set[bytes]:
+    out = set()
+    while block := reader.read(PAGE * 256):
+        out.update(
+            hashlib.blake2b(block[i : i + PAGE], digest_size=16).digest() for i in range(0, len(block), PAGE)
+        )
     return out
 
 
@@ -120,7 +135,7 @@ def simulate(args) -> list[dict]:
     if args.before:
         as_before(home)
     [profile] = select_profiles(home)
-    rows, last_pages = [], set()
+    rows, last_pages, after_run = [], set(), set()
     for n in range(1, args.nights + 1):
         night = START + (n - 1) * DAY
         clock.set(night - 12 * 3600)
@@ -131,7 +146,8 @@ def simulate(args) -> list[dict]:
         newest = backups[-1]
         pages = page_hashes(newest)
         new = len(pages - last_pages) * PAGE
-        last_pages = pages
+        hermes_day = len(pages - after_run) * PAGE  # what Hermes alone changed since the last run
+        last_pages, after_run = pages, image_hashes(home / "state.db", work)
         db = (home / "state.db").stat().st_size + (
             (home / "state.db-wal").stat().st_size if (home / "state.db-wal").exists() else 0
         )
@@ -144,6 +160,7 @@ def simulate(args) -> list[dict]:
                 "keeper": tree_bytes(home / "keeper"),
                 "home": tree_bytes(home),
                 "dedup_new": new,
+                "hermes_day": hermes_day,
                 "raw": newest.raw_bytes,
                 "summary": res.summary(),
             }
@@ -178,14 +195,14 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = simulate(args)
     print(f"{'before' if args.before else 'after'}: {args.nights} nights, {time.perf_counter() - t0:.0f} s")
-    print("| night | state.db | backups | keeper/ | home | dedup store adds |")
-    print("|---|---|---|---|---|---|")
+    print("| night | state.db | backups | keeper/ | home | dedup store adds | new since last run's end |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         if r["night"] % args.every == 0 or r["night"] in (1, args.nights):
             print(
                 f"| {r['night']} | {units.size(r['db'])} | {r['backups']} ({units.size(r['backup_bytes'])}) "
                 f"| {units.size(r['keeper'])} | {units.size(r['home'])} | {units.size(r['dedup_new'])} of "
-                f"{units.size(r['raw'])} |"
+                f"{units.size(r['raw'])} | {units.size(r['hermes_day'])} |"
             )
     tail = rows[-21:]
     spread = max(r["home"] for r in tail) - min(r["home"] for r in tail)

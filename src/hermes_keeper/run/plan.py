@@ -190,11 +190,12 @@ NOTHING_DELETED = Safeguard(NONE, "nothing is deleted: no snapshot needed")
 def safeguard(policy: Policy, journal_mode: str | None, holders: list[Holder], deletes: bool) -> Safeguard:
     """What makes this run undoable.
 
-    A snapshot is ``VACUUM INTO``: one read transaction for the whole copy. In WAL mode Hermes
-    writes on meanwhile; in a rollback-journal mode (newer Hermes on SQLite builds with the
-    WAL-reset bug) that read lock blocks every commit until the copy ends, so while a process
-    holds such a database the archive stands in: every pruned session is in it, verified, before
-    its delete, and zombie closes are journaled with their previous values before they happen.
+    A snapshot is a page copy in steps. In WAL mode it holds one read transaction and Hermes writes
+    on meanwhile; in a rollback-journal mode (newer Hermes on SQLite builds with the WAL-reset bug)
+    each step takes its own read lock and every Hermes commit restarts the copy, so a busy Hermes
+    would make the run's first step fail: while a process holds such a database the archive stands
+    in: every pruned session is in it, verified, before its delete, and zombie closes are journaled
+    with their previous values before they happen.
     """
     if not deletes:
         return NOTHING_DELETED
@@ -203,7 +204,7 @@ def safeguard(policy: Policy, journal_mode: str | None, holders: list[Holder], d
         return Safeguard(SNAPSHOT, "a verified snapshot of state.db before the first change")
     held = (
         f"state.db is in {journal_mode} journal mode and open by {'; '.join(h.describe() for h in holders)}, "
-        "where a snapshot would block its writes for the whole copy"
+        "where every commit of it restarts a snapshot"
         if blocking
         else "backup = false"
     )
