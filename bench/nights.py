@@ -165,9 +165,26 @@ def simulate(args) -> list[dict]:
                 "summary": res.summary(),
             }
         )
+    rows[-1]["scattered"] = scattered_change(home / "state.db", work)
     time.time = clock.real
     shutil.rmtree(work)
     return rows
+
+
+def scattered_change(db: Path, work: Path) -> tuple[int, int]:
+    """Issue 36's case: 2% of the sessions deleted with their messages, here and there (as Hermes's
+    own ``/delete`` does); the bytes of the next copy's pages the copy before did not hold, and the
+    copy's size."""
+    before = image_hashes(db, work)
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("CREATE TEMP TABLE gone AS SELECT id FROM sessions WHERE rowid % 50 = 7")
+        conn.execute("DELETE FROM messages WHERE session_id IN (SELECT id FROM gone)")
+        conn.execute("DELETE FROM sessions WHERE id IN (SELECT id FROM gone)")
+    finally:
+        conn.close()
+    after = image_hashes(db, work)
+    return len(after - before) * PAGE, len(after) * PAGE
 
 
 def steady_backups(before: bool, nights: int = 400) -> list[int]:
@@ -212,6 +229,11 @@ def main() -> None:
         f"{max(r['backups'] for r in tail)}"
     )
     print("last run:", rows[-1]["summary"])
+    new, size = rows[-1]["scattered"]
+    print(
+        f"2% of the sessions deleted, here and there: the next copy adds {units.size(new)}"
+        f" of {units.size(size)}"
+    )
     year = steady_backups(args.before)
     each = statistics.mean(r["backup_bytes"] / r["backups"] for r in tail)
     print(
