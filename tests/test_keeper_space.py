@@ -80,10 +80,10 @@ def test_check_warns_when_keeper_is_over_its_budget(tmp_path):
     [profile] = select_profiles(home)
     profile.backup()
     policy = profile.config()
-    assert [m for m in profile.check(policy).measures if m.label == "keeper_bytes"] == []  # no budget set
+    assert [m for m in profile.check(policy).measures if m.label == "keeper"] == []  # no budget set
     policy.set("keeper.max_bytes", "1kB", "test")
-    [m] = [m for m in profile.check(policy).measures if m.label == "keeper_bytes"]
+    [m] = [m for m in profile.check(policy).measures if m.label == "keeper"]
     assert m.status == WARNING and m.value > 1000 and "over its budget" in m.problem
     policy.set("keeper.max_bytes", "1GB", "test")
-    [m] = [m for m in profile.check(policy).measures if m.label == "keeper_bytes"]
+    [m] = [m for m in profile.check(policy).measures if m.label == "keeper"]
     assert m.status == 0

@@ -182,7 +182,7 @@ def keeper_budget(profile: Place, policy: Policy) -> list[Measure]:
     if budget is None:
         return []
     used = keeper_bytes(profile, policy.backup_dest)
-    return [_over("keeper_bytes", used, "B", budget, None, f"keeper/ over its budget {units.size(budget)}")]
+    return [_over("keeper", used, "B", budget, None, f"keeper/ over its budget {units.size(budget)}")]
 
 
 @dataclass(frozen=True)
