@@ -156,17 +156,17 @@ def commit_at_each_rest(monkeypatch, db):
     return writer
 
 
-def test_rollback_journal_database_held_open_is_copied_in_steps(tmp_path, hold_open):
-    """A holder that does not write: the steps' short read locks never restart the copy."""
+def test_rollback_journal_database_held_open_is_not_snapshotted(tmp_path, hold_open):
+    """Each step's read lock would hold its commits, and each commit restart the copy."""
     home = _delete_mode_home(tmp_path)
-    hold_open(home / "state.db", via_hermes=False)
+    proc = hold_open(home / "state.db", via_hermes=False)
     res = CliRunner().invoke(main, ["backup", "--home", str(home)])
-    assert res.exit_code == 0, res.output
-    (record,) = list_backups(home / "keeper" / "backups")
-    assert verify_backup(record)
+    assert res.exit_code == 2 and f"pid {proc.pid}" in res.output and "restart a snapshot" in res.output
+    assert list_backups(home / "keeper" / "backups") == []
 
 
 def test_rollback_journal_copy_restarted_by_every_commit_says_try_later(tmp_path, monkeypatch):
+    """A Hermes that opens the database after the check and commits: restarts, then try later."""
     home = _delete_mode_home(tmp_path)
     commit_at_each_rest(monkeypatch, home / "state.db")
     with pytest.raises(TryLater, match="restarted 4 times"):

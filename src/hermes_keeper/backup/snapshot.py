@@ -5,8 +5,9 @@ rest after each: page *n* of the backup is page *n* of ``state.db``, so a dedupl
 (restic, borg) fed the decompressed backups shares every page that did not change (a ``VACUUM
 INTO`` rewrites them all). In WAL mode one read transaction is held across the whole copy (WAL
 readers block no writer): a consistent image that never restarts. In a rollback journal a held
-read lock would block Hermes's commits, so each step takes its own and a Hermes commit restarts
-the copy; after :data:`MAX_RESTARTS` restarts it stops (:class:`TryLater`). The copy is
+read lock would block Hermes's commits, so each step takes its own and a commit restarts the
+copy; such a database another process holds is refused, and after :data:`MAX_RESTARTS` restarts
+(Hermes started meanwhile) the copy stops (:class:`TryLater`). The copy is
 ``quick_check``ed, then compressed with zstd in a stream (bounded memory, frame checksum on)
 into ``state-<UTC>.db.zst``, which is fsynced, renamed into place and its folder fsynced (the
 uncompressed copy is a temporary file and deliberately not synced: that flush is what made
@@ -51,6 +52,7 @@ from hermes_keeper.fs import (
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_file, connect_ro
+from hermes_keeper.sqlite.holders import find_holders
 from hermes_keeper.sqlite.schema import AUTO_VACUUM, SchemaInfo, inspect, quick_check
 
 MANIFEST = "manifest.json"
@@ -276,7 +278,19 @@ def backup_cost(profile: Place, schema: SchemaInfo, folder: Path) -> BackupCost:
 
 
 def preflight_backup(profile: Place, schema: SchemaInfo, folder: Path) -> None:
-    """Refuse a backup that would fill the disk Hermes writes to (or the backup's own)."""
+    """Refuse a backup that would stall Hermes or fill the disk Hermes writes to.
+
+    In a rollback journal a process holding the database refuses it: there every step's read
+    lock holds Hermes's commits, and each commit restarts the copy; beside a gateway writing 20
+    times a second the copy never finished and made writes wait up to 0.56 s (docs/backup.md,
+    ``bench/backup_steps.py --journal-mode delete``)."""
+    holders = find_holders(profile.db_path) if schema.journal_mode != "wal" else []
+    if holders:
+        raise KeeperError(
+            f"state.db is in {schema.journal_mode} journal mode and open by "
+            f"{'; '.join(h.describe() for h in holders)}: every commit of it would restart a snapshot,"
+            " and each step of one holds its writes; back up while Hermes is stopped"
+        )
     if refused := backup_cost(profile, schema, folder).refused:
         raise KeeperError(refused)
 
