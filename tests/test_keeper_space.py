@@ -6,8 +6,11 @@ import os
 import time
 from pathlib import Path
 
-from hermes_keeper import demo
+from click.testing import CliRunner
+
+from hermes_keeper import demo, units
 from hermes_keeper.check import WARNING
+from hermes_keeper.cli import main
 from hermes_keeper.home import select_profiles
 from hermes_keeper.report_html import run_columns
 from hermes_keeper.run.plan import REFUSE, SNAPSHOT
@@ -48,6 +51,8 @@ def test_run_gives_the_homes_net_change_and_records_it(tmp_path):
     assert ("net " in res.summary()) == (res.net_freed_bytes >= 0)
     [row] = profile.history.entries(("run",))
     assert row.figures["net_freed_bytes"] == res.net_freed_bytes
+    shown = CliRunner().invoke(main, ["history", "--home", str(home)], env={"COLUMNS": "200"}).output
+    assert " home " in shown and units.change(-res.net_freed_bytes) in shown
     col = run_columns(row.figures)
     assert sum(col.values()) == res.freed_bytes + max(0, -res.net_freed_bytes)
     assert col["went into keeper/"] == res.freed_bytes - max(0, res.net_freed_bytes)
