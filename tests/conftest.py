@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.backup import snapshot
 from hermes_keeper.sqlite import walreset
 from tests.hermes_env import Hermes
 
@@ -160,3 +161,9 @@ def built(tmp_path_factory) -> tuple[Path, str]:
     )
     (wheel,) = (tmp / "dist").glob("hermes_keeper-*.whl")
     return wheel, log.stdout + log.stderr
+
+
+@pytest.fixture
+def unmarked(monkeypatch):
+    """Several backups of one unchanged database: no mark, so none is skipped as unchanged."""
+    monkeypatch.setattr(snapshot, "source_mark", lambda _db, _now: "")

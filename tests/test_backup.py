@@ -14,9 +14,10 @@ from click.testing import CliRunner
 
 from bench.homes import live_writer
 from hermes_keeper import demo
+from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.snapshot import list_backups, take_backup, verify_backup
 from hermes_keeper.cli import main
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.home import select_profiles
 from tests.conftest import tiny_disk, tree_digest
 
@@ -87,7 +88,7 @@ def test_backup_files_are_private_and_recorded(home):
     assert rec.bytes < rec.raw_bytes / 2  # zstd on conversation text
 
 
-def test_backup_to_another_folder_with_names_that_sort(home, tmp_path):
+def test_backup_to_another_folder_with_names_that_sort(home, tmp_path, unmarked):
     profile = select_profiles(home)[0]
     dest = tmp_path / "elsewhere" / "my backups"
     new_year = datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
@@ -137,16 +138,97 @@ def test_never_fills_the_disk_hermes_writes_to(tmp_path):
         assert tree_digest(home) == before and not (home / "keeper").exists()
 
 
-def test_rollback_journal_database_held_open_is_not_snapshotted(tmp_path, hold_open):
+def _delete_mode_home(tmp_path, sessions=30):
     home = tmp_path / "home"
-    demo.build_home(home, demo.generate(time.time(), sessions=30))
+    demo.build_home(home, demo.generate(time.time(), sessions=sessions))
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"  # as on a network disk
     conn.close()
+    return home
+
+
+def commit_at_each_rest(monkeypatch, db):
+    """Another connection commits one row at every rest between two copy steps (Hermes writing)."""
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("CREATE TABLE w(x)")
+    monkeypatch.setattr(snapshot, "STEP_BYTES", 16 * 4096)
+    monkeypatch.setattr(snapshot.time, "sleep", lambda _s: writer.execute("INSERT INTO w VALUES (1)"))
+    return writer
+
+
+def test_rollback_journal_database_held_open_is_not_snapshotted(tmp_path, hold_open):
+    """Each step's read lock would hold its commits, and each commit restart the copy."""
+    home = _delete_mode_home(tmp_path)
     proc = hold_open(home / "state.db", via_hermes=False)
     res = CliRunner().invoke(main, ["backup", "--home", str(home)])
-    assert res.exit_code == 2 and f"pid {proc.pid}" in res.output and "block its writes" in res.output
+    assert res.exit_code == 2 and f"pid {proc.pid}" in res.output and "restart a snapshot" in res.output
     assert list_backups(home / "keeper" / "backups") == []
+
+
+def test_rollback_journal_copy_restarted_by_every_commit_says_try_later(tmp_path, monkeypatch):
+    """A Hermes that opens the database after the check and commits: restarts, then try later."""
+    home = _delete_mode_home(tmp_path)
+    commit_at_each_rest(monkeypatch, home / "state.db")
+    with pytest.raises(TryLater, match="restarted 4 times"):
+        take_backup(select_profiles(home)[0])
+    folder = home / "keeper" / "backups"
+    assert list_backups(folder) == [] and sorted(os.listdir(folder)) == [".manifest.lock"]
+
+
+def test_wal_copy_holds_one_snapshot_while_another_connection_commits(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=60))
+    commit_at_each_rest(monkeypatch, home / "state.db")
+    record = take_backup(select_profiles(home)[0])
+    monkeypatch.undo()
+    snap = expand(record, tmp_path / "snap.db")
+    assert snap.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert snap.execute("SELECT count(*) FROM w").fetchone()[0] == 0
+    live = sqlite3.connect(home / "state.db").execute("SELECT count(*) FROM w")
+    assert live.fetchone()[0] > 0  # the commits happened, after the snapshot's instant
+
+
+def pages(path, size=4096):
+    data = path.read_bytes()
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def test_backup_is_page_for_page(tmp_path):
+    """Page n of the backup is page n of state.db (free pages too): what deduplication shares."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=80))
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("DELETE FROM messages WHERE id % 3 = 0")  # free pages and half-empty ones
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    record = take_backup(select_profiles(home)[0])
+    expand(record, tmp_path / "snap.db").close()
+    live, copy = pages(home / "state.db"), pages(tmp_path / "snap.db")
+    assert len(copy) == len(live) and copy[1:] == live[1:]
+
+
+def test_unchanged_database_is_not_backed_up_again(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=30))
+    profile = select_profiles(home)[0]
+    quiet = time.time() - 60
+    db = home / "state.db"
+    for p in (db, db.with_name("state.db-wal")):
+        if p.exists():
+            os.utime(p, (quiet, quiet))
+    first = take_backup(profile)
+    again = take_backup(profile, now=time.time() + 86400)
+    assert again.reused and again.name == first.name and len(list_backups(first.folder)) == 1
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET title = 'changed' WHERE rowid = 1")
+    conn.commit()
+    conn.close()
+    for p in (db, db.with_name("state.db-wal")):
+        if p.exists():
+            os.utime(p, (quiet + 1, quiet + 1))  # a write, long enough ago to be marked
+    changed = take_backup(profile, now=time.time() + 2 * 86400)
+    assert not changed.reused and len(list_backups(first.folder)) == 2
 
 
 @pytest.mark.parametrize(
@@ -191,3 +273,18 @@ def test_unreadable_manifest_is_refused_before_copying(home):
     res = CliRunner().invoke(main, ["backup", "--home", str(home)])
     assert res.exit_code == 2 and "unreadable backup manifest" in res.output
     assert sorted(p.name for p in folder.iterdir()) == [".manifest.lock", "manifest.json"]
+
+
+def test_a_manifest_from_before_source_marks_reads_and_is_backed_up_again(tmp_path):
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=20))
+    profile = select_profiles(home)[0]
+    first = take_backup(profile)
+    manifest = first.folder / "manifest.json"
+    body = json.loads(manifest.read_text())
+    for entry in body["backups"]:
+        del entry["source_mark"]  # as an earlier keeper wrote it
+    manifest.write_text(json.dumps(body))
+    [old] = list_backups(first.folder)
+    assert old.source_mark == "" and verify_backup(old)
+    assert not take_backup(profile, now=time.time() + 60).reused  # no mark: nothing to compare

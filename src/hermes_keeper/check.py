@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from hermes_keeper import units
 from hermes_keeper.archive.store import archive_exists
-from hermes_keeper.backup.snapshot import backup_dir, list_backups, of_home, verify_backup
+from hermes_keeper.backup.snapshot import backup_dir, keeper_bytes, list_backups, of_home, verify_backup
 from hermes_keeper.journal import JOURNAL_SEALED, Skipped, read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
@@ -170,8 +170,19 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
         *_archive_measures(profile, rep, t, now, past),
         *_both_prune(rep, past),
         _journal_measure(past),
+        *keeper_budget(profile, policy),
     ]
     return result
+
+
+def keeper_budget(profile: Place, policy: Policy) -> list[Measure]:
+    """``keeper/`` (backups, archive, history, journal) against ``[keeper] max_bytes``: WARNING
+    above it (rotation keeps the backups under it, so only an archive past it gets there)."""
+    budget = policy.keeper_max_bytes
+    if budget is None:
+        return []
+    used = keeper_bytes(profile, policy.backup_dest)
+    return [_over("keeper", used, "B", budget, None, f"keeper/ over its budget {units.size(budget)}")]
 
 
 @dataclass(frozen=True)

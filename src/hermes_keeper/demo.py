@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import random
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -359,18 +360,9 @@ def hermes_schema_sql() -> str:
     return files("hermes_keeper").joinpath("data/hermes_schema.sql").read_text(encoding="utf-8")
 
 
-def build_home(home: Path, spec: DemoSpec) -> Path:
-    """Write ``spec`` as a Hermes home at ``home`` (which must not hold a state.db yet)."""
-    home.mkdir(parents=True, exist_ok=True)
-    db_path = home / "state.db"
-    if db_path.exists():
-        raise FileExistsError(db_path)
-    conn = connect_file(db_path)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=OFF")
-    conn.executescript(hermes_schema_sql())
-    conn.execute("BEGIN")
-    for s in spec.sessions:
+def insert_sessions(conn: sqlite3.Connection, sessions: list[dict]) -> None:
+    """Spec sessions and their messages as Hermes stores them (the caller holds the transaction)."""
+    for s in sessions:
         kw = s.get("kwargs", {})
         msgs = s.get("messages", [])
         conn.execute(
@@ -399,6 +391,20 @@ def build_home(home: Path, spec: DemoSpec) -> Path:
             "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?,?,?,?)",
             [(s["id"], role, content, ts) for role, content, ts in msgs],
         )
+
+
+def build_home(home: Path, spec: DemoSpec) -> Path:
+    """Write ``spec`` as a Hermes home at ``home`` (which must not hold a state.db yet)."""
+    home.mkdir(parents=True, exist_ok=True)
+    db_path = home / "state.db"
+    if db_path.exists():
+        raise FileExistsError(db_path)
+    conn = connect_file(db_path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.executescript(hermes_schema_sql())
+    conn.execute("BEGIN")
+    insert_sessions(conn, spec.sessions)
     for key, sid in spec.routed.items():
         conn.execute(
             "INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES ('', ?, ?, ?)",

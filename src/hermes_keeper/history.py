@@ -40,7 +40,16 @@ DAY = 86400.0
 DAILY_AFTER_DAYS = 30
 WEEKLY_AFTER_DAYS = 365
 #: Figures of a run that add up when thinning merges several rows into one.
-ADDITIVE = ("runs", "pruned", "archived", "zombies_closed", "files_removed", "freed_bytes", "seconds")
+ADDITIVE = (
+    "runs",
+    "pruned",
+    "archived",
+    "zombies_closed",
+    "files_removed",
+    "freed_bytes",
+    "net_freed_bytes",
+    "seconds",
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     id INTEGER PRIMARY KEY,
@@ -251,6 +260,7 @@ def run_figures(profile: Place, result: RunResult) -> dict:
     the disk by component afterwards (so a home only ever run from cron still has a curve)."""
     d = result.to_dict()
     out = {k: d[k] for k in ("pruned", "archived", "zombies_closed", "files_removed", "freed_bytes")}
+    out["net_freed_bytes"] = d["net_freed_bytes"]  # less what keeper/ gained: the home's own change
     out |= {
         "runs": 1,
         "seconds": d["seconds"],

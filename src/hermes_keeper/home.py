@@ -50,7 +50,7 @@ from hermes_keeper.report_types import Report
 from hermes_keeper.run.compact import compact
 from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import apply_plan, preflight
-from hermes_keeper.run.plan import Plan, compact_step, make_plan
+from hermes_keeper.run.plan import REFUSE, SNAPSHOT, Plan, Safeguard, compact_step, make_plan
 from hermes_keeper.run.survey import survey_profile
 from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer, refuse_during_maintenance
@@ -117,6 +117,11 @@ class Profile(Place):
         plan = make_plan(survey_profile(self, schema, now, holders, db_check), policy, now)
         hold_only_copies(self, plan)  # reads the .jsonl transcripts it removes: diverted ones stay
         plan.archive_retention = plan_archive_retention(self, policy, now)
+        if plan.safeguard.kind == SNAPSHOT:  # what it costs, where it goes, refused if it does not fit
+            cost = snapshot.backup_cost(self, schema, snapshot.backup_dir(self, policy.backup_dest))
+            plan.backup = cost.to_dict()
+            if cost.refused:
+                plan.safeguard = Safeguard(REFUSE, cost.refused)
         if plan.archive_retention and (loud := plan.archive_retention.warning()) is not None:
             plan.warnings.append(loud)
         return plan
@@ -193,7 +198,7 @@ class Profile(Place):
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
         schema = self._checked_db(actionable=False)
-        snapshot.preflight_backup(self, schema, snapshot.backup_dir(self, dest), None)
+        snapshot.preflight_backup(self, schema, snapshot.backup_dir(self, dest))
         with self._changing() as journal:
             t0 = time.perf_counter()
             record = snapshot.take_backup(self, dest, journal=journal, schema=schema)
@@ -212,18 +217,15 @@ class Profile(Place):
         folder = snapshot.backup_dir(self, dest or policy.backup_dest)
         schema = inspect(self.db_path)
         schema.require_readable()
-        try:
-            snapshot.preflight_backup(self, schema, folder, None)
-            refused = None
-        except KeeperError as exc:
-            refused = str(exc)
+        cost = snapshot.backup_cost(self, schema, folder)
         rules = policy.rotation | (rotate if isinstance(rotate, dict) else {})
         rows = [] if rotate is False else snapshot.rotation(folder, self.home, now=time.time(), **rules)
         return {
             "profile": self.name,
             "folder": str(folder),
             "database_bytes": schema.used_bytes,
-            "refused": refused,
+            "refused": cost.refused,
+            "cost": cost.to_dict(),
             # the rules as they stand now; the new backup may push one more out
             "would_rotate_out": [r.name for r, d, _ in rows if not d.keep],
         }

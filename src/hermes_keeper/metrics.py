@@ -78,6 +78,8 @@ class Metrics:
         ):
             self.set(f"run_{key}", help, d[key], profile=p)
         self.set("run_freed_bytes", "Bytes the run gave back to the disk.", d["freed_bytes"], profile=p)
+        net = "Bytes the home got back: freed less what keeper/ gained (negative: it grew)."
+        self.set("run_net_freed_bytes", net, d["net_freed_bytes"], profile=p)
         self.set("reclaimable_bytes", "Free pages inside state.db.", d["reclaimable_bytes"], profile=p)
         self.set(
             "run_remaining_sessions", "Sessions left after the run.", d["remaining"]["sessions"], profile=p

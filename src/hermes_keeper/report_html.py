@@ -301,14 +301,25 @@ def _section(page: ProfilePage) -> str:
         f"({page.retention_days:g} days), within the disk budget if one is set: an upper bound.</p>"
     )
 
-    runs = [
-        (_moment(e.ts), {"freed": float(e.figures.get("freed_bytes", 0))})
-        for e in page.history
-        if e.kind == "run"
-    ]
-    out.append("<h3>What each run freed</h3>")
+    runs = [(_moment(e.ts), run_columns(e.figures)) for e in page.history if e.kind == "run"]
+    out.append("<h3>What each run freed, and where it went</h3>")
     out.append(stacked_columns("bytes each run freed", runs) if runs else "<p>No run recorded yet.</p>")
     return "".join(out)
+
+
+def run_columns(figures: dict) -> dict[str, float]:
+    """One run's column: what the home got back, what went into ``keeper/`` (its backup, the
+    archive), and how much the home grew when ``keeper/`` gained more than Hermes's files lost.
+    A row from before the keeper counted itself has only ``freed``."""
+    freed = float(figures.get("freed_bytes", 0))
+    if "net_freed_bytes" not in figures:
+        return {"freed": freed}
+    net = float(figures["net_freed_bytes"])
+    return {
+        "home shrank": max(0.0, net),
+        "went into keeper/": freed - max(0.0, net),
+        "home grew": max(0.0, -net),
+    }
 
 
 def render_html(pages: list[ProfilePage], now: float | None = None) -> str:

@@ -29,6 +29,11 @@ def size(n: float) -> str:
     return decimal(max(0, int(n)))
 
 
+def change(n: float) -> str:
+    """``+5.7 MB`` / ``-8.1 MB``: a size that went up or down (``0 bytes`` is neither)."""
+    return f"{'+' if n > 0 else '-' if n < 0 else ''}{size(abs(n))}"
+
+
 def duration(seconds: float | None) -> str:
     """``7d``, ``12h``, ``90m``, ``36h``: the largest unit that divides it, as keeper.toml spells it."""
     if seconds is None:

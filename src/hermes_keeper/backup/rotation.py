@@ -5,7 +5,13 @@ reported. ``keep_last`` keeps the newest N; ``keep_daily``/``keep_weekly``/``kee
 keep the newest backup of each of the last N UTC days / ISO weeks / months that have one. The
 newest *verified* backup is never deleted, whatever the rules say. Given ``now``, a
 backup dated after it (the clock was wrong when it was taken) is kept and takes no
-rule's slot, so it cannot push good backups out.
+rule's slot, so it cannot push good backups out. Given ``max_bytes`` (what ``[keeper] max_bytes``
+leaves for backups), the kept backups over it are dropped, oldest first, down to that newest
+verified one.
+
+The defaults (last 3, daily 7, weekly 4, no monthly) keep 9 backups at steady state with
+nightly runs (10 one night a week), none older than 21 days: ``bench/nights.py`` and
+docs/backup.md say why.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ class Candidate(NamedTuple):
     id: str
     created_at: float
     verified: bool = True
+    bytes: int = 0  # its size on disk, for ``max_bytes``
 
 
 @dataclass(frozen=True)
@@ -43,12 +50,13 @@ BUCKETS: dict[str, Callable[[dt.datetime], str]] = {
 
 
 def plan_rotation(
-    backups: Iterable[tuple[str, float, bool]],
+    backups: Iterable[tuple],
     keep_last: int = 3,
     keep_daily: int = 7,
     keep_weekly: int = 4,
-    keep_monthly: int = 12,
+    keep_monthly: int = 0,
     now: float | None = None,
+    max_bytes: int | None = None,
 ) -> list[Decision]:
     """One decision per backup, newest first (the counts: keeper.toml's ``[backups] keep_*``)."""
     if min(keep_last, keep_daily, keep_weekly, keep_monthly) < 0:
@@ -74,4 +82,19 @@ def plan_rotation(
     newest_verified = next((b for b in ranked if b.verified), None)
     if newest_verified is not None:
         reasons[newest_verified.id].append("newest verified backup")
+    if max_bytes is not None:
+        _over_budget(ranked, reasons, max_bytes, newest_verified)
     return [Decision(b.id, bool(reasons[b.id]), reasons[b.id]) for b in ordered]
+
+
+def _over_budget(
+    ranked: list[Candidate], reasons: dict[str, list[str]], max_bytes: int, keep: Candidate | None
+) -> None:
+    """Newest first, the kept backups past ``max_bytes`` lose their reasons (``keep`` never)."""
+    total = keep.bytes if keep is not None else 0
+    for b in ranked:
+        if b is keep or not reasons[b.id]:
+            continue
+        total += b.bytes
+        if total > max_bytes:
+            reasons[b.id].clear()

@@ -1,16 +1,23 @@
-"""Consistent, compressed, verified snapshots of ``state.db`` while Hermes keeps writing.
+"""Consistent, page-for-page, compressed, verified snapshots of ``state.db`` while Hermes keeps writing.
 
-``VACUUM INTO`` copies the database inside one read transaction (WAL readers never
-block writers), the copy is given the source's journal mode (``VACUUM INTO`` always
-writes a rollback-journal file) and ``quick_check``ed, then compressed with zstd in a stream
-(bounded memory, frame checksum on) into ``state-<UTC>.db.zst``, which is fsynced,
-renamed into place and its folder fsynced (the uncompressed copy is a temporary file
-and deliberately not synced: that flush is what made Hermes's own commits wait). One
-``manifest.json`` per backup folder records, for each backup, its size, sha256, the
-size it expands to, the source's schema version, profile and home; it is rewritten
-atomically under a lock, so one folder can serve several profiles. Everything is
-owner-only. On any failure (disk full, I/O error, bad copy) the temporary files are
-removed and a one-line :class:`KeeperError` says why; nothing else changed.
+The copy is SQLite's online backup (``Connection.backup``) in steps of :data:`STEP_BYTES`, with a
+rest after each: page *n* of the backup is page *n* of ``state.db``, so a deduplicating store
+(restic, borg) fed the decompressed backups shares every page that did not change (a ``VACUUM
+INTO`` rewrites them all). In WAL mode one read transaction is held across the whole copy (WAL
+readers block no writer): a consistent image that never restarts. In a rollback journal a held
+read lock would block Hermes's commits, so each step takes its own and a commit restarts the
+copy; such a database another process holds is refused, and after :data:`MAX_RESTARTS` restarts
+(Hermes started meanwhile) the copy stops (:class:`TryLater`). The copy is
+``quick_check``ed, then compressed with zstd in a stream (bounded memory, frame checksum on)
+into ``state-<UTC>.db.zst``, which is fsynced, renamed into place and its folder fsynced (the
+uncompressed copy is a temporary file and deliberately not synced: that flush is what made
+Hermes's own commits wait). A backup is not taken again while ``state.db`` is the same file,
+unwritten since the newest verified backup of it (:func:`source_mark`). One ``manifest.json``
+per backup folder records, for each backup, its size, sha256, the size it expands to, the
+source's schema version, profile and home; it is rewritten atomically under a lock, so one
+folder can serve several profiles. Everything is owner-only. On any failure (disk full, I/O
+error, bad copy) the temporary files are removed and a one-line :class:`KeeperError` says why;
+nothing else changed.
 """
 
 from __future__ import annotations
@@ -25,19 +32,26 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import zstandard
 
 from hermes_keeper import units
 from hermes_keeper.backup.rotation import Decision, plan_rotation
-from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_file
+from hermes_keeper.errors import KeeperError, TryLater, os_error_line
+from hermes_keeper.fs import (
+    KEEPER_DIR,
+    HomeFS,
+    durable_rename,
+    open_private,
+    plain_name,
+    private_file,
+)
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_file, connect_ro
-from hermes_keeper.sqlite.holders import Holder, find_holders
+from hermes_keeper.sqlite.holders import find_holders
 from hermes_keeper.sqlite.schema import AUTO_VACUUM, SchemaInfo, inspect, quick_check
 
 MANIFEST = "manifest.json"
@@ -50,6 +64,16 @@ CHUNK = 1 << 20
 SYNC_EVERY = 8 << 20
 #: Free space a backup must leave on the disk Hermes writes to (a full disk loses Hermes's writes).
 RESERVE_BYTES = 64 << 20
+#: One step of the page copy: a few ms from the page cache, under the run's 50 ms write budget
+#: even in a rollback journal, where the step's read lock holds Hermes's commits.
+STEP_BYTES = 4 << 20
+#: The rest after each step: Hermes's busy handler retries within a few ms, so a commit the step
+#: held gets in here.
+STEP_REST_S = 0.01
+#: Rollback journal only: copies restarted by Hermes commits before the backup says "try later".
+MAX_RESTARTS = 3
+#: A file written this recently may be written again within the same mtime tick: no mark.
+QUIET_S = 1.0
 
 
 @dataclass
@@ -63,7 +87,10 @@ class BackupRecord:
     sha256: str  # of the compressed file
     schema_version: int | None
     source_bytes: int  # state.db + -wal at backup time
+    source_mark: str = ""  # the source's identity and last write (source_mark); "": none taken
     folder: Path | None = field(default=None, compare=False)  # where it lives; not in the manifest
+    #: not taken this time: state.db is unchanged since this (verified) backup; not in the manifest
+    reused: bool = field(default=False, compare=False)
 
     @property
     def path(self) -> Path:
@@ -73,14 +100,16 @@ class BackupRecord:
 
     def to_manifest(self) -> dict:
         d = asdict(self)
-        del d["folder"]
+        del d["folder"], d["reused"]
         return d
 
     def to_dict(self) -> dict:
-        return self.to_manifest() | {"path": str(self.path) if self.folder else None}
+        return self.to_manifest() | {"path": str(self.path) if self.folder else None, "reused": self.reused}
 
 
-_STORED = [f.name for f in fields(BackupRecord) if f.name != "folder"]
+_STORED = [f.name for f in fields(BackupRecord) if f.name not in ("folder", "reused")]
+#: Fields a manifest written by an earlier keeper lacks, with what they then are.
+_ADDED = {"source_mark": ""}
 
 
 def backup_dir(profile: Place, dest: Path | str | None = None) -> Path:
@@ -113,12 +142,13 @@ _FIELD_TYPES = {
     "sha256": str,
     "schema_version": (int, type(None)),
     "source_bytes": int,
+    "source_mark": str,
 }
 
 
 def _record(r: dict, folder: Path) -> BackupRecord:
     """One manifest entry, checked: the types above, and a name that is a plain file in ``folder``."""
-    values = {k: r[k] for k in _STORED}
+    values = {k: r.get(k, _ADDED[k]) if k in _ADDED else r[k] for k in _STORED}
     wrong = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, _FIELD_TYPES[k])]
     if wrong:
         raise TypeError(f"{', '.join(wrong)} of the wrong type")
@@ -222,27 +252,157 @@ def match_modes(path: Path, journal_mode: str | None, auto_vacuum: str | None) -
         conn.close()
 
 
-def preflight_backup(profile: Place, schema: SchemaInfo, folder: Path, holders: list[Holder] | None) -> None:
-    """Refuse a backup that would stall Hermes or fill the disk Hermes writes to."""
-    holders = find_holders(profile.db_path) if holders is None else holders
-    if schema.journal_mode != "wal" and holders:
+@dataclass(frozen=True)
+class BackupCost:
+    """What a backup will take and where (``plan``, ``backup --dry-run`` and the backup itself)."""
+
+    folder: str
+    db_bytes: int  # the uncompressed copy: every page of state.db, free ones too
+    est_bytes: int  # the compressed backup, at the ratio of this home's newest one (else 40 %)
+    free_bytes: int  # free on the folder's disk
+    same_disk: bool  # the folder is on the disk Hermes writes to
+    refused: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def backup_cost(profile: Place, schema: SchemaInfo, folder: Path) -> BackupCost:
+    """The copy, its compressed form and the room left for Hermes against the free space."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # the folder may not exist yet
+    same_disk = existing.stat().st_dev == profile.db_path.stat().st_dev
+    try:
+        newest = [r for r in list_backups(folder) if r.home == str(profile.home) and r.raw_bytes]
+    except KeeperError:
+        newest = []
+    ratio = newest[-1].bytes / newest[-1].raw_bytes if newest else 0.4
+    db = schema.db_bytes
+    est = int(db * ratio)
+    free = shutil.disk_usage(existing).free
+    need = db + est + RESERVE_BYTES  # the copy, its compressed form, room left for Hermes
+    refused = None
+    # On another disk a full disk fails the backup (cleaned up), never Hermes: not refused ahead.
+    if same_disk and free < need:
+        refused = (
+            f"backup of {profile.name} refused: it needs about {units.size(need)} on the disk Hermes "
+            f"writes to and {units.size(free)} are free; free space, or back up to another disk "
+            "(--dest DIR, or [backups] dest in keeper.toml)"
+        )
+    return BackupCost(str(folder), db, est, free, same_disk, refused)
+
+
+def preflight_backup(profile: Place, schema: SchemaInfo, folder: Path) -> None:
+    """Refuse a backup that would stall Hermes or fill the disk Hermes writes to.
+
+    In a rollback journal a process holding the database refuses it: there every step's read
+    lock holds Hermes's commits, and each commit restarts the copy; beside a gateway writing 20
+    times a second the copy never finished and made writes wait up to 0.56 s (docs/backup.md,
+    ``bench/backup_steps.py --journal-mode delete``)."""
+    holders = find_holders(profile.db_path) if schema.journal_mode != "wal" else []
+    if holders:
         raise KeeperError(
             f"state.db is in {schema.journal_mode} journal mode and open by "
-            f"{'; '.join(h.describe() for h in holders)}: a snapshot would block its writes for the "
-            "whole copy; back up while Hermes is stopped"
+            f"{'; '.join(h.describe() for h in holders)}: every commit of it would restart a snapshot,"
+            " and each step of one holds its writes; back up while Hermes is stopped"
         )
-    existing = next(p for p in (folder, *folder.parents) if p.exists())  # the folder may not exist yet
-    if existing.stat().st_dev != profile.db_path.stat().st_dev:
-        return  # another disk: a full disk there fails the backup, never Hermes (handled below)
-    live = schema.used_bytes
-    need = live + live // 2 + RESERVE_BYTES  # the copy, its compressed form, room left for Hermes
-    free = shutil.disk_usage(existing).free
-    if free < need:
-        raise KeeperError(
-            f"backup of {profile.name} refused: it needs about {units.size(need)} on the disk Hermes "
-            f"writes to and {units.size(free)} are free; free space, or back "
-            "up to another disk (--dest DIR, or [backups] dest in keeper.toml)"
-        )
+    if refused := backup_cost(profile, schema, folder).refused:
+        raise KeeperError(refused)
+
+
+def source_mark(db_path: Path, now: float) -> str:
+    """``state.db``'s identity and last write (device, inode, and size and mtime of it and its WAL,
+    unless empty):
+    equal marks, the same database unchanged. Read with ``stat`` only (plain reads of the header's
+    change counter would drop this process's SQLite locks, and WAL commits do not bump it). A file
+    written in the last :data:`QUIET_S` gets no mark ("") and so no skip: a commit in the same
+    mtime tick would leave the mark as it was."""
+    parts = []
+    for p in (db_path, db_path.with_name("state.db-wal")):
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            st = None
+        if st is None or (p != db_path and st.st_size == 0):  # an empty WAL (a reader made it) holds nothing
+            parts.append("-")
+            continue
+        if st.st_mtime > now - QUIET_S:
+            return ""
+        parts.append(f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+    return "/".join(parts)
+
+
+@dataclass
+class Copied:
+    """How a page copy went (journaled with the backup)."""
+
+    steps: int = 0
+    restarts: int = 0
+    max_step_ms: float = 0.0
+    seconds: float = 0.0
+
+
+def copy_pages(source: Path, dest: Path, journal_mode: str | None) -> Copied:
+    """``source`` page for page into the new file ``dest``, in steps of :data:`STEP_BYTES`.
+
+    WAL: one read transaction across the copy (consistent, never restarted, blocks no writer).
+    Rollback journal: each step's own read lock; a commit of another connection restarts the copy
+    (SQLite's rule), :data:`MAX_RESTARTS` times at most, then :class:`TryLater`."""
+    src = connect_ro(source)
+    dst = connect_file(dest)
+    out, t0 = Copied(), time.perf_counter()
+    last = [t0, -1]  # when the previous step ended; the pages it left
+
+    def step(_status: int, remaining: int, _total: int) -> None:
+        t = time.perf_counter()
+        out.steps += 1
+        out.max_step_ms = max(out.max_step_ms, (t - last[0]) * 1000)
+        if last[1] >= 0 and remaining > last[1]:
+            out.restarts += 1
+            if out.restarts > MAX_RESTARTS:
+                raise TryLater(
+                    f"the backup restarted {out.restarts} times: Hermes committed during each copy of "
+                    f"this {journal_mode}-journal database; try later, or while Hermes is stopped"
+                )
+        last[1] = remaining
+        if remaining:
+            time.sleep(STEP_REST_S)
+        last[0] = time.perf_counter()
+
+    try:
+        # The copy is only an intermediate (the .zst is what is made durable): unsynced, its
+        # 100s of MB never reach the disk in one burst that Hermes's own fsync waits behind.
+        dst.execute("PRAGMA synchronous=OFF")
+        dst.execute("PRAGMA journal_mode=OFF")
+        if journal_mode == "wal":
+            src.execute("BEGIN")
+            src.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        page_size = src.execute("PRAGMA page_size").fetchone()[0]
+        src.backup(dst, pages=max(1, STEP_BYTES // page_size), progress=step)
+    finally:
+        dst.close()
+        src.close()  # ends the read transaction
+    out.seconds = round(time.perf_counter() - t0, 3)
+    out.max_step_ms = round(out.max_step_ms, 1)
+    return out
+
+
+def _unchanged(profile: Place, earlier: list[BackupRecord], mark: str) -> BackupRecord | None:
+    """The newest backup of this home, when it verifies and ``state.db`` is as it was then."""
+    mine = [r for r in earlier if r.home == str(profile.home)]
+    if mark and mine and mine[-1].source_mark == mark and verify_backup(mine[-1]):
+        return replace(mine[-1], reused=True)
+    return None
+
+
+def _finish(snap: Path, comp: Path, pending: BackupRecord) -> BackupRecord:
+    """The copy checked, compressed and renamed into place: ``pending`` with its sizes and sha256."""
+    check = quick_check(snap)
+    if check != "ok":
+        raise KeeperError(f"backup of {pending.profile} failed: the copy fails quick_check ({check})")
+    sha, size = _compress(snap, comp)
+    record = replace(pending, bytes=size, raw_bytes=snap.stat().st_size, sha256=sha)
+    durable_rename(comp, record.path)
+    return record
 
 
 def take_backup(
@@ -252,11 +412,12 @@ def take_backup(
     journal: Journal | None = None,
     *,
     schema: SchemaInfo | None = None,
-    holders: list[Holder] | None = None,
 ) -> BackupRecord:
     """Snapshot, check, compress and record; raises KeeperError (cleaned up) on any failure.
 
-    ``schema`` and ``holders``: a run's, so a backup inside it reads neither again.
+    ``schema``: a run's, so a backup inside it does not read it again. When
+    ``state.db`` is unchanged since this home's newest verified backup, that one is returned
+    (``reused``) and nothing is written.
     """
     schema = schema or inspect(profile.db_path, check_timestamps=False)
     schema.require_readable()
@@ -264,7 +425,7 @@ def take_backup(
     folder = backup_dir(profile, dest_dir)
     snap = comp = None
     try:
-        preflight_backup(profile, schema, folder, holders)
+        preflight_backup(profile, schema, folder)
         profile.fs.folder(folder)  # inside the home: no symlinked keeper/ or backups/ on the way
         with _manifest_lock(folder):  # one backup at a time per folder
             for lo in _temp_files(folder):  # left by a backup that was killed
@@ -272,6 +433,11 @@ def take_backup(
                 if journal:
                     journal.write("backup_temp_removed", name=lo.path.name, bytes=lo.bytes)
             earlier = list_backups(folder)  # an unreadable manifest fails here, before any copying
+            mark = source_mark(profile.db_path, time.time())  # before the copy: a later write changes it
+            if same := _unchanged(profile, earlier, mark):
+                if journal:
+                    journal.write("backup_skipped", name=same.name, reason="state.db unchanged")
+                return same
             stamp = _stamp(now, folder, {r.name for r in earlier})
             snap = private_file(folder / f"{TEMP_PREFIX}{stamp}.db.tmp")
             comp = private_file(folder / f"{TEMP_PREFIX}{stamp}.db.zst.tmp")
@@ -280,32 +446,24 @@ def take_backup(
                 for p in (profile.db_path, profile.db_path.with_name("state.db-wal"))
                 if p.exists()
             )
-            conn = connect_ro(profile.db_path, query_only=False)
-            try:
-                # The copy is only an intermediate (the .zst is what is made durable): unsynced, its
-                # 100s of MB never reach the disk in one burst that Hermes's own fsync waits behind.
-                conn.execute("PRAGMA synchronous=OFF")
-                conn.execute("VACUUM INTO ?", (str(snap),))
-            finally:
-                conn.close()
-            match_modes(snap, schema.journal_mode, None)  # auto_vacuum: VACUUM INTO keeps it
-            check = quick_check(snap)
-            if check != "ok":
-                raise KeeperError(f"backup of {profile.name} failed: the copy fails quick_check ({check})")
-            sha, size = _compress(snap, comp)
-            record = BackupRecord(
-                name=f"state-{stamp}.db.zst",
-                profile=profile.name,
-                home=str(profile.home),
-                created_at=now,
-                bytes=size,
-                raw_bytes=snap.stat().st_size,
-                sha256=sha,
-                schema_version=schema.schema_version,
-                source_bytes=source_bytes,
-                folder=folder,
+            copied = copy_pages(profile.db_path, snap, schema.journal_mode)
+            record = _finish(
+                snap,
+                comp,
+                BackupRecord(
+                    name=f"state-{stamp}.db.zst",
+                    profile=profile.name,
+                    home=str(profile.home),
+                    created_at=now,
+                    bytes=0,
+                    raw_bytes=0,
+                    sha256="",
+                    schema_version=schema.schema_version,
+                    source_bytes=source_bytes,
+                    source_mark=mark,
+                    folder=folder,
+                ),
             )
-            durable_rename(comp, record.path)
             try:
                 _write_manifest(folder, [*earlier, record])
             except BaseException:
@@ -318,10 +476,11 @@ def take_backup(
     finally:
         for p in (snap, comp):
             if p is not None:
-                for suffix in ("", "-journal", "-wal", "-shm"):  # VACUUM INTO's own, match_modes's
+                for suffix in ("", "-journal", "-wal", "-shm"):  # the copy's own, quick_check's
                     HomeFS(folder).unlink(p.name + suffix)
     if journal:
-        journal.write("backup", **{k: v for k, v in record.to_dict().items() if k != "home"})
+        figures = {k: v for k, v in record.to_dict().items() if k not in ("home", "source_mark")}
+        journal.write("backup", **figures, copy=asdict(copied))
     return record
 
 
@@ -381,12 +540,14 @@ def rotation(
     home: Path | str | None = None,
     now: float | None = None,
     check: Callable[[BackupRecord], bool] = verify_backup,
+    max_bytes: int | None = None,
     **rules: int,
 ) -> list[tuple[BackupRecord, Decision, bool]]:
     """Each backup (of ``home``, or of every home) with its decision and ``check``, newest first.
 
     ``rules`` are :func:`plan_rotation`'s (keep_last, keep_daily, keep_weekly, keep_monthly) and its
-    defaults.
+    defaults. ``max_bytes`` is ``[keeper] max_bytes``: what the rest of the home's ``keeper/``
+    (archive, history, journal) leaves of it is each home's room for backups.
 
     Rules apply per home: one home's backups never push another's out of a shared folder.
     """
@@ -396,10 +557,40 @@ def rotation(
     homes = {r.name: str(home) if home is not None else r.home for r in records}  # a moved home's: one group
     rows = []
     for h in sorted(set(homes.values())):
-        group = [(r.name, r.created_at, verified[r.name]) for r in records if homes[r.name] == h]
-        for d in plan_rotation(group, now=now, **rules):
+        group = [(r.name, r.created_at, verified[r.name], r.bytes) for r in records if homes[r.name] == h]
+        room = None if max_bytes is None else max(0, max_bytes - other_keeper_bytes(Path(h), folder))
+        for d in plan_rotation(group, now=now, max_bytes=room, **rules):
             rows.append((by_name[d.id], d, verified[d.id]))
     return sorted(rows, key=lambda row: row[0].created_at, reverse=True)
+
+
+def tree_bytes(folder: Path) -> int:
+    """The regular files under ``folder`` (never through a link; a linked folder counts nothing)."""
+    total = 0
+    if folder.is_symlink() or not folder.is_dir():
+        return 0
+    for dirpath, _dirs, names in os.walk(folder, followlinks=False):
+        for n in names:
+            with suppress(FileNotFoundError):
+                st = os.lstat(os.path.join(dirpath, n))
+                total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
+
+
+def keeper_bytes(profile: Place, dest: Path | str | None = None) -> int:
+    """The keeper's share of the home: ``keeper/``, and the backup folder where it is elsewhere
+    in the home (one outside it is not the home's)."""
+    folder = backup_dir(profile, dest).resolve()
+    home, keeper = profile.home.resolve(), profile.keeper_dir.resolve()
+    elsewhere = folder.is_relative_to(home) and not folder.is_relative_to(keeper)
+    return tree_bytes(profile.keeper_dir) + (tree_bytes(folder) if elsewhere else 0)
+
+
+def other_keeper_bytes(home: Path, folder: Path) -> int:
+    """``<home>/keeper/`` without the backup folder ``folder`` (when it is in there)."""
+    keeper = home / KEEPER_DIR
+    inside = Path(folder).resolve().is_relative_to(keeper.resolve())
+    return tree_bytes(keeper) - (tree_bytes(Path(folder)) if inside else 0)
 
 
 def apply_rotation(

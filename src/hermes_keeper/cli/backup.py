@@ -71,7 +71,7 @@ def rotation_options(fn):
 @json_option
 @quiet_option
 def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
-    """Consistent snapshot of state.db (VACUUM INTO), checked, zstd-compressed; Hermes keeps running.
+    """Consistent page-for-page snapshot of state.db, checked, zstd-compressed; Hermes keeps running.
 
     Older backups of the same home are then rotated (see `backups` for why each is kept).
     """
@@ -81,7 +81,7 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
         return
 
     def action(p):
-        with busy(f"{p.name}: backing up state.db (VACUUM INTO, then zstd)", as_json):
+        with busy(f"{p.name}: backing up state.db (page copy, then zstd)", as_json):
             return p.backup(dest, rotate=rotate)
 
     for_each(
@@ -91,9 +91,11 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
         lambda _p, done: (
             quiet
             or click.echo(
-                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (a copy of"
-                f" state.db without its free pages: {units.size(done.record.raw_bytes)}, took"
-                f" {units.took(done.seconds)}); rotated out:"
+                f"{done.record.profile}: "
+                + ("state.db unchanged since " if done.record.reused else "")
+                + f"{done.record.path} {units.size(done.record.bytes)} (a copy of state.db without its"
+                f" free pages: {units.size(done.record.raw_bytes)}, took {units.took(done.seconds)});"
+                " rotated out:"
                 f" {', '.join(done.rotated_out) or 'none'}"
             )
         ),
@@ -104,12 +106,13 @@ def _backup_preview(_profile, o: dict) -> None:
     if o["refused"]:
         click.echo(term(f"{o['profile']}: would be refused: {o['refused']}"))
         return
-    gone = ", ".join(o["would_rotate_out"]) or "none"
+    gone, cost = ", ".join(o["would_rotate_out"]) or "none", o["cost"]
     click.echo(
         term(
             f"{o['profile']}: would back up state.db (a copy without its free pages:"
-            f" {units.size(o['database_bytes'])}) into {o['folder']}; "
-            f"then rotate out: {gone}"
+            f" {units.size(o['database_bytes'])}) into {o['folder']}"
+            f" (~{units.size(cost['est_bytes'])} compressed, {units.size(cost['db_bytes'])} more while it is"
+            f" made; {units.size(cost['free_bytes'])} free there); then rotate out: {gone}"
         )
     )
 
@@ -283,7 +286,13 @@ def _compact_line(r: dict, failed: bool = False) -> None:
             f"{units.size(r['db_bytes_before'])} -> {units.size(r['db_bytes_after'])}, WAL "
             f"{units.size(r['wal_bytes_before'])} -> {units.size(r['wal_bytes_after'])}); "
             f"{units.size(r['free_bytes_after'])} reclaimable still in state.db; auto_vacuum "
-            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}" + (f"; {r['note']}" if r["note"] else "")
+            f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}"
+            + (
+                f"; backed up first: {r['backup']} (in the backup folder, kept by rotation)"
+                if r["backup"]
+                else ""
+            )
+            + (f"; {r['note']}" if r["note"] else "")
         ),
         err=failed,
     )

@@ -24,7 +24,8 @@ from hermes_keeper.history import database_bytes
 @click.option("--all", "every_kind", is_flag=True, help="Reports (and checks) too, not only runs.")
 def history(profiles, as_json, limit, every_kind):
     """What each run did: when, db size after, pruned, archived, zombies closed, files removed,
-    freed, duration, longest write transaction.
+    freed, the home's net change (what Hermes's files lost less what keeper/ gained: backups,
+    archive), duration, longest write transaction.
 
     Read-only. Every `run` and `report` records its figures in <home>/keeper/history.db;
     rows older than 30 days are thinned to one a day, older than a year to one a week.
@@ -32,7 +33,7 @@ def history(profiles, as_json, limit, every_kind):
     kinds = None if every_kind else ("run",)
 
     def show(profile, entries) -> None:
-        figures = ("db", "pruned", "archived", "closed", "files", "freed", "took", "max txn")
+        figures = ("db", "pruned", "archived", "closed", "files", "freed", "home", "took", "max txn")
         title = f"{profile.name}: history ({units.plural(len(entries), 'row')}, times {units.zone_of()})"
         t = table(title, ("when", "kind", *figures), whole=["when"], right=figures, show_edge=False)
         for e in entries:
@@ -45,10 +46,11 @@ def history(profiles, as_json, limit, every_kind):
                 "" if (db := database_bytes(f)) is None else units.size(db),
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
                 units.size(f["freed_bytes"]) if "freed_bytes" in f else "",
+                units.change(-f["net_freed_bytes"]) if "net_freed_bytes" in f else "",
                 units.took(f["seconds"]) if "seconds" in f else "",
                 units.took(f["max_txn_ms"] / 1000) if "max_txn_ms" in f else "",
             )
-        print_table(console(), t, drop=("max txn", "closed", "archived"))
+        print_table(console(), t, drop=("max txn", "closed", "archived", "home"))
 
     for_each(
         profiles,

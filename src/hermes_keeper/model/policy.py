@@ -400,7 +400,16 @@ SETTINGS: tuple[Setting, ...] = (
     _rotation("last", 3, "rotation keeps the newest N backups; `--keep-last`"),
     _rotation("daily", 7, "... and the newest of each of the last N UTC days"),
     _rotation("weekly", 4, "... of each of the last N ISO weeks"),
-    _rotation("monthly", 12, "... of each of the last N months"),
+    _rotation("monthly", 0, "... of each of the last N months (0: a bounded home, docs/backup.md)"),
+    Setting(
+        "keeper.max_bytes",
+        "keeper_max_bytes",
+        "size",
+        None,
+        "optional budget for `keeper/` (backups and archive): rotation drops the oldest backups over it"
+        " (never the newest verified); `check` warns above it",
+        low=0,
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 _SECTIONS = {s.section for s in SETTINGS if s.section}
@@ -461,8 +470,10 @@ class Policy:
 
     @property
     def rotation(self) -> dict[str, int]:
-        """The rotation rules (``keep_last``, ``keep_daily``, ...), as ``backup.rotation`` takes them."""
-        return {s.attr: getattr(self, s.attr) for s in SETTINGS if s.group == "rotation"}
+        """The rotation rules (``keep_last``, ``keep_daily``, ...) and ``[keeper] max_bytes``, as
+        ``backup.rotation`` takes them."""
+        rules = {s.attr: getattr(self, s.attr) for s in SETTINGS if s.group == "rotation"}
+        return rules | {"max_bytes": self.keeper_max_bytes}
 
     def retention_for(self, source: str) -> float:
         if source in self.retention_s:

@@ -476,7 +476,7 @@ def _convert(
         no_backup = "no backup before it: a snapshot beside Hermes in this journal mode holds its writes"
         res.add_note(no_backup)
     elif terms.standalone:
-        taken = take_backup(profile, terms.backup_dest, journal=journal, schema=info, holders=holders)
+        taken = take_backup(profile, terms.backup_dest, journal=journal, schema=info)
         res.backup = taken.name
         now = find_holders(db)  # the backup took a while: Hermes may have opened it since
         if now and not holders:

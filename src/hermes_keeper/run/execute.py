@@ -16,7 +16,7 @@ from pathlib import Path
 from hermes_keeper import units
 from hermes_keeper.archive.retention import apply_retention
 from hermes_keeper.archive.store import Archive, archive_exists
-from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
+from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, keeper_bytes, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.interrupt import Interrupted
 from hermes_keeper.journal import Journal
@@ -63,6 +63,8 @@ class RunResult:
     seconds: float = 0.0  # the whole run, lock wait included (set by Profile.run)
     archive_retention: dict | None = None  # what [archive] keep / max_bytes dropped
     interrupted: str = ""  # the signal that stopped the run between two steps ("SIGINT")
+    keeper_bytes_before: int = 0  # keeper/ (backups, archive, history, journal): the keeper's own share
+    keeper_bytes_after: int = 0
 
     @property
     def freed_bytes(self) -> int:
@@ -70,6 +72,12 @@ class RunResult:
         Pages freed inside state.db are not: they stay in the file until a vacuum
         (``reclaimable_bytes``); nor is a WAL Hermes left at its high-water mark."""
         return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
+
+    @property
+    def net_freed_bytes(self) -> int:
+        """What the home got back: what Hermes's files lost less what ``keeper/`` gained (the run's
+        backup, the archive's new entries); negative when the home grew."""
+        return self.freed_bytes - (self.keeper_bytes_after - self.keeper_bytes_before)
 
     def summary(self) -> str:
         """One line; "freed" only for bytes the disk got back, pages still in the file are "reclaimable".
@@ -84,7 +92,7 @@ class RunResult:
             f"{self.profile}: {stopped}{resumed}zombies closed {self.zombies_closed}, "
             f"pruned {len(self.prune.pruned)}, "
             f"archived {len(self.prune.archived)}, files removed {self.files_removed}; "
-            f"freed {units.size(self.freed_bytes)} on disk; remaining "
+            f"freed {units.size(self.freed_bytes)} on disk, {net_words(self)}; remaining "
             f"{units.plural(self.remaining_sessions, 'session')}, "
             f"{units.plural(self.remaining_messages, 'message')}"
         )
@@ -110,6 +118,9 @@ class RunResult:
             "file_bytes_before": self.file_bytes_before,
             "file_bytes_after": self.file_bytes_after,
             "freed_bytes": self.freed_bytes,
+            "keeper_bytes_before": self.keeper_bytes_before,
+            "keeper_bytes_after": self.keeper_bytes_after,
+            "net_freed_bytes": self.net_freed_bytes,
             "reclaimable_bytes": self.reclaimable_bytes,
             "remaining": {"sessions": self.remaining_sessions, "messages": self.remaining_messages},
             "writer": self.writer,
@@ -121,6 +132,16 @@ class RunResult:
             "interrupted": self.interrupted or None,
             "summary": self.summary(),
         }
+
+
+def net_words(res: RunResult) -> str:
+    """``net 8.1 MB (keeper/ +5.7 MB)``, or ``the home grew 336.0 MB (keeper/ +485.9 MB)``."""
+    net, keeper = res.net_freed_bytes, units.change(res.keeper_bytes_after - res.keeper_bytes_before)
+    return (
+        f"net {units.size(net)} (keeper/ {keeper})"
+        if net >= 0
+        else f"the home grew {units.size(-net)} (keeper/ {keeper})"
+    )
 
 
 def writer_figures(w: Writer, hold: MergeHold | None) -> dict:
@@ -259,6 +280,7 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     preflight(profile, ctx.schema, policy)
     res = RunResult(
         profile.name,
+        keeper_bytes_before=keeper_bytes(profile, policy.backup_dest),
         db_bytes_before=ctx.schema.used_bytes,
         file_bytes_before=ctx.schema.db_bytes + profile.wal_bytes(),
         safeguard=plan.safeguard.kind,
@@ -271,12 +293,12 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     except Interrupted as exc:
         res.interrupted = signal.Signals(exc.signum).name
         res.writer = res.writer or writer_figures(ctx.writer, None)
-        _measure_after(profile, ctx.schema, res)
+        _measure_after(profile, ctx.schema, res, policy.backup_dest)
         if journal:
             journal.write("interrupted", **{k: v for k, v in res.to_dict().items() if k != "skipped"})
         exc.result = res
         raise
-    _measure_after(profile, ctx.schema, res)
+    _measure_after(profile, ctx.schema, res, policy.backup_dest)
     if journal:
         journal.write("summary", **{k: v for k, v in res.to_dict().items() if k != "skipped"})
     return res
@@ -287,7 +309,7 @@ def _apply_steps(ctx: RunContext, plan: Plan, res: RunResult, progress: Progress
     profile, policy, journal, w = ctx.profile, ctx.policy, ctx.journal, ctx.writer
     if plan.safeguard.kind == SNAPSHOT:
         dest = policy.backup_dest
-        record = take_backup(profile, dest, journal=journal, schema=ctx.schema, holders=ctx.holders())
+        record = take_backup(profile, dest, journal=journal, schema=ctx.schema)
         res.backup = record.name
         # or backups pile up
         apply_rotation(backup_dir(profile, dest), profile.home, journal=journal, **policy.rotation)
@@ -349,8 +371,8 @@ def _count_removed(res: RunResult, done: list[tuple[int, int]]) -> None:
         res.file_bytes += size
 
 
-def _measure_after(profile: Place, schema: SchemaInfo, res: RunResult) -> None:
-    """state.db's size and rows after the run (an interrupted one too)."""
+def _measure_after(profile: Place, schema: SchemaInfo, res: RunResult, dest: Path | str | None) -> None:
+    """state.db's size and rows, and keeper/'s, after the run (an interrupted one too)."""
     conn = connect_ro(profile.db_path)
     try:
         after = schema.resized(conn)
@@ -360,3 +382,4 @@ def _measure_after(profile: Place, schema: SchemaInfo, res: RunResult) -> None:
         res.remaining_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:
         conn.close()
+    res.keeper_bytes_after = keeper_bytes(profile, dest)
