@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,9 @@ from hermes_keeper.archive.retention import (
 from hermes_keeper.archive.store import ArchiveDamaged, archive_exists
 from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.restore import find_backup, restore_backup
-from hermes_keeper.check import SCHEDULED, UNSCHEDULED, check_profile
+from hermes_keeper.check import RUNAWAY_ACKED, SCHEDULED, UNSCHEDULED, check_profile
 from hermes_keeper.errors import KeeperError, os_error_line, warn
-from hermes_keeper.facts import checked_unless_it_stalls
+from hermes_keeper.facts import checked_unless_it_stalls, known_verdict
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
 from hermes_keeper.hermes_config import adopt_change, write_config
@@ -98,6 +99,12 @@ class Profile(Place):
         """Health against the ``[check]`` thresholds (read-only): a ``check.CheckResult``."""
         return check_profile(self, policy, now)
 
+    def ack_runaway(self, session_id: str) -> None:
+        """Journal that this runaway session is known (``check --ack``): ``check`` no longer
+        counts it."""
+        with Journal(self.keeper_dir) as journal:
+            journal.write(RUNAWAY_ACKED, session=session_id)
+
     def _plan(
         self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None, db_check=None
     ) -> Plan:
@@ -115,8 +122,9 @@ class Profile(Place):
         schema = inspect(self.db_path)
         schema.require_readable()
         holders = find_holders(self.db_path)
-        # one full read: the malformed-copy rule reuses it
-        check = checked_unless_it_stalls(self.fs, self.db_path, schema.journal_mode, holders)
+        # one full read (none while the file is unchanged since one passed): the malformed-copy
+        # rule reuses it; run checks again before it writes
+        check = checked_unless_it_stalls(self.fs, self.db_path, schema.journal_mode, holders, reuse=True)
         plan = self._plan(schema, policy, now, holders, lambda: check)
         if check is not None and check.result != "ok":
             plan.warnings.append(f"state.db fails quick_check ({check.result}): a damaged page")
@@ -227,7 +235,7 @@ class Profile(Place):
                     removed = snapshot.apply_rotation(folder, self.home, journal=journal, **rules)
                 if remove_leftovers:
                     leftovers = snapshot.remove_malformed_copies(self, journal=journal)
-        rows = snapshot.rotation(folder, self.home, now=time.time(), **rules)
+        rows = snapshot.rotation(folder, self.home, time.time(), self._verify_backup, **rules)
         return {
             "profile": self.name,
             "folder": str(folder),
@@ -242,6 +250,11 @@ class Profile(Place):
                 {"name": lo.path.name, "bytes": lo.bytes} for lo in snapshot.killed_backup_leftovers(folder)
             ],
         }
+
+    def _verify_backup(self, record) -> bool:
+        """Its sha256 read again, and the verdict kept for ``check`` (``facts.known_verdict``)."""
+        verify = partial(snapshot.verify_backup, record)
+        return known_verdict(self.fs, record.path, record.sha256, verify, again=True)
 
     def restore(
         self,
