@@ -24,8 +24,8 @@ from hermes_keeper.facts import known_verdict
 from hermes_keeper.journal import JOURNAL_SEALED, Skipped, read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
-from hermes_keeper.report import build_report
-from hermes_keeper.report_types import Report, Runaway
+from hermes_keeper.report import build_vitals
+from hermes_keeper.report_types import Runaway, Vitals
 
 OK, WARNING, CRITICAL, UNKNOWN = range(4)
 STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -168,7 +168,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
     policy = policy or effective_policy(profile.root, profile.name)
     now = time.time() if now is None else now
     t = policy.check
-    rep = build_report(profile, now=now, zombie_after_s=policy.zombie_after_s, top=0, policy=policy)
+    rep = build_vitals(profile, now, policy.zombie_after_s, policy)
     free = shutil.disk_usage(profile.home).free
     past = _JournalFacts.read(profile)
     every = rep.sessions.runaways
@@ -177,7 +177,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
     result = CheckResult(profile.name, str(profile.home), now, runaways=runaways, runaways_acked=acked)
     result.measures = [
         *_disk_measures(rep, t, free),
-        *_session_measures(rep.sessions.zombies.total, runaways, rep.database.reclaimable_bytes, t),
+        *_session_measures(rep.sessions.zombies.total, runaways, rep.reclaimable_bytes, t),
         _age(
             "last_run_age", past.last_run, now, t["last_run_warn"], t["last_run_crit"], "last run", NEVER_RAN
         ),
@@ -232,7 +232,7 @@ def _journal_measure(past: _JournalFacts) -> Measure:
     return Measure("journal_skipped", n, "", None, None, WARNING if n else OK, problem)
 
 
-def _both_prune(rep: Report, past: _JournalFacts) -> list[Measure]:
+def _both_prune(rep: Vitals, past: _JournalFacts) -> list[Measure]:
     """A WARNING while Hermes's own auto-prune and the keeper both prune this profile: Hermes's
     deletes no archive holds, and it deletes again what `archive restore` brought back."""
     ap = rep.hermes_auto_prune
@@ -245,7 +245,7 @@ def _both_prune(rep: Report, past: _JournalFacts) -> list[Measure]:
     return [Measure("hermes_auto_prune", None, "", None, None, WARNING, problem)]
 
 
-def _disk_measures(rep: Report, t: dict, free: int) -> list[Measure]:
+def _disk_measures(rep: Vitals, t: dict, free: int) -> list[Measure]:
     """state.db, its growth and WAL against their limits; the home's free space and, at the
     last 7 days' rate, how soon it is gone."""
     db, wal = rep.disk.state_db, rep.disk.wal
@@ -303,7 +303,7 @@ def _session_measures(zombies: int, runaways: list[Runaway], reclaimable: int, t
     ]
 
 
-def _archive_measures(profile: Place, rep: Report, t: dict, now: float, past: _JournalFacts) -> list[Measure]:
+def _archive_measures(profile: Place, rep: Vitals, t: dict, now: float, past: _JournalFacts) -> list[Measure]:
     """The archive against its budget (over it: a WARNING, the run trims it) and, where there is
     one, how long since it was verified and whether the last verify failed."""
     out = []

@@ -106,10 +106,11 @@ class Profile(Place):
             journal.write(RUNAWAY_ACKED, session=session_id)
 
     def _plan(
-        self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None, db_check=None
+        self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None, db_check=None, cached=False
     ) -> Plan:
         now = time.time() if now is None else now
-        plan = make_plan(survey_profile(self, schema, now, holders, db_check), policy, now)
+        survey = survey_profile(self, schema, now, holders, db_check, cached=cached)
+        plan = make_plan(survey, policy, now)
         hold_only_copies(self, plan)  # reads the .jsonl transcripts it removes: diverted ones stay
         plan.archive_retention = plan_archive_retention(self, policy, now)
         if plan.archive_retention and (loud := plan.archive_retention.warning()) is not None:
@@ -125,7 +126,8 @@ class Profile(Place):
         # one full read (none while the file is unchanged since one passed): the malformed-copy
         # rule reuses it; run checks again before it writes
         check = checked_unless_it_stalls(self.fs, self.db_path, schema.journal_mode, holders, reuse=True)
-        plan = self._plan(schema, policy, now, holders, lambda: check)
+        # message statistics as the report has them (keeper/stats.db): a run reads them fresh
+        plan = self._plan(schema, policy, now, holders, lambda: check, cached=True)
         if check is not None and check.result != "ok":
             plan.warnings.append(f"state.db fails quick_check ({check.result}): a damaged page")
         if schema.timestamp_problems:

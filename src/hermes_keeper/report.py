@@ -41,6 +41,7 @@ from hermes_keeper.report_types import (
     SessionsSection,
     SessionSummary,
     Usage,
+    Vitals,
     Window,
     Zombies,
 )
@@ -61,6 +62,7 @@ from hermes_keeper.run.survey import (
     Survey,
     schema_protections,
     shown,
+    survey_database,
     survey_profile,
 )
 from hermes_keeper.run.transcripts import hold_only_copies
@@ -535,5 +537,22 @@ def build_report(
         sessions=sessions_section(survey, now, zombie_after_s, top, policy.runaway),
         growth=growth_section(started, windows, now, db.bytes, db.reclaimable_bytes),
         holders=HoldersSection(processes=list(survey.holders), gateway_pid=gateway_pid(profile.home)),
+        archive=place_archive_usage(profile, policy, now),
+    )
+
+
+def build_vitals(profile: Place, now: float, zombie_after_s: float, policy: Policy) -> Vitals:
+    """The figures ``check`` measures, each as :func:`build_report` has it: the same survey (its
+    message statistics through the cache), less what lies beside the database."""
+    schema = inspect(profile.db_path, check_timestamps=False)
+    schema.require_readable()
+    survey = survey_database(profile, schema, now, cached=True)
+    started = (s.started_at for s in survey.sessions.values())
+    return Vitals(
+        disk=_disk_section(profile.db_path),
+        reclaimable_bytes=schema.free_bytes,
+        growth=growth_section(started, _message_windows(survey), now, schema.db_bytes, schema.free_bytes),
+        sessions=sessions_section(survey, now, zombie_after_s, 0, policy.runaway),
+        hermes_auto_prune=auto_prune_section(survey, now),
         archive=place_archive_usage(profile, policy, now),
     )
