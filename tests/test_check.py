@@ -20,12 +20,14 @@ import jsonschema
 import pytest
 
 from hermes_keeper import check as check_module
-from hermes_keeper import demo
+from hermes_keeper import demo, facts
+from hermes_keeper import report as report_module
 from hermes_keeper.backup.snapshot import verify_backup
 from hermes_keeper.check import CRITICAL, OK, check_profile
 from hermes_keeper.cli.check import within
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Home
+from hermes_keeper.run import survey as survey_module
 from tests.keeper_proc import keeper_cmd
 from tests.test_json import schema
 
@@ -293,3 +295,32 @@ def test_backup_sha256_read_once_per_file_identity(home, monkeypatch):
     assert check_profile(profile).measure("backup_age").status == OK
     assert [b["verified"] for b in profile.backups()["backups"]] == [False]
     assert check_profile(profile).measure("backup_age").problem == "no verified backup"
+
+
+def test_check_reads_nothing_beside_the_database_and_agrees_with_the_report(home, monkeypatch):
+    """Issue 35: check took 2.5 s at 5 GB, a whole report: every transcript stat-ed, the plan's
+    only copies, the holders, quick_check, dbstat. It measures the report's own figures without
+    them."""
+    profile = Home(home).profile()
+    (home / "keeper").mkdir(mode=0o700, exist_ok=True)
+    rep = profile.report(record=False)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("check read it")
+
+    for module, name in (
+        (survey_module, "scan_files"),
+        (survey_module, "find_holders"),
+        (report_module, "find_holders"),
+        (report_module, "object_sizes"),
+        (report_module, "make_plan"),
+        (facts, "quick_check"),
+    ):
+        monkeypatch.setattr(module, name, refuse)
+    result = check_profile(profile, now=rep.generated_at)
+    by = {m.label: m.value for m in result.measures}
+    assert by["db"] == rep.disk.state_db and by["wal"] == rep.disk.wal
+    assert by["growth_per_day"] == rep.growth.last_7d.bytes_per_day > 0
+    assert by["zombies"] == rep.sessions.zombies.total > 0
+    assert by["reclaimable"] == rep.database.reclaimable_bytes
+    assert [r.id for r in result.runaways] == [r.id for r in rep.sessions.runaways]
