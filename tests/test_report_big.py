@@ -326,3 +326,29 @@ def test_unchanged_state_db_is_not_read_again_by_report_or_plan(home, monkeypatc
     assert "quick_check" not in " ".join(profile.plan().warnings) and len(reads) == 2
     profile.compact()  # writes: reads every page first, whatever is on record
     assert reads[2:] == [None]
+
+
+def test_dbstat_that_ran_out_of_time_is_not_tried_again_on_the_same_file(home, monkeypatch):
+    """Issue 35: 1.0 s of every report at 5 GB went on a ``dbstat`` that never finished within
+    its time on that file. Once out of time it is not tried again until state.db changes."""
+    keeper_folder(home)
+    tries = []
+    real = report._object_sizes
+
+    def counting(conn, budget_s):
+        tries.append(budget_s)
+        return real(conn, budget_s)
+
+    monkeypatch.setattr(report, "_object_sizes", counting)
+    monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 0.0)  # as on a file of many GB
+    profile = Home(home).profile()
+    first = profile.report(record=False)
+    assert len(tries) == 1 and first.database.per_object is False
+    profile.report(record=False)
+    assert len(tries) == 1
+    delete_cron_messages(home)  # another file now: tried again
+    profile.report(record=False)
+    assert len(tries) == 2
+    monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 60.0)  # more time than ran out: tried, recorded
+    again = profile.report(record=False)
+    assert len(tries) == 3 and again.database.per_object is True

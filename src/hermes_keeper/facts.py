@@ -126,6 +126,22 @@ def last_check(fs: HomeFS) -> Check | None:
         return None
 
 
+def ran_out_before(fs: HomeFS, what: str, db: Path, budget_s: float) -> bool:
+    """A read of every page (``what``: ``dbstat``) ran out of as much time or more on this very
+    file (same :func:`db_identity`) last time: it would again, so it is not tried (1 s of every
+    report at 5 GB, for nothing)."""
+    rec = _read(fs).get(f"{what}_ran_out")
+    try:
+        return rec["identity"] == db_identity(db) and budget_s <= float(rec["budget_s"])
+    except (TypeError, KeyError, ValueError):
+        return False
+
+
+def record_ran_out(fs: HomeFS, what: str, identity: list, budget_s: float) -> None:
+    """``identity``: :func:`db_identity` taken before the read that ran out of ``budget_s``."""
+    _update(fs, f"{what}_ran_out", {"identity": identity, "budget_s": budget_s, "at": time.time()})
+
+
 def record_objects(fs: HomeFS, sizes: dict[str, int], used_bytes: int, at: float | None = None) -> None:
     _update(
         fs, "objects", {"sizes": sizes, "used_bytes": used_bytes, "at": time.time() if at is None else at}

@@ -18,7 +18,17 @@ from pathlib import Path
 
 from hermes_keeper.archive.retention import place_archive_usage
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.facts import Breakdown, Check, bounded_check, last_check, record_objects, recorded_objects
+from hermes_keeper.facts import (
+    Breakdown,
+    Check,
+    bounded_check,
+    db_identity,
+    last_check,
+    ran_out_before,
+    record_objects,
+    record_ran_out,
+    recorded_objects,
+)
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.place import Place
@@ -187,12 +197,17 @@ def object_sizes(
     """Bytes per object: a recent breakdown scaled to today's ``used_bytes`` while they changed
     little, else ``dbstat`` now within :data:`DBSTAT_BUDGET_S`, recorded; where it is not read
     (not ``measure``: it would stall a holder) or not in time, the recorded one scaled as an
-    estimate; None with none on record. The one path of ``report`` and ``history``."""
+    estimate; None with none on record. Not tried again on the same file once it ran out of time
+    (``facts.ran_out_before``). The one path of ``report`` and ``history``."""
     recorded = recorded_objects(profile.fs, used_bytes, now)
     if recorded is not None and not recorded.estimate:
         return recorded
+    measure = measure and not ran_out_before(profile.fs, "dbstat", profile.db_path, DBSTAT_BUDGET_S)
+    identity = db_identity(profile.db_path)
     sizes = _object_sizes(conn, DBSTAT_BUDGET_S) if measure else None
     if sizes is None:
+        if measure:  # out of time: not tried again on this same file with no more time
+            record_ran_out(profile.fs, "dbstat", identity, DBSTAT_BUDGET_S)
         return recorded
     record_objects(profile.fs, sizes, used_bytes, now)
     return Breakdown(sizes, now)
