@@ -20,6 +20,7 @@ from hermes_keeper import demo, facts, report
 from hermes_keeper.cli import main
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Home
+from hermes_keeper.sqlite import schema as schema_module
 from hermes_keeper.sqlite.connect import interrupt_after, was_interrupted
 from tests.conftest import tree_digest
 from tests.test_report import report_json
@@ -352,3 +353,22 @@ def test_dbstat_that_ran_out_of_time_is_not_tried_again_on_the_same_file(home, m
     monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 60.0)  # more time than ran out: tried, recorded
     again = profile.report(record=False)
     assert len(tries) == 3 and again.database.per_object is True
+
+
+def test_plan_takes_the_messages_timestamps_from_the_statistics(home, monkeypatch):
+    """Issue 35: every plan scanned ``messages.timestamp`` for odd values (1.8 s at 5 GB) that the
+    statistics it reads count already; ``run`` still scans before it writes."""
+    keeper_folder(home)
+    scans = []
+    real = schema_module.timestamp_problems
+
+    def counting(conn, tables, messages=None, stepped=False):
+        scans.append(messages)
+        return real(conn, tables, messages, stepped)
+
+    monkeypatch.setattr(schema_module, "timestamp_problems", counting)
+    profile = Home(home).profile()
+    assert "timestamps" not in " ".join(profile.plan().warnings)
+    assert None not in scans
+    profile.run()
+    assert None in scans

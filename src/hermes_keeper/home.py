@@ -51,7 +51,7 @@ from hermes_keeper.run.compact import compact
 from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, compact_step, make_plan
-from hermes_keeper.run.survey import survey_profile
+from hermes_keeper.run.survey import stamp_problems, survey_profile
 from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -110,6 +110,8 @@ class Profile(Place):
     ) -> Plan:
         now = time.time() if now is None else now
         survey = survey_profile(self, schema, now, holders, db_check, cached=cached)
+        if cached:  # the preview inspected without the timestamp scan: the statistics have it
+            schema.timestamp_problems = stamp_problems(survey)
         plan = make_plan(survey, policy, now)
         hold_only_copies(self, plan)  # reads the .jsonl transcripts it removes: diverted ones stay
         plan.archive_retention = plan_archive_retention(self, policy, now)
@@ -120,7 +122,7 @@ class Profile(Place):
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
         policy = policy or self.config()
-        schema = inspect(self.db_path)
+        schema = inspect(self.db_path, check_timestamps=False)  # the survey's statistics have them
         schema.require_readable()
         holders = find_holders(self.db_path)
         # one full read (none while the file is unchanged since one passed): the malformed-copy

@@ -8,6 +8,7 @@ meanwhile.
 
 from __future__ import annotations
 
+import heapq
 import os
 import sqlite3
 import stat
@@ -360,7 +361,7 @@ def _largest(rows: list[SessionRow], top: int) -> Largest:
     def by(fn) -> list[SessionSummary]:
         return [
             SessionSummary(**_summary_fields(s))
-            for s in sorted(rows, key=fn, reverse=True)[:top]
+            for s in heapq.nlargest(top, rows, key=fn)  # sorted(..., reverse=True)[:top], in O(n)
             if fn(s) > 0
         ]
 

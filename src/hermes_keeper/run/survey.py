@@ -54,7 +54,7 @@ from hermes_keeper.sqlite.holders import (
     lease_holder_dead,
     process_gone,
 )
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect, timestamp_problems
 
 #: handoff states that mean a transfer is in flight.
 LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
@@ -427,6 +427,17 @@ def survey_profile(
     survey = survey_database(profile, schema, now, cached)
     _scan_beside_db(survey, holders, db_check, check_budget_s)
     return survey
+
+
+def stamp_problems(survey: Survey) -> list[str]:
+    """The timestamp columns holding anything but unix seconds, ``messages``' from the survey's
+    statistics (no scan of the biggest table: 1.8 s at 5 GB), as the report has them."""
+    conn = connect_ro(survey.profile.db_path)
+    try:
+        with read_txn(conn):
+            return timestamp_problems(conn, survey.schema.tables, survey.odd_message_stamps)
+    finally:
+        conn.close()
 
 
 def survey_database(
