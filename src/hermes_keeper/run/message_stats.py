@@ -57,8 +57,13 @@ class Stats(NamedTuple):
         if not self.recent[0]:  # most sessions of a big home: none recent
             return NO_WINDOWS
         counts, sizes = [], []
+        oldest = min(self.recent[0])
         for days in RECENT_DAYS:
             since = now - days * DAY
+            if oldest >= since:  # every one of them (the longest window, as read): counted in C
+                counts.append(len(self.recent[0]))
+                sizes.append(sum(self.recent[1]))
+                continue
             hits = [b for ts, b in zip(*self.recent, strict=True) if ts >= since]
             counts.append(len(hits))
             sizes.append(sum(hits))
