@@ -3,7 +3,8 @@
 ``bench_home()`` builds (once, cached in .cache/bench/) a home through Hermes's own
 SessionDB from ``hermes_keeper.demo.generate`` specs, or with ``shape="imported"`` one whose
 messages went in by big transactions, as an import leaves them (``imported_home``), or with
-``shape="optimized"`` that home with each index merged into one segment, as Hermes 0.19 leaves it;
+``shape="optimized"`` that home with each index merged into one segment, as Hermes 0.19 leaves it,
+or with ``shape="transcripts"`` the imported home with a transcript per session (``transcripts_home``);
 ``copy_home`` gives each scenario an identical copy; ``with live_writer(home) as w:`` runs
 bench/gateway_standin.py beside the operation and ``w.stats`` then holds p50/p99/max latency
 and failures.
@@ -32,13 +33,14 @@ from hermes_keeper import demo  # noqa: E402
 from hermes_keeper.sqlite.fts import FTS_TABLES  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 
-CACHE = ROOT / ".cache" / "bench"
+#: Where built homes are kept (never in git); ``BENCH_CACHE`` moves them, to /tmp say.
+CACHE = Path(os.environ.get("BENCH_CACHE") or ROOT / ".cache" / "bench")
 STANDIN = Path(__file__).resolve().parent / "gateway_standin.py"
 
 
 #: ``--size`` of the benches: (sessions, messages), about 2 KB of state.db per message (FTS included).
 SIZES = {"240MB": (2000, 120_000), "2GB": (8000, 1_000_000), "5GB": (20_000, 2_500_000)}
-SHAPES = ("hermes", "imported", "optimized")
+SHAPES = ("hermes", "imported", "optimized", "transcripts")
 #: Messages per transaction of an imported home, and the FTS5 settings of the import: automerge
 #: off as bulk loads do, so its segments pile up (crisismerge caps them below FTS5's 2,000 ids).
 IMPORT_TXN_MESSAGES = 2000
@@ -53,6 +55,8 @@ def bench_home(
         return imported_home(sessions, messages)
     if shape == "optimized":
         return optimized_home(imported_home(sessions, messages))
+    if shape == "transcripts":
+        return transcripts_home(imported_home(sessions, messages))
     per = demo.messages_per_session_for(messages, sessions)
     dest = CACHE / f"hermes-{version}-{sessions}x{per}-text{demo.TEXT_VERSION}"
     if (dest / ".ready").exists():
@@ -95,7 +99,9 @@ def imported_home(sessions: int, messages: int) -> Path:
     demo.build_home(dest, dataclasses.replace(spec, sessions=[{**s, "messages": []} for s in spec.sessions]))
     conn = sqlite3.connect(dest / "state.db", isolation_level=None)
     conn.execute("PRAGMA synchronous=OFF")
-    for t in FTS_TABLES:
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = [t for t in FTS_TABLES if t in present]  # the CJK index only where Hermes made one
+    for t in tables:
         for key, value in IMPORT_FTS.items():
             conn.execute(f"INSERT INTO {t}({t}, rank) VALUES(?, ?)", (key, value))
     for i in range(0, len(rows), IMPORT_TXN_MESSAGES):
@@ -105,7 +111,7 @@ def imported_home(sessions: int, messages: int) -> Path:
             rows[i : i + IMPORT_TXN_MESSAGES],
         )
         conn.execute("COMMIT")
-    for t in FTS_TABLES:
+    for t in tables:
         conn.execute(f"DELETE FROM {t}_config WHERE k IN ('automerge', 'crisismerge')")
     conn.execute("UPDATE sessions SET message_count = (SELECT count(*) FROM messages WHERE session_id = id)")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -114,9 +120,14 @@ def imported_home(sessions: int, messages: int) -> Path:
     return dest
 
 
-def copy_home(src: Path, dst: Path) -> Path:
-    """An identical copy, flushed to disk so the kernel's writeback does not land mid-measurement."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ready", "keeper", "keeper.lock"))
+def copy_home(src: Path, dst: Path, link: bool = False) -> Path:
+    """An identical copy, flushed to disk so the kernel's writeback does not land mid-measurement;
+    ``link``: every file hard-linked instead (seconds, not minutes, at 5 GB), for a derived home
+    that only adds files and is only read or copied by the benches."""
+    copy = os.link if link else shutil.copy2
+    shutil.copytree(
+        src, dst, ignore=shutil.ignore_patterns(".ready", "keeper", "keeper.lock"), copy_function=copy
+    )
     os.sync()
     return dst
 
@@ -201,13 +212,14 @@ def live_writer(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _derived_home(base: Path, suffix: str, make: Callable[[Path], None]) -> Path:
-    """A copy of ``base`` changed once by ``make`` outside any measurement, cached beside it."""
+def _derived_home(base: Path, suffix: str, make: Callable[[Path], None], link: bool = False) -> Path:
+    """A copy of ``base`` changed once by ``make`` outside any measurement, cached beside it
+    (``link``: :func:`copy_home`'s)."""
     dest = CACHE / f"{base.name}-{suffix}"
     if (dest / ".ready").exists():
         return dest
     shutil.rmtree(dest, ignore_errors=True)
-    make(copy_home(base, dest))
+    make(copy_home(base, dest, link))
     (dest / ".ready").touch()
     return dest
 
@@ -253,3 +265,26 @@ def delete_mode_home(base: Path, version: str) -> Path:
         _sql("PRAGMA journal_mode=DELETE")(home)
 
     return _derived_home(base, f"{version.replace('==', '-')}-delete", make)
+
+
+#: Bytes of a transcript per message of its session (Hermes's ``session_<id>.json`` holds each
+#: message once more, as JSON).
+TRANSCRIPT_BYTES_PER_MESSAGE = 200
+
+
+def transcripts_home(base: Path) -> Path:
+    """``base`` with ``sessions/session_<id>.json`` for every session, as a home that keeps Hermes's
+    opt-in transcript snapshots has them (never deleted upstream, #20334): the files ``report`` and
+    ``plan`` stat, one per session, on top of the database. Only files are added, so the rest is
+    hard-linked to ``base`` (a bench that changes the home works on a :func:`copy_home` of it)."""
+
+    def make(home: Path) -> None:
+        conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)  # linked: only read
+        rows = conn.execute("SELECT id, started_at, message_count FROM sessions").fetchall()
+        conn.close()
+        for sid, started, count in rows:
+            path = home / "sessions" / f"session_{sid}.json"
+            path.write_bytes(b"{}" + b" " * max(0, TRANSCRIPT_BYTES_PER_MESSAGE * count - 2))
+            os.utime(path, (started, started))
+
+    return _derived_home(base, "transcripts", make, link=True)

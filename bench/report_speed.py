@@ -14,12 +14,19 @@ Before timing, the home gets a ``keeper/`` folder and one full ``quick_check`` r
 
     .venv/bin/python bench/report_speed.py [--sessions 4000] [--messages-per-session 100]
     .venv/bin/python bench/report_speed.py --size 5GB --shape imported
+    .venv/bin/python bench/report_speed.py --size 5GB --shape transcripts --row
+
+``--row`` prints only the table row of docs/big-homes.md: the commands ``report``, ``plan`` and
+``check`` as an operator runs them (``--json``, a new process each: Python's start included),
+warm, median of ``--runs``, wall and CPU seconds (the CPU of the child: on a shared machine the
+wall time also holds the waits for a core). Targets: report and plan <= 3 s, check <= 1 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.homes import SHAPES, SIZES, bench_home  # noqa: E402
+from bench.homes import CACHE, SHAPES, SIZES, bench_home  # noqa: E402
 from hermes_keeper import demo, facts, report  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
 from hermes_keeper.run.message_stats import StatsCache  # noqa: E402
@@ -38,8 +45,6 @@ from hermes_keeper.sqlite.connect import connect_ro  # noqa: E402
 from hermes_keeper.sqlite.holders import find_holders  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
-
-CACHE = ROOT / ".cache" / "bench"
 
 
 def drop_cache(home: Path) -> None:
@@ -67,13 +72,47 @@ def median_time(fn, runs: int | None = None, before=None) -> tuple[float, list[f
     return statistics.median(times), times
 
 
-def command(argv: list[str], home: Path):
+def command(argv: list[str], home: Path, check: bool = True):
+    """``argv`` as a function that runs it on ``home``; ``check``: a non-zero exit is an error
+    (not for ``check``, whose exit is the home's status)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HERMES_HOME": str(home)}
-    return lambda: subprocess.run(argv, env=env, check=True, capture_output=True)
+    env["PYTHONPATH"] = str(ROOT / "src")  # this checkout's keeper, whatever the venv's install points at
+    return lambda: subprocess.run(argv, env=env, check=check, capture_output=True)
 
 
 def _shown(times: list[float]) -> str:
     return ", ".join(f"{t:.2f}" for t in times)
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_command(argv: list[str], home: Path) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``argv`` run :data:`RUNS` times, after one run to warm up."""
+    run = command(argv, home, check=argv[1] != "check")
+    run()
+    walls, cpus = [], []
+    for _ in range(RUNS):
+        cpu, t0 = _child_cpu(), time.perf_counter()
+        run()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(_child_cpu() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def bench_row(home: Path, label: str) -> None:
+    """One row of docs/big-homes.md's table: report, plan and check on ``home``, warm."""
+    keeper = str(ROOT / ".venv" / "bin" / "hermes-keeper")
+    schema = inspect(home / "state.db")
+    files = sum(1 for _ in (home / "sessions").iterdir()) if (home / "sessions").is_dir() else 0
+    sessions = report.build_report(select_profiles(home, env={})[0]).sessions.total
+    cells = [label, f"{schema.db_bytes / 1e6:,.0f} MB", f"{sessions:,}", f"{files:,}"]
+    for cmd in ("report", "plan", "check"):
+        wall, cpu = timed_command([keeper, cmd, "--json", "--home", str(home)], home)
+        cells.append(f"{wall:.2f} s ({cpu:.2f} s CPU)")
+    print("| " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -84,6 +123,7 @@ def main() -> None:
     ap.add_argument("--shape", choices=SHAPES, default="imported")
     ap.add_argument("--no-hermes", action="store_true", help="skip `hermes sessions stats`")
     ap.add_argument("--runs", type=int, default=3, help="timings per figure (the median is shown)")
+    ap.add_argument("--row", action="store_true", help="only the report/plan/check row of big-homes.md")
     args = ap.parse_args()
     global RUNS
     RUNS = args.runs
@@ -104,6 +144,9 @@ def main() -> None:
         t0 = time.perf_counter()
         facts.full_check(profile.fs, profile.db_path)
         print(f"full quick_check (recorded, as plan/run/compact do): {time.perf_counter() - t0:.2f} s")
+    if args.row:
+        bench_row(home, f"{args.size or home.name} {args.shape if args.size else ''}".strip())
+        return
     last: list[report.Report] = []
 
     def whole():

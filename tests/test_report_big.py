@@ -1,5 +1,6 @@
 """``report`` on big homes: the slow facts (a full quick_check, dbstat) are reused with their age
-instead of read again on every call; the growth windows come from the survey's one scan."""
+instead of read again on every call (a passed quick_check while state.db is the same file: no read
+at all); the growth windows come from the survey's one scan."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hermes_keeper import demo, facts, report
 from hermes_keeper.cli import main
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import Home
+from hermes_keeper.sqlite import schema as schema_module
 from hermes_keeper.sqlite.connect import interrupt_after, was_interrupted
 from tests.conftest import tree_digest
 from tests.test_report import report_json
@@ -41,8 +43,8 @@ def test_out_of_time_report_shows_the_last_full_check_and_reuses_the_breakdown(h
     assert CliRunner().invoke(main, ["plan", "--home", str(home)]).exit_code == 0  # a full check
     checked_at = json.loads(facts.read_text())["quick_check"]["at"]
     assert stat.S_IMODE(facts.stat().st_mode) == 0o600
-    (first,) = report_json(home)  # measures the breakdown, checks in full: both recorded
-    assert checked_at < first["schema"]["quick_check_at"]
+    (first,) = report_json(home)  # measures the breakdown; plan's check of the same file stands
+    assert checked_at == first["schema"]["quick_check_at"]
     db = first["database"]
     assert db["objects_measured_at"] == first["generated_at"]
     monkeypatch.setattr(report, "CHECK_BUDGET_S", 0.0)  # as on a file of many GB
@@ -298,3 +300,75 @@ def test_a_check_that_took_far_longer_than_the_budget_is_not_tried_again_for_a_d
     check = facts.bounded_check(fs, home / "state.db", 1.0)  # a day old: tried, and it finishes here
     assert tried == [1.0] and check.result == "ok" and time.time() - check.at < 60
     assert json.loads(facts_file.read_text())["quick_check"]["took_s"] < 1.0
+
+
+def test_unchanged_state_db_is_not_read_again_by_report_or_plan(home, monkeypatch):
+    """Issue 35: a full quick_check on every plan (3.7 s at 5 GB), one within 1 s on every report.
+    A check that passed stands while state.db and its WAL keep their identity (device, inode,
+    size, mtime); a write makes the next one read again, and compact (as run) always does."""
+    keeper_folder(home)
+    reads = []
+    real = facts.quick_check
+
+    def counting(db, budget_s=None):
+        reads.append(budget_s)
+        return real(db, budget_s)
+
+    monkeypatch.setattr(facts, "quick_check", counting)
+    profile = Home(home).profile()
+    profile.plan()
+    assert reads == [None]  # the full one
+    profile.plan()
+    first = profile.report(record=False).schema
+    assert reads == [None] and first.quick_check == "ok"
+    delete_cron_messages(home)  # a write: another file now
+    again = profile.report(record=False).schema
+    assert reads == [None, report.CHECK_BUDGET_S] and again.quick_check_at > first.quick_check_at
+    assert "quick_check" not in " ".join(profile.plan().warnings) and len(reads) == 2
+    profile.compact()  # writes: reads every page first, whatever is on record
+    assert reads[2:] == [None]
+
+
+def test_dbstat_that_ran_out_of_time_is_not_tried_again_on_the_same_file(home, monkeypatch):
+    """Issue 35: 1.0 s of every report at 5 GB went on a ``dbstat`` that never finished within
+    its time on that file. Once out of time it is not tried again until state.db changes."""
+    keeper_folder(home)
+    tries = []
+    real = report._object_sizes
+
+    def counting(conn, budget_s):
+        tries.append(budget_s)
+        return real(conn, budget_s)
+
+    monkeypatch.setattr(report, "_object_sizes", counting)
+    monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 0.0)  # as on a file of many GB
+    profile = Home(home).profile()
+    first = profile.report(record=False)
+    assert len(tries) == 1 and first.database.per_object is False
+    profile.report(record=False)
+    assert len(tries) == 1
+    delete_cron_messages(home)  # another file now: tried again
+    profile.report(record=False)
+    assert len(tries) == 2
+    monkeypatch.setattr(report, "DBSTAT_BUDGET_S", 60.0)  # more time than ran out: tried, recorded
+    again = profile.report(record=False)
+    assert len(tries) == 3 and again.database.per_object is True
+
+
+def test_plan_takes_the_messages_timestamps_from_the_statistics(home, monkeypatch):
+    """Issue 35: every plan scanned ``messages.timestamp`` for odd values (1.8 s at 5 GB) that the
+    statistics it reads count already; ``run`` still scans before it writes."""
+    keeper_folder(home)
+    scans = []
+    real = schema_module.timestamp_problems
+
+    def counting(conn, tables, messages=None, stepped=False):
+        scans.append(messages)
+        return real(conn, tables, messages, stepped)
+
+    monkeypatch.setattr(schema_module, "timestamp_problems", counting)
+    profile = Home(home).profile()
+    assert "timestamps" not in " ".join(profile.plan().warnings)
+    assert None not in scans
+    profile.run()
+    assert None in scans

@@ -2,8 +2,11 @@
 
 Every figure comes from what the keeper already knows (the report, the journal, the backup
 manifest, the disk) and is compared with the policy's ``[check]`` thresholds; runaway sessions
-(the policy's ``[runaway]`` limits) are CRITICAL. Read-only. :class:`CheckResult` is what the
-CLI prints, ``--json`` shows, ``--textfile`` exports, and a history can record (``to_dict``).
+(the policy's ``[runaway]`` limits) are CRITICAL while they matter: open, or active within
+``check.runaway_recent``, and not acknowledged (``check --ack ID``, journaled). Read-only, and
+cheap enough to poll every minute: a backup's sha256 is read once per file identity
+(``facts.known_verdict``), not every call. :class:`CheckResult` is what the CLI prints, ``--json``
+shows, ``--textfile`` exports, and a history can record (``to_dict``).
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
 
 from hermes_keeper import units
 from hermes_keeper.archive.store import archive_exists
 from hermes_keeper.backup.snapshot import backup_dir, keeper_bytes, list_backups, of_home, verify_backup
+from hermes_keeper.facts import known_verdict
 from hermes_keeper.journal import JOURNAL_SEALED, Skipped, read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.place import Place
-from hermes_keeper.report import build_report
-from hermes_keeper.report_types import Report, Runaway
+from hermes_keeper.report import build_vitals
+from hermes_keeper.report_types import Runaway, Vitals
 
 OK, WARNING, CRITICAL, UNKNOWN = range(4)
 STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -28,6 +34,10 @@ RUN_DONE = "summary"
 ARCHIVE_VERIFIED = "archive_verified"
 #: Journal actions of ``schedule install`` and ``schedule remove`` (home.Profile.note_schedule).
 SCHEDULED, UNSCHEDULED = "scheduled", "unscheduled"
+#: Journal action of ``check --ack ID``: that runaway session no longer alerts.
+RUNAWAY_ACKED = "runaway_acked"
+#: Runaways the status line names (the rest are counted).
+NAMED_RUNAWAYS = 3
 
 
 @dataclass(frozen=True)
@@ -95,14 +105,22 @@ def _age(label, since: float | None, now: float, warn, crit, what, never: tuple[
     return _over(label, age, "s", warn, crit, f"{what} {units.ago(since, now, 1)}")
 
 
-def newest_verified_backup(profile: Place) -> float | None:
-    """``created_at`` of the newest backup of this home whose file still checks out (sha256);
-    older ones are only read when the newer fail."""
-    mine = [r for r in list_backups(backup_dir(profile)) if of_home(r, profile.home)]
+def newest_verified_backup(profile: Place, dest: Path | str | None = None) -> float | None:
+    """``created_at`` of the newest backup of this home (in ``dest``, default keeper/backups) whose
+    file checks out (sha256); older ones are only read when the newer fail. A verdict stands while
+    the file keeps its identity (``facts.known_verdict``): a 2 GB backup is hashed once, not every poll;
+    ``backups`` verifies them all again."""
+    mine = [r for r in list_backups(backup_dir(profile, dest)) if of_home(r, profile.home)]
     for record in sorted(mine, key=lambda r: r.created_at, reverse=True):
-        if verify_backup(record):
+        if known_verdict(profile.fs, record.path, record.sha256, partial(verify_backup, record)):
             return record.created_at
     return None
+
+
+def alerting_runaways(runaways: list[Runaway], now: float, recent_s: float, acked: set[str]) -> list[Runaway]:
+    """The runaways that matter to a monitor: still open, or active within ``recent_s``, and not
+    acknowledged. One that ended weeks ago stays in the report, not in the alert."""
+    return [r for r in runaways if (r.open or now - r.last_activity <= recent_s) and r.id not in acked]
 
 
 @dataclass
@@ -113,7 +131,8 @@ class CheckResult:
     home: str
     checked_at: float
     measures: list[Measure] = field(default_factory=list)
-    runaways: list[Runaway] = field(default_factory=list)
+    runaways: list[Runaway] = field(default_factory=list)  # the ones that alert
+    runaways_acked: list[str] = field(default_factory=list)  # runaways `check --ack` silenced
 
     @property
     def status(self) -> int:
@@ -140,6 +159,7 @@ class CheckResult:
             "problems": self.problems(),
             "measures": [asdict(m) | {"status": STATUS[m.status]} for m in self.measures],
             "runaways": [r.to_dict() for r in self.runaways],
+            "runaways_acked": self.runaways_acked,
         }
 
 
@@ -148,19 +168,22 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
     policy = policy or effective_policy(profile.root, profile.name)
     now = time.time() if now is None else now
     t = policy.check
-    rep = build_report(profile, now=now, zombie_after_s=policy.zombie_after_s, top=0, policy=policy)
+    rep = build_vitals(profile, now, policy.zombie_after_s, policy)
     free = shutil.disk_usage(profile.home).free
     past = _JournalFacts.read(profile)
-    result = CheckResult(profile.name, str(profile.home), now, runaways=rep.sessions.runaways)
+    every = rep.sessions.runaways
+    runaways = alerting_runaways(every, now, t["runaway_recent"], past.acked)
+    acked = sorted({r.id for r in every} & past.acked)
+    result = CheckResult(profile.name, str(profile.home), now, runaways=runaways, runaways_acked=acked)
     result.measures = [
         *_disk_measures(rep, t, free),
-        *_session_measures(rep, t),
+        *_session_measures(rep.sessions.zombies.total, runaways, rep.reclaimable_bytes, t),
         _age(
             "last_run_age", past.last_run, now, t["last_run_warn"], t["last_run_crit"], "last run", NEVER_RAN
         ),
         _age(
             "backup_age",
-            newest_verified_backup(profile),
+            newest_verified_backup(profile, policy.backup_dest),
             now,
             t["backup_warn"],
             t["backup_crit"],
@@ -194,6 +217,7 @@ class _JournalFacts:
     verify_since: float | None  # the last that passed; never: the keeper's first record in this home
     keeper_prunes: str = ""  # why the keeper prunes this profile ("" if nothing says it does)
     torn: tuple[Skipped, ...] = ()  # lines skipped that no later ``journal_sealed`` record explains
+    acked: frozenset[str] = frozenset()  # runaway sessions acknowledged (``check --ack``)
 
     @classmethod
     def read(cls, profile: Place) -> _JournalFacts:
@@ -207,7 +231,8 @@ class _JournalFacts:
         since = max((r["ts"] for r in verifies if r.get("ok")), default=first)
         marks = [r["action"] for r in journal if r.get("action") in (SCHEDULED, UNSCHEDULED)]
         prunes = "a schedule" if marks[-1:] == [SCHEDULED] else "its runs" if last_run is not None else ""
-        return cls(last_run, verifies, since, prunes, torn)
+        acked = frozenset(str(r.get("session")) for r in journal if r.get("action") == RUNAWAY_ACKED)
+        return cls(last_run, verifies, since, prunes, torn, acked)
 
 
 def _journal_measure(past: _JournalFacts) -> Measure:
@@ -218,7 +243,7 @@ def _journal_measure(past: _JournalFacts) -> Measure:
     return Measure("journal_skipped", n, "", None, None, WARNING if n else OK, problem)
 
 
-def _both_prune(rep: Report, past: _JournalFacts) -> list[Measure]:
+def _both_prune(rep: Vitals, past: _JournalFacts) -> list[Measure]:
     """A WARNING while Hermes's own auto-prune and the keeper both prune this profile: Hermes's
     deletes no archive holds, and it deletes again what `archive restore` brought back."""
     ap = rep.hermes_auto_prune
@@ -231,7 +256,7 @@ def _both_prune(rep: Report, past: _JournalFacts) -> list[Measure]:
     return [Measure("hermes_auto_prune", None, "", None, None, WARNING, problem)]
 
 
-def _disk_measures(rep: Report, t: dict, free: int) -> list[Measure]:
+def _disk_measures(rep: Vitals, t: dict, free: int) -> list[Measure]:
     """state.db, its growth and WAL against their limits; the home's free space and, at the
     last 7 days' rate, how soon it is gone."""
     db, wal = rep.disk.state_db, rep.disk.wal
@@ -264,20 +289,20 @@ def _disk_measures(rep: Report, t: dict, free: int) -> list[Measure]:
     ]
 
 
-def _session_measures(rep: Report, t: dict) -> list[Measure]:
-    """Zombies, runaways (CRITICAL: the policy's ``[runaway]`` limits) and free pages in state.db."""
-    zombies, runaways = rep.sessions.zombies.total, rep.sessions.runaways
-    reclaimable = rep.database.reclaimable_bytes
+def _runaways_named(runaways: list[Runaway]) -> str:
+    """The runaways of the status line: each by its session id and why (the first few), and how to
+    silence one."""
+    named = ", ".join(f"{r.id} ({'; '.join(r.why)})" for r in runaways[:NAMED_RUNAWAYS])
+    more = f" and {len(runaways) - NAMED_RUNAWAYS} more" if len(runaways) > NAMED_RUNAWAYS else ""
+    return f"{len(runaways)} runaway sessions: {named}{more}; `check --ack ID` acknowledges one"
+
+
+def _session_measures(zombies: int, runaways: list[Runaway], reclaimable: int, t: dict) -> list[Measure]:
+    """Zombies, runaways (CRITICAL: the policy's ``[runaway]`` limits, those that alert) and free
+    pages in state.db."""
     return [
         _over("zombies", zombies, "", t["zombies_warn"], None, f"{zombies} zombie sessions"),
-        _over(
-            "runaways",
-            len(runaways),
-            "",
-            None,
-            t["runaways_crit"],
-            f"{len(runaways)} runaway sessions ({'; '.join(runaways[0].why) if runaways else ''})",
-        ),
+        _over("runaways", len(runaways), "", None, t["runaways_crit"], _runaways_named(runaways)),
         _over(
             "reclaimable",
             reclaimable,
@@ -289,7 +314,7 @@ def _session_measures(rep: Report, t: dict) -> list[Measure]:
     ]
 
 
-def _archive_measures(profile: Place, rep: Report, t: dict, now: float, past: _JournalFacts) -> list[Measure]:
+def _archive_measures(profile: Place, rep: Vitals, t: dict, now: float, past: _JournalFacts) -> list[Measure]:
     """The archive against its budget (over it: a WARNING, the run trims it) and, where there is
     one, how long since it was verified and whether the last verify failed."""
     out = []

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,9 @@ from hermes_keeper.archive.retention import (
 from hermes_keeper.archive.store import ArchiveDamaged, archive_exists
 from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.restore import find_backup, restore_backup
-from hermes_keeper.check import SCHEDULED, UNSCHEDULED, check_profile
+from hermes_keeper.check import RUNAWAY_ACKED, SCHEDULED, UNSCHEDULED, check_profile
 from hermes_keeper.errors import KeeperError, failure_line, warn
-from hermes_keeper.facts import checked_unless_it_stalls
+from hermes_keeper.facts import checked_unless_it_stalls, known_verdict
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
 from hermes_keeper.hermes_config import adopt_change, write_config
@@ -51,7 +52,7 @@ from hermes_keeper.run.compact import compact
 from hermes_keeper.run.context import open_run
 from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import REFUSE, SNAPSHOT, Plan, Safeguard, compact_step, make_plan
-from hermes_keeper.run.survey import survey_profile
+from hermes_keeper.run.survey import stamp_problems, survey_profile
 from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -110,11 +111,20 @@ class Profile(Place):
         """Health against the ``[check]`` thresholds (read-only): a ``check.CheckResult``."""
         return check_profile(self, policy, now)
 
+    def ack_runaway(self, session_id: str) -> None:
+        """Journal that this runaway session is known (``check --ack``): ``check`` no longer
+        counts it."""
+        with Journal(self.keeper_dir) as journal:
+            journal.write(RUNAWAY_ACKED, session=session_id)
+
     def _plan(
-        self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None, db_check=None
+        self, schema: SchemaInfo, policy: Policy, now: float | None, holders=None, db_check=None, cached=False
     ) -> Plan:
         now = time.time() if now is None else now
-        plan = make_plan(survey_profile(self, schema, now, holders, db_check), policy, now)
+        survey = survey_profile(self, schema, now, holders, db_check, cached=cached)
+        if cached:  # the preview inspected without the timestamp scan: the statistics have it
+            schema.timestamp_problems = stamp_problems(survey)
+        plan = make_plan(survey, policy, now)
         hold_only_copies(self, plan)  # reads the .jsonl transcripts it removes: diverted ones stay
         plan.archive_retention = plan_archive_retention(self, policy, now)
         if plan.safeguard.kind == SNAPSHOT:  # what it costs, where it goes, refused if it does not fit
@@ -129,12 +139,14 @@ class Profile(Place):
     def plan(self, policy: Policy | None = None, now: float | None = None) -> Plan:
         """What a run would do and why (read-only)."""
         policy = policy or self.config()
-        schema = inspect(self.db_path)
+        schema = inspect(self.db_path, check_timestamps=False)  # the survey's statistics have them
         schema.require_readable()
         holders = find_holders(self.db_path)
-        # one full read: the malformed-copy rule reuses it
-        check = checked_unless_it_stalls(self.fs, self.db_path, schema.journal_mode, holders)
-        plan = self._plan(schema, policy, now, holders, lambda: check)
+        # one full read (none while the file is unchanged since one passed): the malformed-copy
+        # rule reuses it; run checks again before it writes
+        check = checked_unless_it_stalls(self.fs, self.db_path, schema.journal_mode, holders, reuse=True)
+        # message statistics as the report has them (keeper/stats.db): a run reads them fresh
+        plan = self._plan(schema, policy, now, holders, lambda: check, cached=True)
         if check is not None and check.result != "ok":
             plan.warnings.append(f"state.db fails quick_check ({check.result}): a damaged page")
         if schema.timestamp_problems:
@@ -255,7 +267,7 @@ class Profile(Place):
                     removed = snapshot.apply_rotation(folder, self.home, journal=journal, **rules)
                 if remove_leftovers:
                     leftovers = snapshot.remove_malformed_copies(self, journal=journal)
-        rows = snapshot.rotation(folder, self.home, now=time.time(), **rules)
+        rows = snapshot.rotation(folder, self.home, time.time(), self._verify_backup, **rules)
         return {
             "profile": self.name,
             "folder": str(folder),
@@ -270,6 +282,11 @@ class Profile(Place):
                 {"name": lo.path.name, "bytes": lo.bytes} for lo in snapshot.killed_backup_leftovers(folder)
             ],
         }
+
+    def _verify_backup(self, record) -> bool:
+        """Its sha256 read again, and the verdict kept for ``check`` (``facts.known_verdict``)."""
+        verify = partial(snapshot.verify_backup, record)
+        return known_verdict(self.fs, record.path, record.sha256, verify, again=True)
 
     def restore(
         self,

@@ -8,6 +8,7 @@ meanwhile.
 
 from __future__ import annotations
 
+import heapq
 import os
 import sqlite3
 import stat
@@ -19,7 +20,17 @@ from pathlib import Path
 from hermes_keeper import units
 from hermes_keeper.archive.retention import ArchiveSurvey, place_archive_usage, survey_archive
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.facts import Breakdown, Check, bounded_check, last_check, record_objects, recorded_objects
+from hermes_keeper.facts import (
+    Breakdown,
+    Check,
+    bounded_check,
+    db_identity,
+    last_check,
+    ran_out_before,
+    record_objects,
+    record_ran_out,
+    recorded_objects,
+)
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.place import Place
@@ -42,6 +53,7 @@ from hermes_keeper.report_types import (
     SessionsSection,
     SessionSummary,
     Usage,
+    Vitals,
     Window,
     Zombies,
 )
@@ -62,6 +74,7 @@ from hermes_keeper.run.survey import (
     Survey,
     schema_protections,
     shown,
+    survey_database,
     survey_profile,
 )
 from hermes_keeper.run.transcripts import hold_only_copies
@@ -186,12 +199,17 @@ def object_sizes(
     """Bytes per object: a recent breakdown scaled to today's ``used_bytes`` while they changed
     little, else ``dbstat`` now within :data:`DBSTAT_BUDGET_S`, recorded; where it is not read
     (not ``measure``: it would stall a holder) or not in time, the recorded one scaled as an
-    estimate; None with none on record. The one path of ``report`` and ``history``."""
+    estimate; None with none on record. Not tried again on the same file once it ran out of time
+    (``facts.ran_out_before``). The one path of ``report`` and ``history``."""
     recorded = recorded_objects(profile.fs, used_bytes, now)
     if recorded is not None and not recorded.estimate:
         return recorded
+    measure = measure and not ran_out_before(profile.fs, "dbstat", profile.db_path, DBSTAT_BUDGET_S)
+    identity = db_identity(profile.db_path)
     sizes = _object_sizes(conn, DBSTAT_BUDGET_S) if measure else None
     if sizes is None:
+        if measure:  # out of time: not tried again on this same file with no more time
+            record_ran_out(profile.fs, "dbstat", identity, DBSTAT_BUDGET_S)
         return recorded
     record_objects(profile.fs, sizes, used_bytes, now)
     return Breakdown(sizes, now)
@@ -344,7 +362,7 @@ def _largest(rows: list[SessionRow], top: int) -> Largest:
     def by(fn) -> list[SessionSummary]:
         return [
             SessionSummary(**_summary_fields(s))
-            for s in sorted(rows, key=fn, reverse=True)[:top]
+            for s in heapq.nlargest(top, rows, key=fn)  # sorted(..., reverse=True)[:top], in O(n)
             if fn(s) > 0
         ]
 
@@ -564,4 +582,21 @@ def build_report(
         ),
         holders=HoldersSection(processes=list(survey.holders), gateway_pid=gateway_pid(profile.home)),
         archive=place_archive_usage(profile, policy, now, archived),
+    )
+
+
+def build_vitals(profile: Place, now: float, zombie_after_s: float, policy: Policy) -> Vitals:
+    """The figures ``check`` measures, each as :func:`build_report` has it: the same survey (its
+    message statistics through the cache), less what lies beside the database."""
+    schema = inspect(profile.db_path, check_timestamps=False)
+    schema.require_readable()
+    survey = survey_database(profile, schema, now, cached=True)
+    started = (s.started_at for s in survey.sessions.values())
+    return Vitals(
+        disk=_disk_section(profile.db_path),
+        reclaimable_bytes=schema.free_bytes,
+        growth=growth_section(started, _message_windows(survey), now, schema.db_bytes, schema.free_bytes),
+        sessions=sessions_section(survey, now, zombie_after_s, 0, policy.runaway),
+        hermes_auto_prune=auto_prune_section(survey, now),
+        archive=place_archive_usage(profile, policy, now),
     )

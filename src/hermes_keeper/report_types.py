@@ -276,3 +276,17 @@ class Report(Section):
     growth: GrowthSection
     holders: HoldersSection
     archive: ArchiveUsage
+
+
+@dataclass(frozen=True)
+class Vitals:
+    """What ``check`` reads of a report, as the report computes it, without what takes seconds on
+    a big home and that no check measures: the files under ``sessions/`` and the plan's only
+    copies, the holders, ``dbstat``, ``quick_check``."""
+
+    disk: DiskSection
+    reclaimable_bytes: int  # free pages in state.db (the report's ``database.reclaimable_bytes``)
+    growth: GrowthSection
+    sessions: SessionsSection
+    hermes_auto_prune: AutoPruneSection
+    archive: ArchiveUsage

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import click
 
@@ -74,41 +75,40 @@ def overrides(pairs: tuple[str, ...]) -> dict:
     return out
 
 
-@click.command(
-    cls=NagiosCommand,
-    epilog=examples(
-        "check",
-        "check --all-profiles -t db_warn=3GB -t last_run_crit=2d",
-        "check --quiet --textfile /var/lib/node_exporter/textfile/hermes.prom",
-        "check --json",
-    ),
-)
-@profile_options
-@click.option(
-    "--threshold",
-    "-t",
-    "thresholds",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a [check] key (db_warn=3GB, last_run_crit=2d) or a runaway.* key; repeatable.",
-)
-@config_option
-@json_option
-@quiet_option
-@textfile_option
-def check(profiles, thresholds, config_path, as_json, quiet, textfile):
-    """Monitoring check (Nagios plugin): state.db size, growth, WAL, free disk and days until full,
-    zombies, runaways, last run, newest verified backup, reclaimable space, archive verify.
+def within(timeout: float | None, work):
+    """``work()``, or a KeeperError (UNKNOWN) once ``timeout`` seconds pass first (Nagios
+    ``--timeout``): the read-only work is left behind in a daemon thread, ended with the process."""
+    if timeout is None:
+        return work()
+    box: dict = {}
 
-    Thresholds: the [check] and [runaway] tables of keeper.toml, or --threshold. Exit 0 OK,
-    1 WARNING, 2 CRITICAL, 3 UNKNOWN; any failure of the check itself (an unreadable home, a bad
-    flag) is UNKNOWN, exit 3, not the usual 2. One line on stdout with perfdata; --quiet prints
-    nothing when OK and the line on stderr otherwise.
-    """
-    extra = overrides(thresholds)
+    def target():
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # handed to the waiting thread as it is
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="check", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise KeeperError(f"check timed out after {timeout:g} s (--timeout)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _check_all(profiles, config_path, extra: dict, acks: tuple[str, ...], textfile):
+    """Every profile's result (its acks journaled first), the failures and the JSON rows."""
     results, failures, rows = [], [], []
+
+    def one(p):
+        for session_id in acks:
+            p.ack_runaway(session_id)
+        return p.check(p.config(config_path, extra))
+
     with metrics_to(textfile) as metrics:
-        for o in each(profiles, lambda p: p.check(p.config(config_path, extra))):
+        for o in each(profiles, one):
             rows.append(outcome_row(o))
             if o.error is not None:
                 debug_traceback(o)
@@ -125,6 +125,65 @@ def check(profiles, thresholds, config_path, as_json, quiet, textfile):
                 o.profile.history.record("check", o.value.to_dict())
                 if metrics:
                     metrics.check(o.value)
+    return results, failures, rows
+
+
+@click.command(
+    cls=NagiosCommand,
+    epilog=examples(
+        "check",
+        "check --all-profiles -t db_warn=3GB -t last_run_crit=2d",
+        "check -w 3GB -c 8GB --timeout 30",
+        "check --ack 20260101_120000_abcdef",
+        "check --quiet --textfile /var/lib/node_exporter/textfile/hermes.prom",
+        "check --json",
+    ),
+)
+@profile_options
+@click.option(
+    "--threshold",
+    "-t",
+    "thresholds",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a [check] key (db_warn=3GB, last_run_crit=2d) or a runaway.* key; repeatable.",
+)
+@click.option("--warning", "-w", metavar="SIZE", help="WARNING above this state.db size (check.db_warn).")
+@click.option("--critical", "-c", metavar="SIZE", help="CRITICAL above this state.db size (check.db_crit).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="UNKNOWN (exit 3) when the check takes longer (Nagios's -t; here -t is --threshold).",
+)
+@click.option(
+    "--ack",
+    "acks",
+    multiple=True,
+    metavar="SESSION_ID",
+    help="Acknowledge a runaway session (journaled): check no longer counts it; repeatable.",
+)
+@config_option
+@json_option
+@quiet_option
+@textfile_option
+def check(profiles, thresholds, warning, critical, timeout, acks, config_path, as_json, quiet, textfile):
+    """Monitoring check (Nagios plugin): state.db size, growth, WAL, free disk and days until full,
+    zombies, runaways, last run, newest verified backup, reclaimable space, archive verify.
+
+    Thresholds: the [check] and [runaway] tables of keeper.toml, or --threshold. Exit 0 OK,
+    1 WARNING, 2 CRITICAL, 3 UNKNOWN; any failure of the check itself (an unreadable home, a bad
+    flag) is UNKNOWN, exit 3, not the usual 2. One line on stdout with perfdata; --quiet prints
+    nothing when OK and the line on stderr otherwise. Nagios's -w/-c are state.db's size
+    thresholds; --timeout bounds the whole check.
+    """
+    extra = overrides(thresholds)
+    for key, value in (("db_warn", warning), ("db_crit", critical)):
+        if value is not None:
+            extra.setdefault("check", {})[key] = value
+    results, failures, rows = within(
+        timeout, lambda: _check_all(profiles, config_path, extra, acks, textfile)
+    )
     line, code = status_line(results, failures)
     if as_json:
         emit_json(rows, status=STATUS[code], code=code, line=line)

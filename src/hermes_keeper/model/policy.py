@@ -315,6 +315,12 @@ SETTINGS: tuple[Setting, ...] = (
     _check("full_in_crit", "duration", "7d", "`check`: CRITICAL when the disk fills sooner"),
     _check("zombies_warn", "count", 20, "`check`: WARNING above this many zombie sessions"),
     _check("runaways_crit", "count", 0, "`check`: CRITICAL above this many runaway sessions"),
+    _check(
+        "runaway_recent",
+        "duration",
+        "2d",
+        "`check`: a runaway counts while open or active this recently (`check --ack ID` silences one)",
+    ),
     _check("last_run_warn", "duration", "3d", "`check`: WARNING when the last successful `run` is older"),
     _check("last_run_crit", "duration", "8d", "`check`: CRITICAL when it is older (or never ran)"),
     _check("backup_warn", "duration", "8d", "`check`: WARNING when the newest verified backup is older"),

@@ -2,8 +2,8 @@
 
 The aggregate (:func:`message_stats`) returns each session's counts plus the timestamp and
 bytes of each of its recent messages, so the growth windows can be counted for any later
-``now`` from what was read once. ``plan`` and ``run`` read it fresh (they delete on it);
-``report`` goes through :class:`StatsCache` (``keeper/stats.db``), which reads only messages
+``now`` from what was read once. ``run`` reads it fresh (it deletes on it); ``report``, ``check``
+and the ``plan`` preview go through :class:`StatsCache` (``keeper/stats.db``), which reads only messages
 newer than the highest id it has seen, re-reads (through the ``session_id`` index) the sessions
 whose ``message_count`` moved away from their count, and reads everything again when it is
 :data:`FULL_EVERY_S` old.
@@ -26,6 +26,8 @@ from hermes_keeper.sqlite.schema import SchemaInfo, timestamp_counts_sql
 RECENT_DAYS = (7, 30)
 #: ``Stats.recent`` of a session without recent messages (arrays are never changed in place here).
 NO_RECENT = (array("d"), array("q"))
+#: ``Stats.windows`` of a session without recent messages.
+NO_WINDOWS = ((0,) * len(RECENT_DAYS), (0,) * len(RECENT_DAYS))
 
 
 class Stats(NamedTuple):
@@ -52,15 +54,24 @@ class Stats(NamedTuple):
 
     def windows(self, now: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Messages and bytes since each of :data:`RECENT_DAYS` before ``now``."""
+        if not self.recent[0]:  # most sessions of a big home: none recent
+            return NO_WINDOWS
         counts, sizes = [], []
+        oldest = min(self.recent[0])
         for days in RECENT_DAYS:
             since = now - days * DAY
+            if oldest >= since:  # every one of them (the longest window, as read): counted in C
+                counts.append(len(self.recent[0]))
+                sizes.append(sum(self.recent[1]))
+                continue
             hits = [b for ts, b in zip(*self.recent, strict=True) if ts >= since]
             counts.append(len(hits))
             sizes.append(sum(hits))
         return tuple(counts), tuple(sizes)
 
     def since(self, cutoff: float) -> Stats:
+        if not self.recent[0] or min(self.recent[0]) >= cutoff:  # most sessions: nothing to drop
+            return self
         kept = [(ts, b) for ts, b in zip(*self.recent, strict=True) if ts >= cutoff]
         return self._replace(recent=(array("d", (ts for ts, _ in kept)), array("q", (b for _, b in kept))))
 

@@ -456,7 +456,8 @@ def _decide_by_age(
 def _protected(rows: list[SessionRow], survey: Survey, policy: Policy, now: float) -> dict[str, Reason]:
     """A unit with a protected member is kept whatever its age: that member for its first reason,
     the others for that member (empty: no member is protected, age decides)."""
-    first = next(((r.id, p) for r in rows for p in unreadable(survey) + protections(r, policy, now)), None)
+    blocked = unreadable(survey)
+    first = next(((r.id, p) for r in rows for p in blocked + protections(r, policy, now)), None)
     if first is None:
         return {}
     sid, own = first

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
@@ -51,7 +54,7 @@ from hermes_keeper.sqlite.holders import (
     lease_holder_dead,
     process_gone,
 )
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect, timestamp_problems
 
 #: handoff states that mean a transfer is in flight.
 LIVE_HANDOFF_STATES = frozenset({"pending", "running"})
@@ -147,7 +150,7 @@ class SessionRow:
         cut it short, so no change could be sure to address exactly this row: never touched."""
         return "\x00" in self.id
 
-    @property
+    @cached_property  # read a hundred thousand times by a report on 20,000 sessions
     def last_activity(self) -> float:
         """Latest sign of life: a message, the activity column, the end, else the start."""
         stamps = [self.started_at, self.last_message_at, self.last_activity_at, self.ended_at]
@@ -303,11 +306,9 @@ def _select_sessions(conn: sqlite3.Connection, schema: SchemaInfo) -> list[dict]
                {", ".join(col(c) for c in PEER_COLUMNS)}
         FROM sessions
     """
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql)]
-    finally:
-        conn.row_factory = None
+    cur = conn.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur]  # a third of sqlite3.Row's dict(r)
 
 
 def _ids(
@@ -370,19 +371,22 @@ def scan_files(fs: HomeFS, known_ids: set[str]) -> list[SessionFile]:
     through_link = not fs.plain_dir("sessions")
     by_safe = {safe_filename_component(sid): sid for sid in known_ids}
     out = []
-    for entry in sorted(sessions_dir.iterdir()):
-        link = through_link or entry.is_symlink()
-        st = entry.lstat()
-        if entry.name == "saved" and entry.is_dir() and not link:
+    # one lstat a file (scandir's), not three: 20,000 transcripts are 60,000 stat calls otherwise
+    with os.scandir(sessions_dir) as it:
+        listing = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+    for name, st in listing:
+        entry = sessions_dir / name
+        link = through_link or stat.S_ISLNK(st.st_mode)
+        is_dir = stat.S_ISDIR(st.st_mode)  # lstat's: only ever asked of what is not a link
+        if name == "saved" and is_dir and not link:
             for sub in sorted(p for p in entry.rglob("*") if p.is_file() or p.is_symlink()):
                 sst = sub.lstat()
                 out.append(SessionFile(sub, "saved", sst.st_size, sst.st_mtime, symlink=sub.is_symlink()))
             continue
-        if entry.is_dir() and not link:
+        if is_dir and not link:
             size = sum(p.lstat().st_size for p in entry.rglob("*") if p.is_file())
             out.append(SessionFile(entry, "other", size, st.st_mtime))
             continue
-        name = entry.name
         kind, sid = "other", None
         if name == "sessions.json":
             kind = "routing"
@@ -417,9 +421,30 @@ def survey_profile(
     has one passes it; default: a full one now, unless that would stall a holder), and
     ``check_budget_s`` how long the copies' own checks may read (None: in full); see
     :func:`files.scan_folders`. ``cached``: message statistics through ``keeper/stats.db``
-    (:class:`StatsCache`, only read what changed; for the report); without it they are read
-    fresh (the plan deletes on them).
+    (:class:`StatsCache`, only read what changed; for the report and the ``plan`` preview);
+    without it they are read fresh (a run's plan deletes on them).
     """
+    survey = survey_database(profile, schema, now, cached)
+    _scan_beside_db(survey, holders, db_check, check_budget_s)
+    return survey
+
+
+def stamp_problems(survey: Survey) -> list[str]:
+    """The timestamp columns holding anything but unix seconds, ``messages``' from the survey's
+    statistics (no scan of the biggest table: 1.8 s at 5 GB), as the report has them."""
+    conn = connect_ro(survey.profile.db_path)
+    try:
+        with read_txn(conn):
+            return timestamp_problems(conn, survey.schema.tables, survey.odd_message_stamps)
+    finally:
+        conn.close()
+
+
+def survey_database(
+    profile: Place, schema: SchemaInfo | None = None, now: float | None = None, cached: bool = False
+) -> Survey:
+    """The survey's sessions with their statistics and protections, without the files under
+    ``sessions/``, the holders and the other folders: what ``check`` measures, every minute."""
     schema = schema or inspect(profile.db_path)
     schema.require_readable()
     survey = Survey(profile, schema, time.time() if now is None else now)
@@ -429,7 +454,6 @@ def survey_profile(
         _add_session(survey, r, stats.get(r["id"], Stats()), around)
     _add_turn_leases(survey, around.turns)
     _add_recovery_fences(survey)
-    _scan_beside_db(survey, holders, db_check, check_budget_s)
     return survey
 
 
@@ -582,7 +606,8 @@ def _add_session(survey: Survey, r: dict, msgs: Stats, around: _Around) -> None:
     delegate, branch, reset = model_config_links(r.get("model_config"))
     recent_messages, recent_bytes = msgs.windows(survey.taken_at)
     survey.message_total += msgs.messages
-    survey.odd_message_stamps = add_counts(survey.odd_message_stamps, msgs.odd_stamps)
+    if any(msgs.odd_stamps):
+        survey.odd_message_stamps = add_counts(survey.odd_message_stamps, msgs.odd_stamps)
     survey.sessions[sid] = SessionRow(
         id=sid,
         source=shown(r["source"]) or "unknown",
