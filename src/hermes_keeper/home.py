@@ -43,6 +43,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.kept import keep_sessions
 from hermes_keeper.lock import keeper_lock
 from hermes_keeper.model.policy import Policy, effective_policy
+from hermes_keeper.offsite import copies as offsite
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
 from hermes_keeper.report_types import Report
@@ -151,10 +152,66 @@ class Profile(Place):
             if progress:
                 progress("plan", len(plan.prune))
             result = apply_plan(ctx, plan, progress)
+            result.offsite = self._push(policy, journal)
         result.seconds = round(time.perf_counter() - t0, 2)
         if record:
             record_run(self, result)
         return result
+
+    def _push(self, policy: Policy, journal: Journal) -> dict | None:
+        """The run's off-host push where ``[offsite]`` names a repository. Never fails the run:
+        the failure is journaled and said in the summary, and the next run catches up."""
+        if not policy.offsite_repository:
+            return None
+        try:
+            done = offsite.push(self, policy.offsite, policy.rotation, policy.backup_dest, journal)
+            return done.to_dict() | {"summary": done.summary()}
+        except KeeperError as exc:
+            line = str(exc)
+        except OSError as exc:
+            line = os_error_line(exc)
+        journal.write(offsite.FAILED, error=line)
+        return {"error": line, "summary": f"off-host copy failed: {line}"}
+
+    def push_offsite(self) -> offsite.PushResult:
+        """Send the newest backup and the archive to ``[offsite]`` now (``backup --offsite``);
+        a failure is journaled and raised as its one line."""
+        policy = self.config()
+        with self._changing() as journal:
+            try:
+                return offsite.push(self, policy.offsite, policy.rotation, policy.backup_dest, journal)
+            except KeeperError as exc:
+                journal.write(offsite.FAILED, error=str(exc))
+                raise
+
+    def offsite_copies(self, rules: dict | None = None, prune: bool = False) -> dict:
+        """This profile's copies in the ``[offsite]`` repository (``backups --offsite``); ``prune``:
+        ``restic forget --prune`` by the rotation rules (the policy's, ``rules`` overriding)."""
+        policy = self.config()
+        restic, host = offsite.restic_for(policy.offsite), offsite.host_of(policy.offsite)
+        removed: list[str] = []
+        if prune:
+            with self._changing() as journal:
+                removed = offsite.forget(restic, host, self.name, policy.rotation | (rules or {}))
+                journal.write("offsite_forgotten", removed=removed)
+        copies = offsite.list_copies(restic, host, self.name)
+        return {
+            "profile": self.name,
+            "repository": restic.repository,
+            "host": host,
+            "copies": [c.to_dict() for c in reversed(copies)],
+            "removed": removed,
+        }
+
+    def restore_offsite(self, snapshot: str | None = None, force: bool = False):
+        """Put ``state.db`` back from an off-host copy (the newest, or ``snapshot``'s id prefix)
+        through :meth:`restore`'s checks; (the copy, a ``RestoreResult``). On a new machine the
+        home may be an empty folder with a keeper.toml naming the repository."""
+        policy = self.config()
+        offsite.restic_for(policy.offsite)  # no repository: refused before anything is made
+        self.fs.private_dir("keeper")
+        with self._changing() as journal:
+            return offsite.restore_state(self, policy.offsite, snapshot, force, journal)
 
     @property
     def history(self) -> History:
@@ -423,6 +480,15 @@ class ProfileArchive:
         except KeeperError as exc:  # a keeper.toml that does not parse: the usage says why
             return archive_usage(ArchiveSurvey((), frozenset()), None, None, now, problem=str(exc))
         return place_archive_usage(self.profile, policy, now)
+
+    def pull_offsite(self, snapshot: str | None = None):
+        """Rebuild the archive from an off-host copy (``archive pull --from offsite``): the files
+        this home lacks are added, none it has is replaced (an ``offsite.PullResult``)."""
+        policy = self.profile.config()
+        offsite.restic_for(policy.offsite)
+        self.profile.fs.private_dir("keeper")
+        with self.profile._changing() as journal:
+            return offsite.pull_archive(self.profile, policy.offsite, snapshot, journal)
 
     def verify(self):
         """Decompress every payload and recompute its sha256; plus a quick_check of every archive file.

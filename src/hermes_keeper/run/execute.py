@@ -60,6 +60,7 @@ class RunResult:
     compact: dict | None = None
     seconds: float = 0.0  # the whole run, lock wait included (set by Profile.run)
     archive_retention: dict | None = None  # what [archive] keep / max_bytes dropped
+    offsite: dict | None = None  # the push to [offsite] (offsite.copies.PushResult), or its "error"
 
     @property
     def freed_bytes(self) -> int:
@@ -79,6 +80,8 @@ class RunResult:
         )
         if self.reclaimable_bytes >= RECLAIMABLE_NOTE_BYTES:
             text += f"; {units.size(self.reclaimable_bytes)} reclaimable still in state.db ({RECLAIM_HOW})"
+        if self.offsite:
+            text += f"; {self.offsite['summary']}"
         return text
 
     def to_dict(self) -> dict:
@@ -105,6 +108,7 @@ class RunResult:
             "compact": self.compact,
             "seconds": self.seconds,
             "archive_retention": self.archive_retention,
+            "offsite": self.offsite,
             "summary": self.summary(),
         }
 
