@@ -184,15 +184,19 @@ class Profile(Place):
                 journal.write(offsite.FAILED, error=str(exc))
                 raise
 
-    def offsite_copies(self, rules: dict | None = None, prune: bool = False) -> dict:
+    def offsite_copies(self, rules: dict | None = None, prune: bool = False, dry_run: bool = False) -> dict:
         """This profile's copies in the ``[offsite]`` repository (``backups --offsite``); ``prune``:
-        ``restic forget --prune`` by the rotation rules (the policy's, ``rules`` overriding)."""
+        ``restic forget --prune`` by the rotation rules (the policy's, ``rules`` overriding), or
+        with ``dry_run`` only what it would remove."""
         policy = self.config()
         restic, host = offsite.restic_for(policy.offsite), offsite.host_of(policy.offsite)
+        rules = policy.rotation | (rules or {})
         removed: list[str] = []
-        if prune:
+        if prune and dry_run:
+            removed = offsite.forget(restic, host, self.name, rules, dry_run=True)
+        elif prune:
             with self._changing() as journal:
-                removed = offsite.forget(restic, host, self.name, policy.rotation | (rules or {}))
+                removed = offsite.forget(restic, host, self.name, rules)
                 journal.write("offsite_forgotten", removed=removed)
         copies = offsite.list_copies(restic, host, self.name)
         return {
@@ -200,12 +204,19 @@ class Profile(Place):
             "repository": restic.repository,
             "host": host,
             "copies": [c.to_dict() for c in reversed(copies)],
-            "removed": removed,
+            "removed": [] if dry_run else removed,
+            "would_remove": removed if dry_run else [],
         }
+
+    def offsite_copy(self, snapshot: str | None = None) -> offsite.OffsiteCopy:
+        """The off-host copy :meth:`restore_offsite` would put back (``restore --from offsite --dry-run``)."""
+        policy = self.config()
+        restic, host = offsite.restic_for(policy.offsite), offsite.host_of(policy.offsite)
+        return offsite.pick(offsite.list_copies(restic, host, self.name), offsite.STATE, snapshot)
 
     def restore_offsite(self, snapshot: str | None = None, force: bool = False):
         """Put ``state.db`` back from an off-host copy (the newest, or ``snapshot``'s id prefix)
-        through :meth:`restore`'s checks; (the copy, a ``RestoreResult``). On a new machine the
+        through :meth:`restore`'s checks (an ``offsite.OffsiteRestore``). On a new machine the
         home may be an empty folder with a keeper.toml naming the repository."""
         policy = self.config()
         offsite.restic_for(policy.offsite)  # no repository: refused before anything is made

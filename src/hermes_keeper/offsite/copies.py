@@ -187,14 +187,14 @@ def push(
     return res
 
 
-def forget(restic: Restic, host: str, profile: str, rotation: dict, prune: bool = True) -> list[str]:
-    """``restic forget`` by the local rotation rules (``keep_last``, ...), state and archive each
-    on their own; the short ids removed. ``prune``: their data is deleted too."""
+def forget(restic: Restic, host: str, profile: str, rotation: dict, dry_run: bool = False) -> list[str]:
+    """``restic forget --prune`` by the local rotation rules (``keep_last``, ...), state and archive
+    each on their own; the short ids removed (``dry_run``: that would be)."""
     keep = [a for k, n in rotation.items() if n for a in (f"--{k.replace('_', '-')}", str(n))]
     if not keep:  # restic refuses a forget without rules; so do we, keeping everything
         return []
     args = ["forget", "--host", host, *_tags(profile), "--group-by", "host,tags", *keep]
-    groups = restic.json(*args, *(["--prune"] if prune else []))
+    groups = restic.json(*args, "--dry-run" if dry_run else "--prune")
     return [s["short_id"] for g in groups or [] for s in g.get("remove") or []]
 
 
@@ -247,10 +247,19 @@ def workspace(place: Place) -> Iterator[Path]:
         place.fs.remove_tree("keeper", WORK)
 
 
+@dataclass(frozen=True)
+class OffsiteRestore:
+    copy: OffsiteCopy
+    result: RestoreResult
+
+    def to_dict(self) -> dict:
+        return self.result.to_dict() | {"snapshot": self.copy.to_dict()}
+
+
 def restore_state(
     place: Place, offsite: dict, snapshot: str | None, force: bool, journal: Journal | None
-) -> tuple[OffsiteCopy, RestoreResult]:
-    """Put an off-host ``state.db`` back through the safe restore path; the copy and the result."""
+) -> OffsiteRestore:
+    """Put an off-host ``state.db`` back through the safe restore path."""
     restic = restic_for(offsite)
     copy = pick(list_copies(restic, host_of(offsite), place.name), STATE, snapshot)
     with workspace(place) as work:
@@ -261,7 +270,7 @@ def restore_state(
         result = restore_backup(place, record, force=force, journal=journal)
     if journal:
         journal.write("offsite_restored", snapshot=copy.id, time=copy.time)
-    return copy, result
+    return OffsiteRestore(copy, result)
 
 
 @dataclass
