@@ -33,7 +33,12 @@ INSTALL = "restic is not installed: `apt install restic` (or https://restic.net)
 FAILURES: tuple[tuple[tuple[str, ...], type[KeeperError], str], ...] = (
     (("wrong password", "no key found"), KeeperError, "wrong restic password for {repo}"),
     (
-        ("repository is already locked", "unable to create lock", "locked exclusively"),
+        ("access denied", "accessdenied", "403 forbidden", "permission denied", "read-only file system"),
+        KeeperError,
+        "restic repository {repo} refuses writes ({detail}); nothing lost locally",
+    ),
+    (
+        ("repository is already locked", "locked exclusively"),
         TryLater,
         "restic repository {repo} is locked by another restic; nothing lost, try again later",
     ),
@@ -51,11 +56,6 @@ FAILURES: tuple[tuple[tuple[str, ...], type[KeeperError], str], ...] = (
         "restic repository {repo} unreachable ({detail}); nothing lost, the next run sends it",
     ),
     (
-        ("access denied", "accessdenied", "403 forbidden", "permission denied", "read-only file system"),
-        KeeperError,
-        "restic repository {repo} refuses writes ({detail}); nothing lost locally",
-    ),
-    (
         ("is there a repository at", "repository does not exist", "unable to open config file"),
         KeeperError,
         "no restic repository at {repo}: create it once with `restic -r {repo} init`",
@@ -63,20 +63,22 @@ FAILURES: tuple[tuple[tuple[str, ...], type[KeeperError], str], ...] = (
 )
 
 
-def _detail(stderr: str) -> str:
-    """The last line restic wrote that says something (its ``Fatal:`` line, else the last)."""
+def _detail(stderr: str, needle: str = "") -> str:
+    """The line restic wrote that says ``needle``, else its last ``Fatal:`` line, else its last."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    said = [ln for ln in lines if needle and needle in ln.lower()]
     fatal = [ln for ln in lines if ln.startswith("Fatal:")]
-    line = (fatal or lines or ["no message"])[-1]
-    return line.removeprefix("Fatal: ")[:300]
+    line = (said or fatal or lines or ["no message"])[-1]
+    return line.removeprefix("Fatal: ")[-200:]
 
 
 def classify(repo: str, code: int, stderr: str) -> KeeperError:
     """restic's exit ``code`` and ``stderr`` as the keeper's one-line error."""
     low = stderr.lower()
     for needles, cls, text in FAILURES:
-        if any(n in low for n in needles):
-            return cls(text.format(repo=repo, detail=_detail(stderr)))
+        for needle in needles:
+            if needle in low:
+                return cls(text.format(repo=repo, detail=_detail(stderr, needle)))
     if code < 0:  # killed by a signal: whatever it wrote is unreferenced, the next push redoes it
         name = signal.Signals(-code).name
         return TryLater(f"restic was stopped ({name}); nothing lost, the next run sends it")
@@ -125,7 +127,18 @@ class Restic:
         """restic ``args``: its stdout; ``feed(stdin)`` writes what ``--stdin`` reads.
 
         Stopped (SIGTERM, then SIGKILL) after ``timeout_s``: a stalled endpoint never holds a run.
+        A lock in the way is tried once more after ``restic unlock``, which removes only stale
+        locks (a restic killed midway leaves its own; a live one's stays and is said).
         """
+        try:
+            return self._run(args, cwd, feed)
+        except TryLater as exc:
+            if "locked" not in str(exc):
+                raise
+            self._run(("unlock",), None, None)
+            return self._run(args, cwd, feed)
+
+    def _run(self, args: tuple[str, ...], cwd: Path | None, feed: Callable[[IO[bytes]], None] | None) -> str:
         env = os.environ | {"TZ": "UTC", "RESTIC_PROGRESS_FPS": "0.016"}  # --time is read in UTC
         with _spool() as out, _spool() as err:
             proc = subprocess.Popen(
@@ -166,11 +179,15 @@ class Restic:
     def json(self, *args: str, **kw) -> list | dict:
         """``run`` with ``--json``: the parsed output (the last JSON line of a streaming command)."""
         text = self.run(*args, "--json", **kw)
-        lines = [ln for ln in text.splitlines() if ln.startswith(("{", "["))]
-        try:
-            return json.loads(lines[-1]) if lines else []
-        except ValueError as exc:
-            raise KeeperError(f"restic printed what is not JSON ({exc}); is it restic >= 0.12?") from None
+        for line in reversed(text.splitlines()):  # forget --prune adds prune's text after its JSON
+            if line.startswith(("{", "[{", "[]")):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+        if text.strip():
+            raise KeeperError(f"restic printed no JSON for {args[0]}; is it restic >= 0.12?")
+        return []
 
 
 @contextmanager
