@@ -4,8 +4,10 @@ On copies of a home built by real Hermes (bench/homes.py), with a local restic r
 
   night 1  ``Profile.run()`` (backup, prune, push): the first full copy goes off the host
   day      Hermes adds a day's sessions (its own SessionDB, 1/75 of the home's)
-  night 2  the run again, its retention one day shorter (a day's sessions age out): what restic
-           adds to the repository, against one full snapshot of state.db (target: <= 10%)
+  night 2, 3  the run again, retention one day shorter each night (a day's sessions age out):
+           what restic adds to the repository, against one full snapshot of state.db (target:
+           <= 10% after the first night); beside it, what a page-for-page copy of the same
+           state.db (SQLite's backup API) adds to a second repository
   gateway  night 1's run beside the gateway stand-in (20 writes/s), and the same run without
            ``[offsite]`` on an identical copy: writer failures, p99 and max (target: the same)
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,6 +31,7 @@ from bench.backup_compact import beside_writer, line  # noqa: E402
 from bench.homes import bench_home, copy_home  # noqa: E402
 from hermes_keeper import demo  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
+from hermes_keeper.offsite.restic import Restic  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 from tests.offsite_repo import init_repository, offsite_toml  # noqa: E402
 
@@ -57,23 +61,46 @@ def run_all(base: Path, work: Path, args: argparse.Namespace) -> None:
     print(line("run, no push", stats, seconds, ""))
     home = copy_home(base, work / "home")
     (home / "keeper.toml").write_text(offsite_toml(repo, pw, "bench"))
-    stats, seconds, night1 = beside_writer(home, lambda: select_profiles(home)[0].run())
-    push = night1.offsite
-    print(line("run + push", stats, seconds, f"push {push['seconds']} s"))
-    full = raw_bytes(home, night1.backup)
-    added = push["added_bytes"] / 1e6
-    print(f"\nnight 1: restic added {added:.1f} MB (a state.db snapshot is {full / 1e6:.1f} MB)")
-    day = demo.generate(time.time(), sessions=max(1, args.sessions // 75), days=1, seed=11)
-    Hermes().run(home, [{"op": "build", "sessions": day.sessions}], timeout=3600)
-    profile = select_profiles(home)[0]
-    policy = profile.config()
-    policy.retention_s = {k: max(0.0, v - DAY) for k, v in policy.retention_s.items()}
-    night2 = profile.run(policy)
-    push, full = night2.offsite, raw_bytes(home, night2.backup)
+    stats, seconds, night = beside_writer(home, lambda: select_profiles(home)[0].run())
+    print(line("run + push", stats, seconds, f"push {night.offsite['seconds']} s"))
+    pages = Restic(str(work / "pages"), str(pw))  # page-for-page copies (SQLite backup API) beside
+    pages.run("init")
+    print()
+    report(1, night, home, 0, pages)
+    for n in (2, 3):
+        day = demo.generate(time.time(), sessions=max(1, args.sessions // 75), days=1, seed=10 + n)
+        fresh = [{k: v for k, v in s.items() if k != "title"} for s in day.sessions]  # titles are unique
+        Hermes().run(home, [{"op": "build", "sessions": fresh}], timeout=3600)
+        profile = select_profiles(home)[0]
+        policy = profile.config()  # a day later: each source's retention one day shorter
+        policy.retention_s = {k: max(0.0, v - (n - 1) * DAY) for k, v in policy.retention_s.items()}
+        report(n, profile.run(policy), home, len(fresh), pages)
+
+
+def report(n: int, night, home: Path, added_sessions: int, pages: Restic) -> None:
+    """One night's figures: what restic added for state.db (against one full snapshot) and in all;
+    and what it adds for a page-for-page copy of the same state.db, as page-for-page backups send."""
+    push, full = night.offsite, raw_bytes(home, night.backup)
+    state, total = push["state_added_bytes"], push["added_bytes"]
     print(
-        f"night 2: +{len(day.sessions)} sessions, {len(night2.prune.pruned)} pruned; restic added "
-        f"{push['added_bytes'] / 1e6:.1f} MB of a {full / 1e6:.1f} MB snapshot = "
-        f"{100 * push['added_bytes'] / full:.1f}% (target <= 10%); push {push['seconds']} s"
+        f"night {n}: +{added_sessions} sessions, {len(night.prune.pruned)} pruned;"
+        f" state.db {full / 1e6:.1f} MB:"
+        f" restic added {state / 1e6:.1f} MB = {100 * state / full:.1f}% of it"
+        f" ({total / 1e6:.1f} MB with the archive = {100 * total / full:.1f}%); push {push['seconds']} s"
+    )
+    copy = home / "keeper" / "page-copy.db"
+    src, dst = sqlite3.connect(home / "state.db"), sqlite3.connect(copy)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    done = pages.json(
+        "backup", "--stdin", "--stdin-filename", "state.db", feed=lambda fh: fh.write(copy.read_bytes())
+    )
+    size = copy.stat().st_size
+    copy.unlink()
+    print(
+        f"         page-for-page copy {size / 1e6:.1f} MB: restic added {done['data_added'] / 1e6:.1f} MB ="
+        f" {100 * done['data_added'] / size:.1f}%"
     )
 
 
