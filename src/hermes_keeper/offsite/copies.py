@@ -29,6 +29,7 @@ from typing import IO
 
 import zstandard
 
+from hermes_keeper import units
 from hermes_keeper.archive.store import ARCHIVE_NAME, archive_paths
 from hermes_keeper.backup.restore import RestoreResult, restore_backup
 from hermes_keeper.backup.snapshot import BackupRecord, backup_dir, list_backups, take_backup, verify_backup
@@ -122,7 +123,7 @@ class PushResult:
         sent = [f"state.db {self.state} ({self.backup})" if self.state else "state.db already there"]
         if self.archive:
             sent.append(f"archive {self.archive}")
-        return f"off-host: {', '.join(sent)}; added {self.added_bytes} bytes"
+        return f"off-host: {', '.join(sent)}; repository grew by {units.size(self.added_bytes)}"
 
 
 def newest_backup(place: Place, dest: str | None) -> BackupRecord | None:
