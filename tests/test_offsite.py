@@ -305,3 +305,24 @@ def test_forget_rotates_off_host_by_the_same_rules(pushed):
     assert len(pruned["removed"]) == 2 + 2  # the two older state copies and the two older archive copies
     assert [c["kind"] for c in pruned["copies"]] == ["archive", "state"]
     assert len(_state_copies(repo, pw)) == 1
+
+
+def test_a_failed_restic_check_is_critical_in_check(pushed):
+    """A damaged pack in the repository: the run's periodic ``restic check --read-data-subset``
+    fails, the run itself does not, and ``check`` goes CRITICAL until a check passes."""
+    home, repo, _pw = pushed
+    toml = home / "keeper.toml"
+    toml.write_text(toml.read_text() + 'check_every = "0s"\ncheck_subset = "100%"\n')
+    pack = max((p for p in (Path(repo) / "data").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    pack.chmod(0o600)
+    with open(pack, "r+b") as fh:
+        fh.seek(pack.stat().st_size // 2)
+        fh.write(b"\0" * 64)
+    ran = run_summary(home)
+    assert ran["offsite"]["checked"] is False, ran["offsite"]
+    problem = journal(home, "offsite_checked")[-1]["problem"]
+    out = json.loads(invoke("check", "--home", home, "--json").stdout)["profiles"][0]
+    (measure,) = [m for m in out["measures"] if m["label"] == "offsite_check"]
+    assert (
+        measure["status"] == "CRITICAL" and measure["problem"] == f"the last restic check failed: {problem}"
+    )
