@@ -173,17 +173,6 @@ class Profile(Place):
         journal.write(offsite.FAILED, error=line)
         return {"error": line, "summary": f"off-host copy failed: {line}"}
 
-    def push_offsite(self) -> offsite.PushResult:
-        """Send the newest backup and the archive to ``[offsite]`` now (``backup --offsite``);
-        a failure is journaled and raised as its one line."""
-        policy = self.config()
-        with self._changing() as journal:
-            try:
-                return offsite.push(self, policy.offsite, policy.rotation, policy.backup_dest, journal)
-            except KeeperError as exc:
-                journal.write(offsite.FAILED, error=str(exc))
-                raise
-
     def offsite_copies(self, rules: dict | None = None, prune: bool = False, dry_run: bool = False) -> dict:
         """This profile's copies in the ``[offsite]`` repository (``backups --offsite``); ``prune``:
         ``restic forget --prune`` by the rotation rules (the policy's, ``rules`` overriding), or
