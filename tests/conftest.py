@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hermes_keeper.sqlite import walreset
 from tests.hermes_env import Hermes
 
 HERMES_VERSION = os.environ.get("HERMES_VERSION", "0.19.0")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -134,3 +136,22 @@ def hermes_home(hermes, tmp_path_factory):
         return Path(shutil.copytree(built[key], dest))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """(the keeper's wheel, its build log), built once from a copy of the tree: a stale
+    ``build/`` in the clone (setuptools never empties it) cannot slip a deleted module into it."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    clone = tmp / "clone"
+    shutil.copytree(ROOT / "src", clone / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, clone / name)
+    log = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp / "dist"), str(clone)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (wheel,) = (tmp / "dist").glob("hermes_keeper-*.whl")
+    return wheel, log.stdout + log.stderr

@@ -12,9 +12,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hermes_keeper"
 
 #: Lowest first. A module may import its own floor or any lower one, never a higher one.
 FLOORS = (
-    ("errors", "units", "fs", "place", "journal", "lock", "sqlite"),
+    ("errors", "interrupt", "units", "fs", "place", "journal", "lock", "sqlite"),
     ("model", "hermes_config", "kept", "facts"),
-    ("archive.payload", "archive.store", "archive.query", "archive.hermes_import", "backup", "offsite"),
+    (
+        "archive.payload",
+        "archive.store",
+        "archive.index",
+        "archive.query",
+        "archive.hermes_import",
+        "backup",
+        "offsite",
+    ),
     ("run", "archive"),
     ("report", "report_types", "check", "history", "metrics", "report_html", "demo"),
     ("home",),

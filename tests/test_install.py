@@ -16,31 +16,12 @@ import zipfile
 from pathlib import Path
 
 import jsonschema
-import pytest
 
+import hermes_keeper
 from hermes_keeper.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "hermes_keeper"
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory) -> tuple[Path, str]:
-    """(wheel, build log), built once from a copy of the tree: a stale ``build/`` in the clone
-    (setuptools never empties it) cannot slip a deleted module into the wheel."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    clone = tmp / "clone"
-    shutil.copytree(ROOT / "src", clone / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, clone / name)
-    log = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp / "dist"), str(clone)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (wheel,) = (tmp / "dist").glob("hermes_keeper-*.whl")
-    return wheel, log.stdout + log.stderr
 
 
 def test_wheel_carries_every_module_and_data_file_and_builds_without_warnings(built):
@@ -58,6 +39,9 @@ def test_wheel_carries_every_module_and_data_file_and_builds_without_warnings(bu
     assert shipped == tree
     assert {"hermes_keeper/data/hermes_schema.sql", "hermes_keeper/schemas/report.json"} <= shipped
     assert "SetuptoolsDeprecationWarning" not in log and "SetuptoolsWarning" not in log
+    # The version a release carries: the package's, the wheel's and the CHANGELOG's newest entry.
+    newest = re.search(r"^## (\d+\.\d+\.\d+) - \d{4}-\d{2}-\d{2}$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert meta["Version"] == hermes_keeper.__version__ == newest.group(1)
     # The README promises the Python the wheel asks for.
     minimum = re.fullmatch(r">=(\d+\.\d+)", meta["Requires-Python"]).group(1)
     assert f"Python {minimum}+" in (ROOT / "README.md").read_text()

@@ -77,9 +77,8 @@ def test_every_command_on_the_demo_home_matches_its_schema(home, tmp_path, monke
     planned = check("schedule", "install", "--via", "systemd", "--dry-run", "--all-profiles")["profiles"]
     assert [(r["profile"], r["dry_run"]) for r in planned] == [("all-profiles", True)]
     assert [c["action"] for c in planned[0]["changes"]] == ["installed", "installed"]
-    assert check("schedule", "show", "--via", "systemd")["profiles"] == [
-        {"profile": "default", "changes": []}
-    ]
+    [shown] = check("schedule", "show", "--via", "systemd")["profiles"]
+    assert (shown["profile"], shown["changes"], shown["last_recorded_run"]["kind"]) == ("default", [], "run")
     removed = check("schedule", "remove", "--via", "systemd", "--dry-run")["profiles"]
     assert [c["action"] for c in removed[0]["changes"]] == ["absent"] and not any(tmp_path.iterdir())
     sid = check("archive", "list")["profiles"][0]["sessions"][0]["session_id"]

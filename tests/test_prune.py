@@ -221,7 +221,8 @@ def test_run_keeps_the_files_of_a_woken_session(tmp_path, monkeypatch):
 
 
 def test_woken_chain_tail_keeps_its_compression_chain(tmp_path, monkeypatch):
-    """A compression chain lives and dies whole (README): the live tail keeps its head and its link.
+    """A compression chain lives and dies whole (docs/how-it-works.md): the live tail keeps
+    its head and its link.
 
     (The bug this caught: the tail was put back, but its head was still deleted afterwards and
     orphaned the tail, so the live conversation lost its start and its link.)

@@ -45,3 +45,13 @@ def test_quiet_failure_is_one_line_on_stderr(home):
     out = subprocess.run(keeper_cmd(home, "run", "--quiet"), capture_output=True, text=True)
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.splitlines()) == 1 and "zombie_after" in out.stderr
+
+
+def test_quiet_says_nothing_of_a_new_profile(home):
+    """A profile Hermes just made (no state.db yet) is skipped: a note without --quiet, nothing
+    with it (cron would mail the note every night)."""
+    (home / "profiles" / "fresh").mkdir(parents=True)
+    loud = subprocess.run(keeper_cmd(home, "run", "--all-profiles"), capture_output=True, text=True)
+    assert loud.returncode == 0 and "fresh: no state.db yet" in loud.stderr
+    out = subprocess.run(keeper_cmd(home, "run", "--all-profiles", "--quiet"), capture_output=True, text=True)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")

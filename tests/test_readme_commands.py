@@ -84,3 +84,24 @@ def test_the_readme_first_block_runs_on_a_demo_home(tmp_path, hermes):
         assert res.returncode in ((0, 1, 2) if words[0] == "check" else (0,)), (line, res.stderr)
         assert "Traceback" not in res.stderr, line
     assert textfile.stat().st_size > 0 and (home / "keeper" / "journal.jsonl").is_file()
+
+
+@pytest.mark.parametrize("after_a_run", [False, True], ids=["never run", "after a run"])
+def test_the_readme_python_example_runs_as_written(tmp_path, after_a_run):
+    """The README's Python block, on a demo home (never run, and after a run): only the home moved."""
+    home = tmp_path / "demo"
+    subprocess.run(
+        [sys.executable, "-m", "hermes_keeper", "demo", str(home)], check=True, capture_output=True
+    )
+    if after_a_run:
+        subprocess.run(
+            [sys.executable, "-m", "hermes_keeper", "run", "--home", str(home), "--quiet"], check=True
+        )
+    (block,) = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    assert 'Home("~/.hermes")' in block and "Home()" in block
+    code = block.replace('Home("~/.hermes")', "Home(HOME)").replace("Home()", "Home(HOME)")
+    res = subprocess.run(
+        [sys.executable, "-c", f"HOME = {str(home)!r}\n{code}"], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("default ")  # the loop's line: the profile and its backup

@@ -138,7 +138,10 @@ def test_hermes_dry_run_prints_the_record_and_changes_nothing(home):
     assert "would be replaced" in out.stdout and '"expr": "0 2 * * *"' in out.stdout
     assert '"no_agent": true' in out.stdout and "exec " in out.stdout
     shown = keeper(home, "show", "--via", "hermes", "--hermes", python).stdout
-    assert '"expr": "5 4 1 * *"' in shown
+    # Hermes's own next run (the 1st at 04:05), not its 40-line record (that is in --json)
+    assert re.search(r"hermes: next run: \d{4}-\d\d-01T04:05:00", shown) and '"expr"' not in shown
+    doc = json.loads(keeper(home, "show", "--via", "hermes", "--hermes", python, "--json").stdout)
+    assert '"expr": "5 4 1 * *"' in doc["profiles"][0]["changes"][0]["text"]
 
 
 def test_hermes_not_found_is_one_line(home, env):
@@ -326,7 +329,10 @@ def test_cron_remove_takes_a_line_an_older_keeper_wrote_with_a_cr_whole(home, en
     table = Path(env["FAKE_CRONTAB"])
     table.write_bytes(USER_TABLE + old + b"45 4 * * * /usr/bin/true\n")
     shown = keeper(root, "show", "--via", "cron", env=env).stdout
-    assert shown.count("found") == 1 and "\r" not in shown and "\\r" in shown
+    assert shown.count("found") == 1 and "\r" not in shown
+    doc = json.loads(keeper(root, "show", "--via", "cron", "--json", env=env).stdout)
+    [found] = [c for c in doc["profiles"][0]["changes"] if c["action"] == "found"]
+    assert found["text"] == old.decode().rstrip("\n")  # one line, CR and all
     keeper(root, "remove", "--via", "cron", env=env)
     assert table.read_bytes() == USER_TABLE + b"45 4 * * * /usr/bin/true\n"
 
@@ -397,3 +403,65 @@ def test_systemd_refuses_a_home_that_is_not_utf8(home, env):
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
     assert "not UTF-8" in out.stderr and "nothing changed" in out.stderr
     assert not (Path(env["XDG_CONFIG_HOME"]) / "systemd").exists()
+
+
+def _fake(env, name: str, text: str) -> dict:
+    """``env`` with ``name`` on PATH replaced by this shell script."""
+    path = Path(env["PATH"].split(":")[0]) / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return env
+
+
+REFUSING_SYSTEMCTL = (
+    '#!/bin/sh\n[ "$2" = enable ] && { echo "Failed to connect to bus" >&2; exit 1; }\nexit 0\n'
+)
+
+
+def test_systemd_install_fails_when_systemctl_refuses(home, env):
+    """Units written but the timer not enabled is a failure, said in one line, never 'installed'."""
+    _fake(env, "systemctl", REFUSING_SYSTEMCTL)
+    out = keeper(home, "install", "--via", "systemd", env=env, check=False)
+    assert out.returncode == 2 and "installed" not in out.stdout
+    assert "refused the timer (Failed to connect to bus): nothing is scheduled" in out.stderr
+    assert "systemctl --user enable --now hermes-keeper-default-" in out.stderr
+    assert len(out.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("said, words", [("no", "linger off"), ("yes", "linger on")])
+def test_systemd_install_says_linger(home, env, said, words):
+    _fake(env, "loginctl", f'#!/bin/sh\n[ "$1 $4" = "show-user --value" ] && echo {said}\n')
+    out = keeper(home, "install", "--via", "systemd", env=env)
+    assert words in out.stdout
+    assert ("loginctl enable-linger" in out.stdout) == (said == "no")
+
+
+SYSTEMCTL_SHOW = """#!/bin/sh
+case "$3" in
+  *.timer) printf 'NextElapseUSecRealtime=Mon 2026-12-07 03:30:00 UTC\\n'
+           printf 'LastTriggerUSec=Sun 2026-12-06 03:41:12 UTC\\n' ;;
+  *.service) printf 'Result=exit-code\\nExecMainStatus=75\\n' ;;
+esac
+"""
+
+
+def test_show_gives_next_and_last_run(home, env):
+    keeper(home, "install", "--via", "systemd", env=env)
+    keeper(home, "install", "--via", "cron", env=env)
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    _fake(env, "systemctl", SYSTEMCTL_SHOW)
+    out = keeper(home, "show", env=env).stdout
+    assert "[Service]" not in out and "ExecStart" not in out  # no unit file: what a person asks of it
+    assert (
+        "systemd: next run: Mon 2026-12-07 03:30:00 UTC; last run: Sun 2026-12-06 03:41:12 UTC "
+        "(exit-code, exit 75)" in out
+    )
+    assert re.search(r"cron: next run: \d{4}-\d\d-\d\d 03:30; last run: none recorded by the scheduler", out)
+    assert re.search(
+        r"default: the keeper's last recorded run: \d{4}-\d\d-\d\d \d\d:\d\d, finished: pruned \d+", out
+    )
+    doc = json.loads(keeper(home, "show", "--json", env=env).stdout)
+    row = doc["profiles"][0]
+    assert row["last_recorded_run"]["kind"] == "run"
+    [timer] = [c for c in row["changes"] if c["where"].endswith(".timer")]
+    assert timer["runs"]["result"] == "exit-code, exit 75"

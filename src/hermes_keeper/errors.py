@@ -7,6 +7,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from hermes_keeper.interrupt import Interrupted
 from hermes_keeper.sqlite.connect import is_busy
 
 #: sysexits.h EX_TEMPFAIL: a scheduler or monitor should simply try again later.
@@ -70,6 +71,9 @@ def failure_line(exc: BaseException, where: Path | None = None) -> tuple[str, in
     keeper's own writes are journaled and each SQLite transaction is whole, so a rerun
     finishes the work). Anything unexpected says so and points at ``--debug``.
     """
+    if isinstance(exc, Interrupted):
+        done = "nothing changed" if exc.result is None else "settings put back; the next run resumes the rest"
+        return f"{exc}: stopped between two steps, {done}", exc.exit_code
     if _disk_full(exc, where if where is None else Path(where)):
         filename = getattr(exc, "filename", None)
         fs = _mount_of(Path(filename or where or "."))

@@ -245,6 +245,8 @@ def run_figures(profile: Place, result: RunResult) -> dict:
         "max_txn_ms": d["writer"].get("max_txn_ms", 0.0),
         "backup": d["backup"],
     }
+    if d["interrupted"]:
+        out["interrupted"] = d["interrupted"]
     out["components"] = components(
         profile, _objects_after_run(profile), d["reclaimable_bytes"], profile.wal_bytes()
     )

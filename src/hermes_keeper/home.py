@@ -39,6 +39,7 @@ from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
 from hermes_keeper.hermes_config import adopt_change, write_config
 from hermes_keeper.history import History, record_report, record_run
+from hermes_keeper.interrupt import Interrupted, stop_on_signals
 from hermes_keeper.journal import Journal
 from hermes_keeper.kept import keep_sessions
 from hermes_keeper.lock import keeper_lock
@@ -146,13 +147,26 @@ class Profile(Place):
         policy = policy or self.config()
         schema = inspect(self.db_path)  # the run's one inspection: every step reuses it
         preflight(self, schema, policy)  # before the lock and the journal: a refusal changes nothing
-        with self._changing() as journal, open_run(self, policy, schema, journal) as ctx:
-            plan = self._plan(schema, policy, None, ctx.holders())
-            journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
-            if progress:
-                progress("plan", len(plan.prune))
-            result = apply_plan(ctx, plan, progress)
-            result.offsite = self._push(policy, journal)
+        try:
+            with (
+                stop_on_signals() as stop,
+                self._changing() as journal,
+                open_run(self, policy, schema, journal) as ctx,
+            ):
+                ctx.stop = stop
+                plan = self._plan(schema, policy, None, ctx.holders())
+                journal.write("plan", **{k: v for k, v in plan.to_dict().items() if k != "now"})
+                if progress:
+                    progress("plan", len(plan.prune))
+                result = apply_plan(ctx, plan, progress)
+                if not result.interrupted:  # a stopped run sends nothing: the next one does
+                    result.offsite = self._push(policy, journal)
+        except Interrupted as exc:  # recorded as such (when it changed something), then raised on
+            if exc.result is not None:
+                exc.result.seconds = round(time.perf_counter() - t0, 2)
+                if record:
+                    record_run(self, exc.result)
+            raise
         result.seconds = round(time.perf_counter() - t0, 2)
         if record:
             record_run(self, result)
@@ -629,6 +643,8 @@ def each(
             yield Outcome(p, skipped=str(note))
         except KeeperError as exc:
             yield Outcome(p, error=str(exc), exit_code=exc.exit_code)
+        except BrokenPipeError:  # stdout's reader left: the command ends (cli._end_of_pipe)
+            raise
         except OSError as exc:  # read-only home, full disk: this profile only
             yield Outcome(p, error=os_error_line(exc), exit_code=KeeperError.exit_code)
 

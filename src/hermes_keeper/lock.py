@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.fs import HomeFS
 
 LOCK_NAME = "keeper.lock"
@@ -35,9 +35,8 @@ def keeper_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
-            raise KeeperError(
-                f"another hermes-keeper is running on {root} (pid {holder}); try again later"
-            ) from None
+            # Not a refusal: a scheduler's next attempt will do (EX_TEMPFAIL, 75).
+            raise TryLater(f"another hermes-keeper is running on {root} (pid {holder}); try later") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield

@@ -68,7 +68,7 @@ class Metrics:
             self.set("session_files_bytes", "sessions/ bytes by kind.", f.bytes, profile=p, kind=kind)
 
     def run(self, result) -> None:
-        """A finished ``run`` (``RunResult``)."""
+        """A ``run`` (``RunResult``): finished, or stopped by a signal (``run_interrupted``)."""
         d, p = result.to_dict(), result.profile
         self.set("run_timestamp_seconds", "When the last run finished.", time.time(), profile=p)
         for key, help in (
@@ -81,6 +81,12 @@ class Metrics:
         self.set("reclaimable_bytes", "Free pages inside state.db.", d["reclaimable_bytes"], profile=p)
         self.set(
             "run_remaining_sessions", "Sessions left after the run.", d["remaining"]["sessions"], profile=p
+        )
+        self.set(
+            "run_interrupted",
+            "1 if a signal stopped the last run between two steps.",
+            bool(d["interrupted"]),
+            profile=p,
         )
 
     def check(self, result) -> None:

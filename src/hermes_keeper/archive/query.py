@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
+from hermes_keeper.archive.index import indexable, open_index
 from hermes_keeper.archive.payload import RawText, decode_value
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
 from hermes_keeper.errors import KeeperError
@@ -271,11 +273,71 @@ def match_payload(payload: dict, entry: Entry, text: str) -> Hit | None:
     return Hit(entry, mid, role, ts, snip, count, inactive)
 
 
-def search(store: Archive, text: str, filters: Filters = ALL, limit: int | None = 50) -> SearchResult:
-    """Sessions whose messages contain ``text``, newest first; damaged rows are listed, not searched."""
+def search(
+    store: Archive, text: str, filters: Filters = ALL, limit: int | None = 50, use_index: bool = True
+) -> SearchResult:
+    """Sessions whose messages contain ``text``, newest first; damaged rows are listed, not searched.
+
+    With the search index (``archive/index.py``) only its candidates are read and confirmed; the
+    answer is the same as scanning every payload (``use_index=False``), which is what a text the
+    index cannot answer, or a home it cannot be kept in, gets.
+    """
     if not text.strip():
         raise KeeperError("search text is empty")
     t0 = time.perf_counter()
+    candidates = _candidates(store, text) if use_index else None
+    result = (
+        _scan(store, text, filters, limit)
+        if candidates is None
+        else _confirm(store, text, filters, limit, candidates)
+    )
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _candidates(store: Archive, text: str) -> set[int] | None:
+    if not indexable(text):
+        return None
+    index = open_index(store, searchable_fields)
+    if index is None:
+        return None
+    try:
+        return index.candidates(store, text)
+    except sqlite3.OperationalError:  # locked by another search's refresh, a full disk: scan
+        return None
+    finally:
+        index.close()
+
+
+def _found(result: SearchResult, payload: dict, entry: Entry, text: str, limit: int | None) -> None:
+    hit = match_payload(payload, entry, text)
+    if hit is None:
+        return
+    result.total += 1
+    if limit is None or len(result.hits) < limit:
+        result.hits.append(hit)
+
+
+def _confirm(
+    store: Archive, text: str, filters: Filters, limit: int | None, candidates: set[int]
+) -> SearchResult:
+    """The index's candidates among the chosen entries, each confirmed in its payload."""
+    result = SearchResult()
+    for entry in filters.scan(store):
+        result.scanned += 1
+        if entry.entry not in candidates:
+            continue
+        try:
+            payload = store.get_entry(entry.entry)
+        except ArchiveDamaged:
+            result.damaged.append(entry.session_id)
+            continue
+        _found(result, payload, entry, text, limit)
+    return result
+
+
+def _scan(store: Archive, text: str, filters: Filters, limit: int | None) -> SearchResult:
+    """Every chosen payload, decompressed and searched as bytes; only rows that may match are parsed."""
     result = SearchResult()
     ascii_only = text.isascii()
     byte_needles = [n.encode("utf-8") for n in needles(text)]
@@ -294,13 +356,7 @@ def search(store: Archive, text: str, filters: Filters = ALL, limit: int | None 
             hay_s = raw.decode("utf-8").lower()
             if not any(n in hay_s for n in str_needles):
                 continue
-        hit = match_payload(json.loads(raw), entry, text)
-        if hit is None:
-            continue
-        result.total += 1
-        if limit is None or len(result.hits) < limit:
-            result.hits.append(hit)
-    result.seconds = time.perf_counter() - t0
+        _found(result, json.loads(raw), entry, text, limit)
     return result
 
 

@@ -9,6 +9,8 @@ database another process keeps locked is "try later", exit 75.
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 
 import click
@@ -41,6 +43,16 @@ COMMANDS = {
 }
 
 
+def _end_of_pipe() -> None:
+    """stdout's reader is gone (``report | head -2``): end as git, cat and ls do, killed by
+    SIGPIPE (the shell's status 141; ``head`` gets what it wanted), with nothing on stderr.
+    stdout is pointed at /dev/null first, so no flush at exit complains."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+
+
 class KeeperGroup(HelpGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -51,13 +63,39 @@ class KeeperGroup(HelpGroup):
         module, attr = COMMANDS[name].split(":")
         return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``--debug`` anywhere before ``--`` (after the command too) counts as the group's."""
+        end = args.index("--") if "--" in args else len(args)
+        if "--debug" in args[:end]:
+            args = ["--debug", *(a for a in args[:end] if a != "--debug"), *args[end:]]
+        return super().parse_args(ctx, args)
+
+    def main(self, *args, **kwargs):
+        """Also what is still buffered for stdout at the end goes out here, where a reader that
+        left (``| head``) is handled as below, not in the interpreter's exit."""
+        try:
+            try:
+                return super().main(*args, **kwargs)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            _end_of_pipe()
+
     def invoke(self, ctx: click.Context):
         """The one error boundary: every failure is one line and an exit code, no traceback
-        unless ``--debug`` (click's own usage errors keep their handling)."""
+        unless ``--debug`` (click's own usage errors keep their handling). Ctrl-C is exit 130,
+        a signal that stopped a run 128 + its number; a reader that left: :func:`_end_of_pipe`."""
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Abort, click.exceptions.Exit):
             raise
+        except BrokenPipeError:
+            _end_of_pipe()
+        except KeyboardInterrupt:
+            if ctx.params.get("debug"):
+                raise
+            click.echo("hermes-keeper: interrupted", err=True)
+            sys.exit(128 + signal.SIGINT)
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise

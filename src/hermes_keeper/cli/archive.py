@@ -19,7 +19,14 @@ from hermes_keeper.archive.query import (
     render_conversation,
     when,
 )
-from hermes_keeper.cli.options import HelpGroup, emit_json, examples, for_each, profile_options
+from hermes_keeper.cli.options import (
+    HelpGroup,
+    emit_json,
+    examples,
+    for_each,
+    one_profile_options,
+    profile_options,
+)
 from hermes_keeper.cli.render import busy, console
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
@@ -119,7 +126,7 @@ def list_cmd(profiles, filters, as_json):
 @archive.command(
     epilog=examples("archive show 20260105_093000_ab12cd", "archive show 20260105 --inactive --full")
 )
-@profile_options
+@one_profile_options
 @click.argument("session_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="The raw archived payload.")
 @click.option("--full", is_flag=True, help="Unfold tool calls, tool results and long messages.")
@@ -173,7 +180,7 @@ def search_cmd(profiles, text, filters, limit, as_json):
         "archive restore 20260105_093000_ab12cd --dry-run", "archive restore 20260105_093000_ab12cd"
     ),
 )
-@profile_options
+@one_profile_options
 @click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
 @click.option("--dry-run", is_flag=True, help="Show what would come back; change nothing.")
 @click.option(
@@ -225,7 +232,7 @@ def restore_cmd(profiles, session_ids, dry_run, force, as_json):
         "archive export --format markdown --since 90d -o ~/hermes-conversations",
     ),
 )
-@profile_options
+@one_profile_options
 @click.argument("session_ids", nargs=-1, metavar="[ID]...")
 @filter_options
 @click.option(

@@ -17,6 +17,7 @@ from hermes_keeper.cli.options import (
     examples,
     for_each,
     json_option,
+    one_profile_options,
     profile_options,
     quiet_option,
     yes_option,
@@ -210,7 +211,7 @@ def _show_offsite(_profile, o: dict) -> None:
         "restore --from offsite --yes",
     )
 )
-@profile_options
+@one_profile_options
 @click.argument("backup_name", required=False, metavar="[BACKUP]")
 @click.option("--latest", is_flag=True, help="The newest backup of this home.")
 @click.option(

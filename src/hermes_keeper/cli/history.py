@@ -41,9 +41,10 @@ def history(profiles, as_json, limit, every_kind):
         for e in entries:
             f = e.figures
             runs = f" ({f['runs']} runs)" if f.get("runs", 1) > 1 else ""
+            stopped = f" (interrupted: {f['interrupted']})" if f.get("interrupted") else ""
             t.add_row(
                 local_time(e.ts),
-                e.kind + runs,
+                e.kind + runs + stopped,
                 units.size(database_bytes(f["components"])) if "components" in f else "",
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
                 units.size(f["freed_bytes"]) if "freed_bytes" in f else "",

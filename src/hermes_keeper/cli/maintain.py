@@ -28,6 +28,7 @@ from hermes_keeper.cli.options import (
 )
 from hermes_keeper.cli.render import auto_prune_line, console, heading
 from hermes_keeper.cli.text import cell, term
+from hermes_keeper.interrupt import Interrupted
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
@@ -214,7 +215,15 @@ def _run(profiles, dry_run: bool, o: RunOptions, metrics=None):
             def progress(kind: str, n: int) -> None:
                 bar.update(task, total=n) if kind == "plan" else bar.advance(task, n)
 
-            result = profile.run(policy, progress=progress)
+            try:
+                result = profile.run(policy, progress=progress)
+            except Interrupted as exc:  # what it did before the signal, said and measured
+                if exc.result is not None:
+                    if not as_json:  # (--json: its row, for_each)
+                        click.echo(exc.result.summary(), err=quiet)
+                    if metrics:
+                        metrics.run(exc.result)
+                raise
         if metrics:
             metrics.run(result)
         return result

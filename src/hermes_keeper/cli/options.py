@@ -14,6 +14,7 @@ import click
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profiles
+from hermes_keeper.interrupt import Interrupted
 
 #: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
 HOMES_KEY = "hermes_keeper.homes"
@@ -59,8 +60,8 @@ dest_option = click.option(
 )
 
 
-def profile_options(fn):
-    """``--home``, ``--profile``, ``--all-profiles``; passes ``profiles: list[Profile]``."""
+def profile_options(fn, every: bool = True):
+    """``--home``, ``--profile``, ``--all-profiles`` (``every``); passes ``profiles: list[Profile]``."""
 
     @click.option(
         "--home",
@@ -75,14 +76,21 @@ def profile_options(fn):
         metavar="NAME",
         help="Profile name (default: the active one).",
     )
-    @click.option("--all-profiles", is_flag=True, help="Every profile under the home.")
     @functools.wraps(fn)
-    def wrapper(*args, home, profile_name, all_profiles, **kwargs):
+    def wrapper(*args, home, profile_name, all_profiles=False, **kwargs):
         profiles: list[Profile] = select_profiles(home, profile_name, all_profiles)
         click.get_current_context().meta[HOMES_KEY] = [p.home for p in profiles]
         return fn(*args, profiles=profiles, **kwargs)
 
+    if every:
+        return click.option("--all-profiles", is_flag=True, help="Every profile under the home.")(wrapper)
     return wrapper
+
+
+def one_profile_options(fn):
+    """``--home`` and ``--profile`` of a command that works on one profile: no ``--all-profiles``
+    in its help only to be refused."""
+    return profile_options(fn, every=False)
 
 
 quiet_option = click.option(
@@ -110,7 +118,7 @@ def metrics_to(textfile: str | None) -> Iterator[Any]:
     target, metrics = textfile_target(textfile), Metrics()
     try:
         yield metrics
-    except SystemExit:
+    except (SystemExit, Interrupted):
         metrics.write(target)
         raise
     metrics.write(target)
@@ -189,18 +197,26 @@ def for_each(
     """The one multi-profile policy: ``action`` per profile, each result printed as it is done.
 
     Text: ``show(profile, value)``, a failure one line on stderr, a new profile without
-    state.db a note. JSON: :func:`emit_json` of every row (the result, ``error``, or
+    state.db a note (none with ``--quiet``). JSON: :func:`emit_json` of every row (the result, ``error``, or
     ``skipped_because``) at the end.
     Exit 1 when some failed and others ran; 2 (or the failures' own code) when none ran.
     """
     outcomes, rows = [], []
-    for o in each(profiles, action, needs_db):
-        outcomes.append(o)
-        rows.append(outcome_row(o, to_dict))
-        if o.error is not None or o.skipped is not None:
-            click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
-        elif not as_json:
-            show(o.profile, o.value)
+    quiet = click.get_current_context().params.get("quiet")  # a skipped profile is no news for cron
+    try:
+        for o in each(profiles, action, needs_db):
+            outcomes.append(o)
+            rows.append(outcome_row(o, to_dict))
+            if o.error is not None or (o.skipped is not None and not quiet):
+                click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
+            elif not as_json:
+                show(o.profile, o.value)
+    except Interrupted as exc:  # the JSON of what was done, the stopped run's row last
+        if as_json:
+            emit_json(
+                rows + ([] if exc.result is None else [{"profile": exc.result.profile} | to_dict(exc.result)])
+            )
+        raise
     if as_json:
         emit_json(rows)
     code = exit_code(outcomes)

@@ -52,11 +52,17 @@ RUNAWAYS_SHOWN = 5
 PIPED_WIDTH = 100_000
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """A reader that left is the error boundary's to end (``cli._end_of_pipe``), not rich's exit 1."""
+        raise BrokenPipeError
+
+
 def console(**kwargs) -> Console:
     """The one console every command prints through: on a terminal rich's own width; piped, no
     wrap at all, so a session id or a file name a user copies into the next command is never
     split over lines (unless ``COLUMNS`` asks for a width)."""
-    c = Console(**kwargs)
+    c = _Console(**kwargs)
     if not c.is_terminal and "COLUMNS" not in os.environ:
         c.width, c.soft_wrap = PIPED_WIDTH, True
     return c
@@ -360,10 +366,13 @@ def _sessions_lines(s: SessionsSection, now: float, c: Console) -> None:
 
 def _holders_line(h: HoldersSection, c: Console) -> None:
     """Who holds state.db: the processes found, and the gateway by its pid file if not among them."""
-    who = [f"pid {p.pid} ({escape(term(p.name))})" for p in h.processes]
+    who = [f"pid {p.pid} ({escape(term(p.name))})" for p in h.processes if not p.is_keeper]
     if h.gateway_pid and h.gateway_pid not in {p.pid for p in h.processes}:
         who.append(f"gateway pid {h.gateway_pid}")
+    keepers = [f"pid {p.pid}" for p in h.processes if p.is_keeper]
     if who:
         c.print(f"[bold]Hermes is running:[/] {', '.join(who)}")
-    else:
+    elif not keepers:
         c.print("no process holds state.db")
+    if keepers:
+        c.print(f"another hermes-keeper holds state.db: {', '.join(keepers)}")

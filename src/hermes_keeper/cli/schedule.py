@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from hermes_keeper import units
 from hermes_keeper.cli.options import (
     HelpGroup,
     dry_run_option,
@@ -12,6 +13,7 @@ from hermes_keeper.cli.options import (
     json_option,
     profile_options,
 )
+from hermes_keeper.cli.render import local_time
 from hermes_keeper.cli.text import term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.schedule import DEFAULT_AT, EVERY, VIAS, Change, Job, When, backend, keeper_executable
@@ -153,11 +155,34 @@ def _each_via(profiles, via, hermes, act) -> Done:
 @hermes_option
 @json_option
 def show(profiles, via, hermes, as_json):
-    """What each scheduler holds for this home and profile, with its text."""
+    """What each scheduler holds for this home and profile: its next and last run and that run's
+    result (as the scheduler says), and the keeper's own last recorded run. --json: the texts too."""
     done = _each_via(profiles, via, hermes, lambda m, job, extra: m.show(job, **extra))
-    _print(done, as_json, texts=True)
-    if not as_json and not any(c.action == "found" for _, changes in done for c in changes):
+    last = {p.name: _last_run(p) for p in profiles}
+    if as_json:
+        emit_json([row | {"last_recorded_run": last.get(row["profile"])} for row in _rows(done)])
+        return
+    _print(done, as_json, texts=False)
+    for c in (c for _, changes in done for c in changes if c.runs):
+        click.echo(term(f"  {c.via}: {c.runs.line()}"))
+    if not any(c.action == "found" for _, changes in done for c in changes):
         click.echo("nothing scheduled for this home and profile")
+    for name, entry in last.items():
+        click.echo(term(f"{name}: the keeper's last recorded run: {_run_words(entry)}"))
+
+
+def _last_run(profile) -> dict | None:
+    """The newest ``run`` row of the profile's history (``history``), None before the first."""
+    entries = profile.history.entries(("run",), 1)
+    return entries[0].to_dict() if entries else None
+
+
+def _run_words(entry: dict | None) -> str:
+    if entry is None:
+        return "none yet"
+    how = f"interrupted ({entry['interrupted']})" if entry.get("interrupted") else "finished"
+    took = units.duration(round(entry.get("seconds", 0)))
+    return f"{local_time(entry['ts'])}, {how}: pruned {entry.get('pruned', 0)}, took {took}"
 
 
 @schedule.command(

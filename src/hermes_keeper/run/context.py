@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hermes_keeper.interrupt import Stop
 from hermes_keeper.journal import Journal
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.place import Place
@@ -31,6 +32,8 @@ class RunContext:
     writer: Writer
     #: the FTS hold while the deletes run (:meth:`holding`); a step without one holds its own
     hold: MergeHold | None = None
+    #: a signal to stop at the next step boundary (:mod:`interrupt`); one that never fires by default
+    stop: Stop = field(default_factory=Stop)
     _holders: list[Holder] | None = None
 
     def holders(self) -> list[Holder]:

@@ -8,6 +8,7 @@ compact.
 
 from __future__ import annotations
 
+import signal
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from hermes_keeper.archive.retention import apply_retention
 from hermes_keeper.archive.store import Archive, archive_exists
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, take_backup
 from hermes_keeper.errors import KeeperError, TryLater
+from hermes_keeper.interrupt import Interrupted
 from hermes_keeper.journal import Journal
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.place import Place
@@ -60,6 +62,7 @@ class RunResult:
     compact: dict | None = None
     seconds: float = 0.0  # the whole run, lock wait included (set by Profile.run)
     archive_retention: dict | None = None  # what [archive] keep / max_bytes dropped
+    interrupted: str = ""  # the signal that stopped the run between two steps ("SIGINT")
     offsite: dict | None = None  # the push to [offsite] (offsite.copies.PushResult), or its "error"
 
     @property
@@ -70,9 +73,17 @@ class RunResult:
         return max(0, self.file_bytes_before - self.file_bytes_after) + self.file_bytes
 
     def summary(self) -> str:
-        """One line; "freed" only for bytes the disk got back, pages still in the file are "reclaimable"."""
+        """One line; "freed" only for bytes the disk got back, pages still in the file are "reclaimable".
+        It says what it finished of an interrupted run's work, and that it was interrupted itself."""
+        stopped = f"interrupted ({self.interrupted}), settings put back; " if self.interrupted else ""
+        resumed = (
+            f"resumed {units.plural(self.resumed, 'session')} an interrupted run had archived, "
+            if self.resumed
+            else ""
+        )
         text = (
-            f"{self.profile}: zombies closed {self.zombies_closed}, pruned {len(self.prune.pruned)}, "
+            f"{self.profile}: {stopped}{resumed}zombies closed {self.zombies_closed}, "
+            f"pruned {len(self.prune.pruned)}, "
             f"archived {len(self.prune.archived)}, files removed {self.files_removed}; "
             f"freed {units.size(self.freed_bytes)} on disk; remaining "
             f"{units.plural(self.remaining_sessions, 'session')}, "
@@ -80,6 +91,8 @@ class RunResult:
         )
         if self.reclaimable_bytes >= RECLAIMABLE_NOTE_BYTES:
             text += f"; {units.size(self.reclaimable_bytes)} reclaimable still in state.db ({RECLAIM_HOW})"
+        if self.interrupted:
+            text += "; the next run resumes the rest"
         if self.offsite:
             text += f"; {self.offsite['summary']}"
         return text
@@ -108,6 +121,7 @@ class RunResult:
             "compact": self.compact,
             "seconds": self.seconds,
             "archive_retention": self.archive_retention,
+            "interrupted": self.interrupted or None,
             "offsite": self.offsite,
             "summary": self.summary(),
         }
@@ -240,8 +254,10 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     """Safeguard, resume, close zombies, archive+prune, remove files, compact. The caller holds the lock.
 
     The plan's safeguard comes first: a backup (if that fails nothing is changed) or its refusal.
+    A signal (:mod:`interrupt`) ends the run at the next step boundary: what was done is
+    journaled (``interrupted``) and carried by the :class:`Interrupted` raised (``result``).
     """
-    profile, policy, journal, w = ctx.profile, ctx.policy, ctx.journal, ctx.writer
+    profile, policy, journal = ctx.profile, ctx.policy, ctx.journal
     # Again under the lock, right before the first change: Hermes may have started its own
     # maintenance while the plan was made (Profile.run checked before taking the lock).
     preflight(profile, ctx.schema, policy)
@@ -253,12 +269,33 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
     )
     if plan.safeguard.kind == REFUSE:
         raise KeeperError(plan.safeguard.why)
+    try:
+        ctx.stop.defer()
+        _apply_steps(ctx, plan, res, progress)
+    except Interrupted as exc:
+        res.interrupted = signal.Signals(exc.signum).name
+        res.writer = res.writer or writer_figures(ctx.writer, None)
+        _measure_after(profile, ctx.schema, res)
+        if journal:
+            journal.write("interrupted", **{k: v for k, v in res.to_dict().items() if k != "skipped"})
+        exc.result = res
+        raise
+    _measure_after(profile, ctx.schema, res)
+    if journal:
+        journal.write("summary", **{k: v for k, v in res.to_dict().items() if k != "skipped"})
+    return res
+
+
+def _apply_steps(ctx: RunContext, plan: Plan, res: RunResult, progress: Progress | None) -> None:
+    """:func:`apply_plan`'s steps, a step boundary (``ctx.stop.check()``) between each two."""
+    profile, policy, journal, w = ctx.profile, ctx.policy, ctx.journal, ctx.writer
     if plan.safeguard.kind == SNAPSHOT:
         dest = policy.backup_dest
         record = take_backup(profile, dest, journal=journal, schema=ctx.schema, holders=ctx.holders())
         res.backup = record.name
         # or backups pile up
         apply_rotation(backup_dir(profile, dest), profile.home, journal=journal, **policy.rotation)
+        ctx.stop.check()
     # Files under sessions/ go on a thread of their own: orphans now, a pruned session's as soon
     # as it is gone (never those of a session that woke up and was put back). The other folders'
     # files wait for the database work: copies of state.db among them stay until it is done.
@@ -279,7 +316,9 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
 
             remove(by_session.pop(None, []))
             res.resumed = resume_pending(ctx) if policy.archive else 0
+            ctx.stop.check()
             res.zombies_closed = close_zombies(plan, w, journal, ctx.schema)
+            ctx.stop.check()
             res.prune = prune_sessions(
                 ctx,
                 plan.prune_conversations(),
@@ -287,28 +326,41 @@ def apply_plan(ctx: RunContext, plan: Plan, progress: Progress | None = None) ->
                 progress=progress,
                 on_pruned=lambda ids: remove([f for sid in ids for f in by_session.get(sid, [])]),
                 planned=planned_facts(plan, policy),
+                result=res.prune,
             )
     except TryLater as exc:
         if journal:
             journal.write("stopped", reason=str(exc), writer=writer_figures(w, hold))
         raise
-    for n, size in [r.result() for r in removals] + [remove_files(profile, folders, journal)]:
-        res.files_removed += n
-        res.file_bytes += size
+    except Interrupted:
+        res.writer = writer_figures(w, hold)
+        _count_removed(res, [r.result() for r in removals])
+        raise
+    _count_removed(res, [r.result() for r in removals])
     res.writer = writer_figures(w, hold)
+    ctx.stop.check()
+    _count_removed(res, [remove_files(profile, folders, journal)])
     if plan.archive_retention is not None:  # after the prune: its new entries are not touched
         res.archive_retention = apply_retention(profile, plan.archive_retention, journal)
+    ctx.stop.check()
     if policy.compact and res.prune.pruned:
         res.compact = compact_run(ctx).to_dict()
+
+
+def _count_removed(res: RunResult, done: list[tuple[int, int]]) -> None:
+    for n, size in done:
+        res.files_removed += n
+        res.file_bytes += size
+
+
+def _measure_after(profile: Place, schema: SchemaInfo, res: RunResult) -> None:
+    """state.db's size and rows after the run (an interrupted one too)."""
     conn = connect_ro(profile.db_path)
     try:
-        after = ctx.schema.resized(conn)
+        after = schema.resized(conn)
         res.db_bytes_after = after.used_bytes
         res.file_bytes_after, res.reclaimable_bytes = after.db_bytes + profile.wal_bytes(), after.free_bytes
         res.remaining_sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         res.remaining_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:
         conn.close()
-    if journal:
-        journal.write("summary", **{k: v for k, v in res.to_dict().items() if k != "skipped"})
-    return res

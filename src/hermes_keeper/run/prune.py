@@ -44,6 +44,7 @@ from hermes_keeper.archive.payload import (
     session_meta_keys,
     sql_placeholder,
 )
+from hermes_keeper.interrupt import Interrupted
 from hermes_keeper.journal import Journal
 from hermes_keeper.model.conversations import Facts, conversations
 from hermes_keeper.place import Place
@@ -154,6 +155,7 @@ class _Deleter:
         planned: Planned | None = None,
     ):
         self.planned = planned or Planned(keep_titled=False)
+        self.stop = ctx.stop
         self.w, self.schema, self.store, self.result = ctx.writer, ctx.schema, store, result
         self.journal, self.hold, self.progress, self.on_pruned = ctx.journal, hold, progress, on_pruned
         self.units = ctx.writer.batch(start=DELETE_START_UNITS, fill=0.9)
@@ -168,11 +170,39 @@ class _Deleter:
         self.why: dict[str, str] = {}  # sid -> why it was put back
 
     def run(self, feed: Iterator[list[_Pending]]) -> None:
-        """Delete every batch ``feed`` yields (blocking only when there is nothing else to do)."""
-        feed = iter(feed)
+        """Delete every batch ``feed`` yields (blocking only when there is nothing else to do).
+
+        A signal stops it between two steps (:mod:`interrupt`): what it hid and has not finished
+        is shown again first (:meth:`_show_unfinished`)."""
+        try:
+            self._run(iter(feed))
+        except Interrupted:
+            self._show_unfinished()
+            raise
+
+    def _show_unfinished(self) -> None:
+        """The conversations it finished are recorded (pruned, or put back where one woke up).
+        Every session hidden (``archived = 1``) whose conversation is not finished gets its
+        deleted messages back and its own ``archived`` value: Hermes lists it as before. Its
+        verified archive entry stays pending, so the next run resumes it (:func:`resume_pending`)."""
+        for items in self.batches.values():  # the units it did finish are recorded as such
+            if done := [p for p in items if p.sid in self.outcome]:
+                self._settle(done)
+        marked = set(self.to_mark)  # taken, not marked yet: nothing to put back
+        for unit in self.members.values():
+            for p in unit:
+                if p.done and p.payload["messages"]:
+                    _reinsert_messages(self.w, self.schema, p.payload)
+                if p.sid not in marked:
+                    unmark(self.w, self.schema, p.sid, int(p.payload["session"].get("archived") or 0))
+        if self.journal and self.members:
+            self.journal.write("shown_again", sessions=[p.sid for u in self.members.values() for p in u])
+
+    def _run(self, feed: Iterator[list[_Pending]]) -> None:
         exhausted = False
         n = 0
         while True:
+            self.stop.check()
             while not exhausted and (not self.queue or self.queued < self.units.size):
                 items = next(feed, None) if not self.queue else _poll(feed)
                 if items is _NOT_READY:
@@ -591,6 +621,7 @@ def prune_sessions(
     progress: Progress | None = None,
     on_pruned: Callable[[list[str]], None] | None = None,
     planned: Planned | None = None,
+    result: PruneResult | None = None,
 ) -> PruneResult:
     """Archive (unless the policy says ``archive = false``), verify, then delete these conversations.
 
@@ -598,9 +629,10 @@ def prune_sessions(
     whole or put back whole; no linking of its own, so what goes is exactly what was decided.
     Through the run's writer and FTS hold (``ctx``; without a hold, one of its own);
     ``on_pruned``: called with the ids of each batch as soon as they are gone; ``planned``: what
-    the plan decided from, looked at again as each conversation is deleted (:class:`Planned`).
+    the plan decided from, looked at again as each conversation is deleted (:class:`Planned`);
+    ``result``: filled as it goes (what a run stopped by a signal had done).
     """
-    result = PruneResult()
+    result = PruneResult() if result is None else result
     if not convs:
         return result
     profile, archive = ctx.profile, ctx.policy.archive

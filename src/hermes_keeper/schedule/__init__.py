@@ -70,14 +70,15 @@ class When:
 
 
 def keeper_executable() -> list[str]:
-    """The keeper by absolute path, as a scheduler with a short PATH must call it.
+    """The keeper by absolute path, as a scheduler with a short PATH must call it: the path it was
+    started by (pipx's ~/.local/bin link, not the venv it points into: a `pipx reinstall` keeps it).
 
     The console script that is running (``sys.argv[0]``), else the one beside this Python
     (its virtualenv or pipx venv), else the one on PATH, else ``python -m hermes_keeper``.
     """
     argv0 = Path(sys.argv[0])
     if argv0.name == NAME and argv0.is_file():
-        return [str(argv0.resolve())]
+        return [str(argv0.absolute())]
     beside = Path(sys.executable).parent / NAME
     if beside.is_file():
         return [str(beside.absolute())]
@@ -127,9 +128,28 @@ class Change:
     where: str
     text: str
     note: str = ""
+    runs: Runs | None = None  # show: when the scheduler runs it next and ran it last
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.runs is None:
+            del d["runs"]
+        return d
+
+
+@dataclass(frozen=True)
+class Runs:
+    """What the scheduler itself says of a job: its next run, its last one and that one's result
+    (None: it does not say, or never ran it), local time ``YYYY-MM-DD HH:MM`` where the keeper
+    computes it, the scheduler's own words otherwise."""
+
+    next: str | None = None
+    last: str | None = None
+    result: str | None = None
+
+    def line(self) -> str:
+        last = f"{self.last} ({self.result})" if self.last and self.result else self.last
+        return f"next run: {self.next or 'not known'}; last run: {last or 'none recorded by the scheduler'}"
 
 
 def backend(via: str):

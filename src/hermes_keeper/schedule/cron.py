@@ -12,11 +12,12 @@ value with one is refused before anything is read or written.
 
 from __future__ import annotations
 
+import datetime
 import shlex
 import subprocess
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.schedule import CONTROL, NAME, Change, Job, escaped
+from hermes_keeper.schedule import CONTROL, NAME, Change, Job, Runs, escaped
 
 VIA = "cron"
 TAG = f"# {NAME}:"
@@ -109,5 +110,27 @@ def remove(job: Job, dry_run: bool = False) -> list[Change]:
     ]
 
 
+def next_run(fields: list[str], now: datetime.datetime) -> str | None:
+    """When cron runs a line of these five fields next (local time), for the forms ``install``
+    writes (minute, hour, day of month ``*`` or N, any month, weekday ``*`` or N); None for others."""
+    try:
+        minute, hour, day, month, weekday = fields
+        at = now.replace(hour=int(hour), minute=int(minute), second=0, microsecond=0)
+    except ValueError:
+        return None
+    if month != "*" or not all(f == "*" or f.isdigit() for f in (day, weekday)):
+        return None
+    for n in range(32 * 7):  # a monthly line's next 1st, whatever its weekday asks, is within it
+        t = at + datetime.timedelta(days=n)
+        if t > now and day in ("*", str(t.day)) and weekday in ("*", str(t.isoweekday() % 7)):
+            return t.strftime("%Y-%m-%d %H:%M")
+    return None
+
+
 def show(job: Job) -> list[Change]:
-    return [Change(VIA, "found", "crontab", _text(x)) for x in read() if _ours(x, job.key)]
+    now = datetime.datetime.now()
+    return [
+        Change(VIA, "found", "crontab", _text(x), runs=Runs(next=next_run(_text(x).split()[:5], now)))
+        for x in read()
+        if _ours(x, job.key)
+    ]

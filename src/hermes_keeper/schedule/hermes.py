@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import HomeFS, durable_rename
-from hermes_keeper.schedule import NAME, Change, Job
+from hermes_keeper.schedule import NAME, Change, Job, Runs
 
 VIA = "hermes"
 SCRIPT = f"{NAME}.sh"
@@ -134,9 +134,17 @@ def remove(job: Job, dry_run: bool = False, hermes=None) -> list[Change]:
     return changes or [Change(VIA, "absent", _jobs_file(job), "")]
 
 
+def runs(record: dict) -> Runs:
+    """Hermes's own word on a job (its record's ``next_run_at``, ``last_run_at``, ``last_status``)."""
+    result = record.get("last_status")
+    if result and record.get("last_error"):
+        result += f": {record['last_error']}"
+    return Runs(record.get("next_run_at"), record.get("last_run_at"), result)
+
+
 def show(job: Job, hermes=None) -> list[Change]:
     result = _side(job, "show", hermes, True)
     return [
-        Change(VIA, "found", _jobs_file(job), json.dumps(j, indent=2, default=str), result["hermes"])
+        Change(VIA, "found", _jobs_file(job), json.dumps(j, indent=2, default=str), result["hermes"], runs(j))
         for j in result["jobs"]
     ]

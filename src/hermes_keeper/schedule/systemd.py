@@ -15,15 +15,17 @@ UTF-8: a path that is not is refused.
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import durable_rename
-from hermes_keeper.schedule import NAME, Change, Job, escaped
+from hermes_keeper.schedule import NAME, Change, Job, Runs, escaped
 
 VIA = "systemd"
 RANDOM_DELAY = "15min"
@@ -126,11 +128,37 @@ def install(job: Job, dry_run: bool = False) -> list[Change]:
     timer = f"{unit_name(job)}.timer"
     if not dry_run:
         problem = _systemctl("daemon-reload") or _systemctl("enable", "--now", timer)
-        if problem:
+        if problem:  # written but not scheduled: a failure, never "installed"
             how = f"systemctl --user daemon-reload && systemctl --user enable --now {timer}"
-            note = f"{problem}; enable it with: {how}"
-            changes[-1] = Change(VIA, changes[-1].action, changes[-1].where, changes[-1].text, note)
+            raise KeeperError(
+                f"systemctl --user refused the timer ({problem}): nothing is scheduled; the units are in "
+                f"{folder}; enable them with: {how}"
+            )
+        changes[-1] = Change(VIA, changes[-1].action, changes[-1].where, changes[-1].text, linger())
     return changes
+
+
+def linger() -> str:
+    """Whether the user's timers run while they are logged out (``loginctl show-user``), said."""
+    user = getpass.getuser()
+    try:
+        out = subprocess.run(
+            ["loginctl", "show-user", user, "--property=Linger", "--value"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        said, code = out.stdout.strip(), out.returncode
+        why = (out.stderr.strip().splitlines() or [f"exit {code}"])[-1]
+    except OSError as exc:
+        said, code, why = "", 1, f"loginctl: {exc.strerror}"
+    if code == 0 and said == "yes":
+        return f"linger on: the timer runs while {user} is logged out too"
+    state = "off" if code == 0 else f"not known ({why})"
+    return (
+        f"linger {state}: the timer runs only while {user} is logged in; "
+        f"to run it always: loginctl enable-linger {user}"
+    )
 
 
 def remove(job: Job, dry_run: bool = False) -> list[Change]:
@@ -148,10 +176,38 @@ def remove(job: Job, dry_run: bool = False) -> list[Change]:
     return changes or [Change(VIA, "absent", str(folder / timer), "")]
 
 
+def _properties(unit: str, *names: str) -> dict[str, str]:
+    """``systemctl --user show UNIT`` of these properties ({} where systemctl cannot say)."""
+    if shutil.which("systemctl") is None:
+        return {}
+    out = subprocess.run(
+        ["systemctl", "--user", "show", unit, *(f"--property={n}" for n in names)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = out.stdout.splitlines() if out.returncode == 0 else []
+    return {k: v for k, _, v in (x.partition("=") for x in lines) if v and v != "n/a"}
+
+
+def runs(job: Job) -> Runs:
+    """The timer's next and last trigger and its service's last result, as systemd says them."""
+    name = unit_name(job)
+    timer = _properties(f"{name}.timer", "NextElapseUSecRealtime", "LastTriggerUSec")
+    service = _properties(f"{name}.service", "Result", "ExecMainStatus")
+    result = service.get("Result")
+    if result and service.get("ExecMainStatus", "0") != "0":
+        result += f", exit {service['ExecMainStatus']}"
+    return Runs(timer.get("NextElapseUSecRealtime"), timer.get("LastTriggerUSec"), result)
+
+
 def show(job: Job) -> list[Change]:
     folder = unit_dir()
-    return [
+    found = [
         Change(VIA, "found", str(folder / f), text)
         for f in units(job)
         if (text := _read(folder / f)) is not None
     ]
+    if found:
+        found[-1] = replace(found[-1], runs=runs(job))
+    return found

@@ -38,6 +38,16 @@ class Holder:
     def describe(self) -> str:
         return f"pid {self.pid} ({self.cmdline or self.name})"
 
+    @property
+    def is_keeper(self) -> bool:
+        """Another hermes-keeper (its console script, or ``python -m hermes_keeper``), not Hermes:
+        still a holder to be careful of, never a sign that Hermes runs."""
+        words = self.cmdline.split()
+        return self.name == "hermes-keeper" or any(
+            os.path.basename(w) == "hermes-keeper" or (w == "hermes_keeper" and words[i - 1] == "-m")
+            for i, w in enumerate(words)
+        )
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -1,0 +1,203 @@
+"""The archive's search index (``archive/index.py``) narrows a search and never changes its answer.
+
+Every search is run twice, with the index and by scanning every payload (``use_index=False``):
+same hits in the same order, same totals, same damaged rows. Then what makes a cache go wrong:
+entries added, dropped and rewritten after it was built, a damaged index file, a home it cannot
+be written in, a lock held by another search.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hermes_keeper.archive import index as ix
+from hermes_keeper.archive.query import Filters, search
+from hermes_keeper.archive.store import Archive, archive_paths
+from tests import archive_home as ah
+from tests.conftest import tiny_disk
+
+TEXTS = [
+    "Walrus tusks are teeth",
+    "the WEATHER summary for Oslo",
+    "kubernetes pod crash-loop: OOMKilled",
+    'a "quoted" word and a back\\slash',
+    "一个海象的长牙",  # CJK: no case, the index answers it
+    "naïve café déjà vu",  # accented: scanned
+    "line one\nline two",
+    "Résumé of the ΣΊΣΥΦΟΣ myth",
+    "the Ꭰ syllabary",  # Cherokee: Python and FTS5 fold it differently, so searches for it scan
+]
+QUERIES = [
+    "walrus",
+    "WALRUS",
+    "tusks are",
+    "weather summary",
+    "OOMKilled",
+    "crash-loop",
+    '"quoted"',
+    "back\\slash",
+    "海象的",
+    "naïve",
+    "café",
+    "one\nline",
+    "no-such-text",
+    "xy",
+    "Σίσυφος",
+    "ssa",
+    "ꭰ syl",
+]
+
+
+def _answer(r) -> tuple:
+    hits = [(h.entry.entry, h.message_id, h.snippet, h.matches) for h in r.hits]
+    return hits, r.total, r.scanned, r.damaged
+
+
+def _same(store, text, filters=None, limit=50):
+    filters = filters or Filters()
+    indexed = search(store, text, filters, limit)
+    assert _answer(indexed) == _answer(search(store, text, filters, limit, use_index=False)), text
+    return indexed
+
+
+@pytest.fixture
+def store(tmp_path):
+    keeper = tmp_path / "home" / "keeper"
+    keeper.parent.mkdir()
+    with Archive.for_home(keeper) as store:
+        store.put(
+            [
+                ah.payload(
+                    f"s{i}",
+                    "cli" if i % 2 else "cron",
+                    1.7e9 + i * 3600,
+                    texts=(TEXTS[i % len(TEXTS)], f"turn {i}"),
+                )
+                for i in range(40)
+            ]
+        )
+        yield store
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_index_answers_exactly_what_the_scan_answers(store, query):
+    _same(store, query)
+    _same(store, query, Filters(sources=("cli",)), limit=3)
+
+
+def test_the_index_is_a_private_file_beside_the_archive_and_not_part_of_it(store):
+    search(store, "walrus")
+    path = store.path.parent / ix.INDEX_NAME
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path not in archive_paths(store.path)
+
+
+def test_only_candidates_are_read(store, monkeypatch):
+    reads = []
+    real = Archive.get_entry
+    monkeypatch.setattr(Archive, "get_entry", lambda self, e: reads.append(e) or real(self, e))
+    result = _same(store, "kubernetes")
+    assert result.total == 5 and len(reads) == 5  # 5 of 40 sessions hold the text; no other is opened
+
+
+def test_entries_added_dropped_and_rewritten_after_the_index_was_built(store):
+    assert _same(store, "narwhal").total == 0
+    store.put([ah.payload("late", "cli", 1.8e9, texts=("a narwhal at last",))])
+    assert [h.entry.session_id for h in _same(store, "narwhal").hits] == ["late"]
+    dropped = [e.entry for e in store.entries() if e.session_id in ("s0", "s8")]
+    store.files[0].delete(dropped)
+    assert {h.entry.session_id for h in _same(store, "walrus").hits}.isdisjoint({"s0", "s8"})
+    # An entry whose payload changed under the same number: its new text is found, the old is not.
+    f = store.files[0]
+    (entry,) = [e.entry for e in store.entries() if e.session_id == "late"]
+    with f.conn:
+        f.conn.execute("DELETE FROM archived_sessions WHERE entry = ?", (entry,))
+    store.put([ah.payload("late", "cli", 1.8e9, texts=("an orca instead",))])
+    assert _same(store, "narwhal").total == 0 and _same(store, "orca").total == 1
+
+
+def test_an_index_mostly_of_dropped_entries_is_rebuilt(store):
+    search(store, "walrus")
+    store.files[0].delete([e.entry for e in store.entries()][:30])
+    _same(store, "walrus")
+    conn = sqlite3.connect(store.path.parent / ix.INDEX_NAME)
+    assert conn.execute("SELECT count(*) FROM doc").fetchone()[0] == 10  # started again, only the live ones
+    conn.close()
+
+
+def test_a_damaged_index_file_is_made_anew(store):
+    search(store, "walrus")
+    path = store.path.parent / ix.INDEX_NAME
+    path.write_bytes(b"not a database at all" * 100)
+    for side in ("-wal", "-shm"):
+        (store.path.parent / (ix.INDEX_NAME + side)).unlink(missing_ok=True)
+    assert _same(store, "walrus").total == 5
+    assert path.read_bytes().startswith(b"SQLite format 3")
+
+
+def test_a_damaged_payload_is_listed_as_the_scan_lists_it(store):
+    search(store, "walrus")  # indexed while whole
+    f = store.files[0]
+    (entry,) = [e.entry for e in store.entries() if e.session_id == "s0"]
+    blob = bytearray(
+        f.conn.execute("SELECT payload FROM archived_sessions WHERE entry = ?", (entry,)).fetchone()[0]
+    )
+    blob[-3] ^= 0xFF
+    with f.conn:
+        f.conn.execute("UPDATE archived_sessions SET payload = ? WHERE entry = ?", (bytes(blob), entry))
+    assert _same(store, "walrus").damaged == ["s0"]
+    # Damaged before it was ever indexed: listed too.
+    (store.path.parent / ix.INDEX_NAME).unlink()
+    assert _same(store, "tusks").damaged == ["s0"]
+
+
+def _home(folder):
+    (folder / "home").mkdir()
+    return folder / "home"
+
+
+def test_a_full_disk_means_a_scan_with_the_same_answer(tmp_path):
+    """The index cannot grow on a full disk: the search scans, nothing fails, nothing is lost."""
+    with tiny_disk(tmp_path / "disk", "4M") as disk, Archive.for_home(_home(disk) / "keeper") as store:
+        store.put([ah.payload(f"s{i}", "cli", 1.7e9 + i, texts=(TEXTS[i % len(TEXTS)],)) for i in range(40)])
+        search(store, "walrus")
+        store.put(
+            [
+                ah.payload(f"n{i}", "cli", 1.8e9 + i, texts=("walrus " + os.urandom(3000).hex(),))
+                for i in range(20)
+            ]
+        )
+        filler = disk / "filler"
+        with filler.open("wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(os.urandom(1 << 16))
+                f.flush()
+        assert _same(store, "walrus").total == 25
+
+
+def test_a_lock_held_by_another_search_means_a_scan_not_a_wait(store):
+    search(store, "walrus")
+    other = sqlite3.connect(store.path.parent / ix.INDEX_NAME)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        store.put([ah.payload("new", "cli", 1.9e9, texts=("walrus again",))])  # the index must be written
+        result = _same(store, "walrus")
+        assert result.total == 6
+    finally:
+        other.rollback()
+        other.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.text(alphabet=st.sampled_from('abcAB Xé海"\\\n-'), min_size=1, max_size=6).filter(lambda t: t.strip())
+)
+def test_any_text_gets_the_scans_answer(store, text):
+    _same(store, text)
