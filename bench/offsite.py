@@ -11,7 +11,7 @@ On copies of a home built by real Hermes (bench/homes.py), with a local restic r
   gateway  night 1's run beside the gateway stand-in (20 writes/s), and the same run without
            ``[offsite]`` on an identical copy: writer failures, p99 and max (target: the same)
 
-    .venv/bin/python bench/offsite.py [--sessions 5000] [--messages 300000]
+    .venv/bin/python bench/offsite.py [--sessions 5000] [--messages 300000] [--home DIR]
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=5000)
     ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--home", type=Path, default=None, help="An existing bench home instead of building one.")
     args = ap.parse_args()
-    base = bench_home(args.sessions, args.messages)
+    base = args.home or bench_home(args.sessions, args.messages)
     work = Path(tempfile.mkdtemp(prefix="offsite-bench-"))
     try:
         run_all(base, work, args)
