@@ -9,7 +9,8 @@ On copies of a home built by real Hermes (bench/homes.py), with a local restic r
            <= 10% after the first night); beside it, what a page-for-page copy of the same
            state.db (SQLite's backup API) adds to a second repository
   gateway  night 1's run beside the gateway stand-in (20 writes/s), and the same run without
-           ``[offsite]`` on an identical copy: writer failures, p99 and max (target: the same)
+           ``[offsite]`` on an identical copy; then a push alone beside it, and the stand-in alone
+           as long: writer failures, p99 and max (target: the same)
 
     .venv/bin/python bench/offsite.py [--sessions 5000] [--messages 300000] [--home DIR]
 """
@@ -31,6 +32,7 @@ from bench.backup_compact import beside_writer, line  # noqa: E402
 from bench.homes import bench_home, copy_home  # noqa: E402
 from hermes_keeper import demo  # noqa: E402
 from hermes_keeper.home import select_profiles  # noqa: E402
+from hermes_keeper.offsite.copies import push  # noqa: E402
 from hermes_keeper.offsite.restic import Restic  # noqa: E402
 from tests.hermes_env import Hermes  # noqa: E402
 from tests.offsite_repo import init_repository, offsite_toml  # noqa: E402
@@ -76,6 +78,20 @@ def run_all(base: Path, work: Path, args: argparse.Namespace) -> None:
         policy = profile.config()  # a day later: each source's retention one day shorter
         policy.retention_s = {k: max(0.0, v - (n - 1) * DAY) for k, v in policy.retention_s.items()}
         report(n, profile.run(policy), home, len(fresh), pages)
+    gateway_beside_push(select_profiles(home)[0])
+
+
+def gateway_beside_push(profile) -> None:
+    """The push alone (a new backup to send) beside the stand-in, then the stand-in alone as long."""
+    profile.backup()
+    policy = profile.config()
+    print()
+    stats, seconds, done = beside_writer(
+        profile.home, lambda: push(profile, policy.offsite, policy.rotation, None, None)
+    )
+    print(line("push alone", stats, seconds, f"added {done.added_bytes / 1e6:.1f} MB"))
+    stats, idle, _ = beside_writer(profile.home, lambda: time.sleep(seconds))
+    print(line("writer alone", stats, idle, ""))
 
 
 def report(n: int, night, home: Path, added_sessions: int, pages: Restic) -> None:
