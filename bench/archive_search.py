@@ -4,12 +4,15 @@ Builds (once, cached in .cache/bench/) an archive of demo-home payloads (the sch
 real Hermes 0.19.0 creates, ``hermes_keeper.demo.generate`` sessions) written by the
 keeper's own ``Archive.put``, then prints the archive size and, median of 3 runs:
 
-- ``archive_query.search`` (the method used: stream rows, zstd-decompress, check sha256,
-  byte search, parse only candidates) for a few queries;
+- ``archive_query.search`` with its index (the method used, ``archive/index.py``: an FTS5
+  trigram index without positions narrows, each candidate is confirmed in its payload): the
+  first search (which builds the index), the index's size, then each query;
+- the same search without the index (stream rows, zstd-decompress, check sha256, byte search,
+  parse only candidates), as it was before the index;
 - its floor: reading + decompressing every payload, nothing else;
 - alternative A, a zstd dictionary trained on the payloads: archive size and scan time;
-- alternative B, an FTS5 trigram index of the message text beside the archive: build
-  time, extra bytes on disk, query time.
+- alternative B, an FTS5 trigram index with positions (exact phrase matches, no payload to
+  confirm): build time, extra bytes on disk, query time.
 
     .venv/bin/python bench/archive_search.py [--sessions 10000] [--months 12]
 
@@ -34,6 +37,7 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_keeper import demo  # noqa: E402
+from hermes_keeper.archive.index import INDEX_NAME  # noqa: E402
 from hermes_keeper.archive.payload import read_payload  # noqa: E402
 from hermes_keeper.archive.query import ALL, list_entries, search, searchable_fields  # noqa: E402
 from hermes_keeper.archive.store import ZSTD_LEVEL, Archive  # noqa: E402
@@ -41,7 +45,7 @@ from hermes_keeper.sqlite.connect import connect_ro, read_txn  # noqa: E402
 from hermes_keeper.sqlite.schema import inspect  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "bench"
-QUERIES = ("kubernetes", "weather summary", "no-such-word-anywhere", "ÜNKNOWN")
+QUERIES = ("kubernetes", "weather summary", "no-such-word-anywhere", "ÜNKNOWN", "20261")
 
 
 def build(sessions: int) -> Path:
@@ -163,10 +167,23 @@ def main() -> None:
             f"archive: {n} sessions, {path.stat().st_size / 1e6:.1f} MB on disk "
             f"(payloads {raw / 1e6:.1f} MB JSON -> {stored / 1e6:.1f} MB zstd level {ZSTD_LEVEL})"
         )
-        print("used: streaming search (archive_query.search), median of 3")
-        for query in QUERIES:
-            secs, result = median_s(lambda query=query: search(store, query, limit=None))
-            print(f"  search {query!r:26} {secs:6.2f} s  ({result.total} of {result.scanned} sessions)")
+        index = path.parent / INDEX_NAME
+        for side in ("", "-wal", "-shm"):
+            Path(f"{index}{side}").unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        search(store, QUERIES[0], limit=50)
+        built = time.perf_counter() - t0
+        size = sum(Path(f"{index}{s}").stat().st_size for s in ("", "-wal") if Path(f"{index}{s}").exists())
+        print(f"used: indexed search; the first one built the index in {built:.1f} s, {size / 1e6:.1f} MB")
+        for use_index in (True, False):
+            print("  with the index (median of 3):" if use_index else "  without it (every payload):")
+            for query in QUERIES:
+                secs, result = median_s(
+                    lambda query=query, use_index=use_index: search(
+                        store, query, limit=50, use_index=use_index
+                    )
+                )
+                print(f"    search {query!r:26} {secs:6.2f} s  ({result.total} of {result.scanned} sessions)")
         floor, _ = median_s(lambda: scan_floor(store))
         print(f"  floor: read + decompress every payload {floor:.2f} s")
         print("alternatives, same payloads:")

@@ -18,6 +18,11 @@ from hermes_keeper.sqlite import walreset
 from tests.hermes_env import Hermes
 
 HERMES_VERSION = os.environ.get("HERMES_VERSION", "0.19.0")
+# The keeper prints plain ASCII under a locale that is not UTF-8 (cli/text.ascii_only); the suite
+# expects UTF-8 output unless a test sets LANG=C itself, whatever locale the CI machine starts with.
+for _var in ("LC_ALL", "LC_CTYPE"):
+    os.environ.pop(_var, None)
+os.environ["LANG"] = "C.UTF-8"
 ROOT = Path(__file__).resolve().parent.parent
 
 

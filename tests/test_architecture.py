@@ -31,6 +31,7 @@ FLOORS = (
 #: Imports of the package's own modules inside a function, and why each is there.
 LAZY_IMPORTS = {
     ("cli", "hermes_keeper.cli.text"): "only on the error path: rich is not cheap to import",
+    ("cli.options", "hermes_keeper.cli.text"): "only on a profile's failure line: rich is not cheap",
     ("cli.options", "hermes_keeper.metrics"): "prometheus_client is imported only with --textfile",
 }
 MAX_LINES, MAX_PARAMS = 80, 7

@@ -99,12 +99,16 @@ def test_the_index_is_a_private_file_beside_the_archive_and_not_part_of_it(store
     assert path not in archive_paths(store.path)
 
 
-def test_only_candidates_are_read(store, monkeypatch):
-    reads = []
-    real = Archive.get_entry
-    monkeypatch.setattr(Archive, "get_entry", lambda self, e: reads.append(e) or real(self, e))
-    result = _same(store, "kubernetes")
-    assert result.total == 5 and len(reads) == 5  # 5 of 40 sessions hold the text; no other is opened
+def test_only_candidates_are_decompressed(store, monkeypatch):
+    search(store, "walrus")  # the index is built (reading every payload once)
+    opened = []
+    real = Archive._checked
+    monkeypatch.setattr(
+        Archive, "_checked", lambda self, sid, sha, blob: opened.append(sid) or real(self, sid, sha, blob)
+    )
+    result = search(store, "kubernetes")
+    assert result.total == 5 and len(opened) == 5  # 5 of 40 sessions hold the text; no other is opened
+    assert result.scanned == 40
 
 
 def test_entries_added_dropped_and_rewritten_after_the_index_was_built(store):

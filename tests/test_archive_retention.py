@@ -111,7 +111,7 @@ def test_by_bytes_oldest_first_until_under_budget_and_report_says_over(tmp_path)
     assert len(before.files) == 3
     oldest = before.files[0]
     budget = before.bytes - (oldest.bytes - oldest.base_bytes) // 2  # half of the oldest month's entries
-    _config(home, f"[archive]\nmax_bytes = {budget}\n")
+    _config(home, f'[archive]\nmax_bytes = "{budget}B"\n')
 
     rep = json.loads(_cli_report(home))["profiles"][0]["archive"]
     assert rep["over_budget"] and rep["budget"] == budget and rep["bytes"] == before.bytes
@@ -135,7 +135,7 @@ def test_by_bytes_oldest_first_until_under_budget_and_report_says_over(tmp_path)
 
     # A budget below two months: the two oldest files go whole, the newest keeps what fits.
     left = survey_archive(profile)
-    _config(home, f"[archive]\nmax_bytes = {left.files[-1].bytes}\n")
+    _config(home, f'[archive]\nmax_bytes = "{left.files[-1].bytes}B"\n')
     profile.run()
     assert [f.name for f in survey_archive(profile).files] == [left.files[-1].name]
     assert not profile.archive.usage().over_budget

@@ -69,7 +69,11 @@ def test_one_time_conversion_when_idle_then_hermes_vacuum_keeps_it(home, hermes)
     assert sql(home, "PRAGMA auto_vacuum")[0] == [(2,)]
 
 
-def test_incremental_steps_while_hermes_writes(home, hermes):
+def test_incremental_steps_while_hermes_writes(home, hermes, monkeypatch):
+    # The cut's one write races the writer's (50/s); on a loaded machine the writer can win every
+    # one of the default 20 tries (a second), and the keeper then says so and leaves the WAL for
+    # the next run. What this test holds is that the cut works when it gets its turn: more tries.
+    monkeypatch.setattr(compact_mod, "WAL_CUT_TRIES", 400)
     sql(home, "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM")
     delete_cron(home)
     free_before = sql(home, "PRAGMA freelist_count")[0][0][0]
@@ -82,6 +86,7 @@ def test_incremental_steps_while_hermes_writes(home, hermes):
     assert res.free_bytes_after <= 16 * 4096 and res.backup is None
     assert res.db_bytes_before - res.db_bytes_after >= res.pages_freed * 4096 * 0.9
     # Moved pages pass through the WAL; a live Hermes never truncates it, so ours keeps it bounded.
+    assert "was not cut back" not in res.note
     assert res.wal_bytes_after <= WAL_LIMIT_BYTES + 1_000_000
     hermes_view(hermes, home)  # indexes intact after the merges
 
@@ -94,7 +99,7 @@ def test_held_database_is_not_vacuumed_when_the_stall_would_not_fit(home, hold_o
     assert not res["vacuumed"] and res["auto_vacuum_after"] == "none" and res["backup"] is None
     assert res["free_bytes_after"] > 1_000_000 and res["wal_bytes_after"] > 0  # the WAL is not truncated
     assert f"{units.size(res['free_bytes_after'])} reclaimable" in res["note"]
-    assert "over live_vacuum_stall, 0.01 s" in res["note"]
+    assert "over live_vacuum_stall, 0.01s" in res["note"]
     assert "when no process holds the database" in res["note"] and f"pid {proc.pid}" in res["note"]
     assert res["live"] and "Hermes's own FTS optimize" in res["note"]
     assert not (home / "keeper" / "backups").exists()
@@ -194,7 +199,7 @@ def test_small_database_is_converted_beside_a_quiet_hermes(home, hermes, hold_op
 
 
 def test_the_note_gives_the_estimate_the_json_gives(home, hold_open, monkeypatch):
-    """One rounding for both: an estimate of 0.2504 s is 0.25 in --json and "about 0.2 s" in the
+    """One rounding for both: an estimate of 0.2504 s is 0.25 in --json and "about 250ms" in the
     note (which once said 0.3 beside it)."""
     monkeypatch.setattr(compact_mod, "estimate_vacuum_s", lambda *a: 0.2504)
     monkeypatch.setattr(compact_mod, "wait_quiet", lambda *a: False)  # a gateway that never pauses
@@ -202,7 +207,7 @@ def test_the_note_gives_the_estimate_the_json_gives(home, hold_open, monkeypatch
     hold_open(home / "state.db")
     res = run_compact(home)
     assert res["vacuumed"] and res["vacuum_estimate_s"] == 0.25
-    assert "a stall of its writes of about 0.2 s" in res["note"]
+    assert "a stall of its writes of about 250ms" in res["note"]
 
 
 def test_converted_beside_a_gateway_that_never_pauses(home, monkeypatch):
@@ -214,7 +219,7 @@ def test_converted_beside_a_gateway_that_never_pauses(home, monkeypatch):
     with live_writer(home, rate=20.0, warmup_s=0.3) as w:
         res = compact(select_profiles(home)[0])
     assert res.live and res.vacuumed and res.auto_vacuum_after == "incremental"
-    assert "did not pause" in res.note and f"about {res.vacuum_estimate_s:.1f} s" in res.note
+    assert "did not pause" in res.note and f"about {units.took(res.vacuum_estimate_s)}" in res.note
     assert w.stats["failures"] == 0 and w.stats["writes"] > 0
     assert res.db_bytes_after < before - 1_000_000
 
@@ -357,7 +362,7 @@ def test_plan_announces_the_one_time_vacuum(home):
     plan = json.loads(out.output)["profiles"][0]
     assert plan["prune"]["sessions"] > 0
     announced = plan["compact"]
-    assert announced.startswith("one-time VACUUM") and "stall estimate is at most 5 s" in announced
+    assert announced.startswith("one-time VACUUM") and "stall estimate is at most 5s" in announced
     text = CliRunner().invoke(main, ["plan", "--home", str(home)]).output
     assert ". compact: one-time VACUUM" in text
 

@@ -15,7 +15,10 @@ from tests.conftest import tree_digest
 
 
 def run_demo(*args):
-    return CliRunner().invoke(main, ["demo", *args], env={"COLUMNS": "100"})
+    # a 100-column terminal (rich's TTY_COMPATIBLE), without colour codes; piped, nothing wraps
+    return CliRunner().invoke(
+        main, ["demo", *args], env={"COLUMNS": "100", "TTY_COMPATIBLE": "1", "TERM": "dumb"}
+    )
 
 
 def test_demo_builds_into_dir_and_reports(tmp_path):
@@ -44,7 +47,7 @@ def test_demo_refuses_a_folder_with_a_database(tmp_path):
     before = tree_digest(tmp_path)
     res = run_demo(str(tmp_path))
     assert res.exit_code == 2
-    assert "already holds a state.db" in res.output and len(res.output.strip().splitlines()) == 1
+    assert "is not empty (notes.txt, state.db)" in res.output and len(res.output.strip().splitlines()) == 1
     assert tree_digest(tmp_path) == before
 
 

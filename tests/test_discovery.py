@@ -54,12 +54,13 @@ def test_invalid_active_profile_falls_back_to_default(root, content, picked):
     assert names(select_profiles(root, env={})) == [picked]
 
 
-def test_home_option_wins_over_env_and_profile_symlinks_are_ignored(root, tmp_path):
+def test_home_option_wins_over_env_and_profile_symlinks_are_listed(root, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (root / "profiles" / "linked").symlink_to(other)
     picked = select_profiles(root, all_profiles=True, env={"HERMES_HOME": str(other)})
-    assert names(picked) == ["default", "play", "work"] and picked[0].home == root.resolve()
+    # a linked profile is listed (issue 34: it was left out); each() follows or reports it
+    assert names(picked) == ["default", "linked", "play", "work"] and picked[0].home == root.resolve()
     with pytest.raises(KeeperError, match="Hermes home not found"):
         select_profiles(env={"HERMES_HOME": str(tmp_path / "gone")})
 

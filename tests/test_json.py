@@ -112,7 +112,7 @@ def test_a_policy_with_every_kind_of_value_matches_its_schema(tmp_path):
     (tmp_path / "keeper.toml").write_text(
         'backup = false\nbusy_wait = "30s"\n[retention]\nfoo = "3d"\n[disk]\nmax_db_bytes = "2GB"\n'
         '[files]\ncron_output_age = "off"\ncron_output_keep = 3\n[archive]\nkeep = "365d"\n'
-        '[backups]\ndest = "/tmp/b"\nkeep_daily = 0\n[profiles.default.runaway]\nmax_bytes = 1000\n'
+        '[backups]\ndest = "/tmp/b"\nkeep_daily = 0\n[profiles.default.runaway]\nmax_bytes = "1000B"\n'
     )
     policy = effective_policy(tmp_path, "default")
     row = {"profile": "default"} | policy.to_dict()

@@ -345,8 +345,8 @@ def test_every_decision_has_a_stable_reason_code():
 def test_plan_lists_its_steps_and_says_when_deletes_are_final():
     s = survey_of(row("a", "cron", 30), row("z", "cli", 5, open_=True, idle=3))
     steps = make_plan(s, Policy(), NOW).steps()
-    assert steps[0].startswith("backup") and steps[1] == "close 1 zombie sessions"
-    assert steps[2].startswith("prune 1 sessions: archive and verify") and steps[-1].startswith("compact")
+    assert steps[0].startswith("backup") and steps[1] == "close 1 zombie session"
+    assert steps[2].startswith("prune 1 session: archive and verify") and steps[-1].startswith("compact")
     final = make_plan(s, Policy(archive=False), NOW)
     assert "NO archive (final)" in final.steps()[2] and final.to_dict()["archive"] is False
     assert make_plan(survey_of(row("b", "cli", 5)), Policy(), NOW).steps() == []

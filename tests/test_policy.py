@@ -57,9 +57,12 @@ def test_file_and_profile_overrides_with_provenance(tmp_path):
         ("[disk]\nlow_water = 0", r"disk.low_water: must be in \(0, 1\]"),
         ("[disk]\nlow_water = nan", "disk.low_water: must be a finite number"),
         ('[disk]\nmax_db_bytes = "lots"', "disk.max_db_bytes: not a size"),
-        ("[disk]\nmax_db_bytes = inf", "disk.max_db_bytes: must be a finite number"),
-        ("[disk]\nmax_db_bytes = nan", "disk.max_db_bytes: must be a finite number"),
-        ("[disk]\nmax_db_bytes = -5", "disk.max_db_bytes: must be >= 0"),
+        ("[disk]\nmax_db_bytes = inf", "disk.max_db_bytes: a size needs a unit"),
+        ("[disk]\nmax_db_bytes = nan", "disk.max_db_bytes: a size needs a unit"),
+        ('[disk]\nmax_db_bytes = "-5MB"', "disk.max_db_bytes: not a size"),
+        # 500 bytes or 500 MB? A bare size is refused as a bare duration is (issue 35).
+        ("[disk]\nmax_db_bytes = 500", 'disk.max_db_bytes: a size needs a unit: write "500MB"'),
+        ('[check]\ndb_warn = "5"', 'check.db_warn: a size needs a unit: write "5MB"'),
         ("budget_ms = nan", "budget_ms: must be a finite number"),
         ("budget_ms = inf", "budget_ms: must be a finite number"),
         ("budget_ms = 0.5", r"budget_ms: must be in \[1, 1000\]"),
@@ -126,7 +129,9 @@ def test_units():
     assert (
         parse_duration("90s") == 90 and parse_duration("2w") == 14 * DAY and parse_duration(" 12h ") == 43200
     )
-    assert parse_size("500MB") == 500 * 10**6 and parse_size("2GiB") == 2 * 1024**3 and parse_size(10) == 10
+    assert (
+        parse_size("500MB") == 500 * 10**6 and parse_size("2GiB") == 2 * 1024**3 and parse_size("10B") == 10
+    )
     with pytest.raises(KeeperError, match="--wait-idle: a duration needs a unit"):
         parse_duration(600, "--wait-idle")
 

@@ -126,7 +126,9 @@ def test_all_profiles_with_only_a_new_profile_beside_is_not_a_failure(tmp_path):
 def test_human_report_fits_100_columns(tmp_path):
     demo.build_home(tmp_path, demo.generate(time.time(), sessions=60))
     res = CliRunner().invoke(
-        main, ["report", "--home", str(tmp_path), "--zombie-after", "6h"], env={"COLUMNS": "100"}
+        main,
+        ["report", "--home", str(tmp_path), "--zombie-after", "6h"],
+        env={"COLUMNS": "100", "TTY_COMPATIBLE": "1", "TERM": "dumb"},  # a terminal; piped, nothing wraps
     )
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()

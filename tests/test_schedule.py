@@ -458,7 +458,7 @@ def test_show_gives_next_and_last_run(home, env):
     )
     assert re.search(r"cron: next run: \d{4}-\d\d-\d\d 03:30; last run: none recorded by the scheduler", out)
     assert re.search(
-        r"default: the keeper's last recorded run: \d{4}-\d\d-\d\d \d\d:\d\d, finished: pruned \d+", out
+        r"default: the keeper's last recorded run: \d{4}-\d\d-\d\d \d\d:\d\d \w+, finished: pruned \d+", out
     )
     doc = json.loads(keeper(home, "show", "--json", env=env).stdout)
     row = doc["profiles"][0]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from hermes_keeper import units
 from hermes_keeper.archive.store import archive_exists
-from hermes_keeper.backup.snapshot import backup_dir, list_backups, verify_backup
+from hermes_keeper.backup.snapshot import backup_dir, list_backups, of_home, verify_backup
 from hermes_keeper.journal import JOURNAL_SEALED, Skipped, read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.offsite.copies import CHECKED, newest_copy_time
@@ -100,7 +100,7 @@ def _age(label, since: float | None, now: float, warn, crit, what, never: tuple[
 def newest_verified_backup(profile: Place) -> float | None:
     """``created_at`` of the newest backup of this home whose file still checks out (sha256);
     older ones are only read when the newer fail."""
-    mine = [r for r in list_backups(backup_dir(profile)) if r.home == str(profile.home)]
+    mine = [r for r in list_backups(backup_dir(profile)) if of_home(r, profile.home)]
     for record in sorted(mine, key=lambda r: r.created_at, reverse=True):
         if verify_backup(record):
             return record.created_at

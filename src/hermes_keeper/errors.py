@@ -35,6 +35,10 @@ def os_error_line(exc: OSError) -> str:
     return f"{exc.strerror or exc}{where}"
 
 
+#: A command whose reader went away (``run | head``): the exit status of a process SIGPIPE ended,
+#: never 2's "refused, nothing changed" (the run before its summary line changed what it changed).
+
+
 #: Below this many free bytes an SQLite I/O error is taken for what it almost surely is. Not 1 MiB:
 #: by the time the error is read the run's own file removals (orphans first, on their own thread)
 #: may have given back a few MB (2.6 MB in tests/test_error_boundary.py's full disk).

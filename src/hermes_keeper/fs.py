@@ -5,15 +5,18 @@ Homes hold people's conversations, and symlinked folders are common (dotfile man
 from a home and a relative path of known parts, and walked one component at a time with
 ``O_NOFOLLOW`` from the home's folder descriptor (``openat``-style): a keeper folder or file
 that is a symlink, or not what it should be, is refused in one line before anything is
-written through it; a file to delete that sits behind a symlink is kept. What the keeper
-creates is 0600 in 0700 folders, and its own files found looser are tightened (through the
-descriptor, never through a link).
+written through it; a file to delete that sits behind a symlink is kept. A keeper file with a
+second name (a hard link, maybe to a file outside the home) is refused the same way. What the
+keeper creates is 0600 in 0700 folders, and its own files and folders (``keeper/``) found looser
+are tightened (through the descriptor, never through a link); a folder it did not make keeps
+its mode.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import pwd
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -53,6 +56,18 @@ def _refuse(path: Path, st: os.stat_result) -> KeeperError:
     """The one line for a keeper path that is not what the keeper made."""
     return KeeperError(
         f"{path} {what_it_is(path, st)}; the keeper does not follow or replace it, nothing changed"
+    )
+
+
+def _linked(path: Path, st: os.stat_result) -> KeeperError | None:
+    """The refusal of a keeper file with more than one name (a hard link: its other name may be
+    outside the home, and writing, truncating or chmod-ing it would change that file too)."""
+    if st.st_nlink <= 1:
+        return None
+    return KeeperError(
+        f"{path} is a hard link ({st.st_nlink} names for one file, another may be outside the home); "
+        "the keeper does not write through it, nothing changed (give it a name of its own: copy it and "
+        "move the copy over it)"
     )
 
 
@@ -119,10 +134,12 @@ class HomeFS:
         return parts[:-1], parts[-1]
 
     @contextmanager
-    def _folder(self, parts: tuple[str, ...], create: bool = False) -> Iterator[int]:
+    def _folder(self, parts: tuple[str, ...], create: bool = False, tighten: bool = True) -> Iterator[int]:
         """A descriptor of the folder ``parts``, walked without following a symlink.
 
-        ``create`` makes missing folders 0700 and tightens each one walked to 0700.
+        ``create`` makes missing folders 0700 and (``tighten``) tightens to 0700 each one walked
+        of the keeper's own tree (``keeper/`` and below): a folder it did not make (a ``--dest``
+        the user shares, ``/tmp``, Hermes's ``sessions/``) keeps its mode.
         """
         self.path(*parts)
         fd = os.open(self.home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the user's choice
@@ -141,7 +158,8 @@ class HomeFS:
                     raise _refuse(self.path(*parts[: i + 1]), os.lstat(name, dir_fd=fd)) from None
                 os.close(fd)
                 fd = child
-                if create and _loose(os.fstat(fd), DIR_MODE):
+                own = tighten and parts[0] == KEEPER_DIR
+                if create and own and _loose(os.fstat(fd), DIR_MODE):
                     os.fchmod(fd, DIR_MODE)
             yield fd
         finally:
@@ -172,9 +190,10 @@ class HomeFS:
         except (FileNotFoundError, KeeperError):
             return False
 
-    def private_dir(self, *parts: str) -> Path:
-        """Create the folders ``parts`` (0700), tightening them; refuse a symlink or a file on the way."""
-        with self._folder(parts, create=True):
+    def private_dir(self, *parts: str, tighten: bool = True) -> Path:
+        """Create the folders ``parts`` (0700), tightening the keeper's own (``tighten``); refuse a
+        symlink or a file on the way."""
+        with self._folder(parts, create=True, tighten=tighten):
             return self.path(*parts)
 
     def open_private(
@@ -193,6 +212,8 @@ class HomeFS:
                 st = None
             if st is not None and not stat.S_ISREG(st.st_mode):
                 raise _refuse(self.path(*parts), st)
+            if st is not None and (linked := _linked(self.path(*parts), st)):
+                raise linked  # before O_TRUNC could cut the other name's file
             try:
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=dfd)
             except OSError as exc:
@@ -203,6 +224,8 @@ class HomeFS:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise _refuse(self.path(*parts), st)
+            if linked := _linked(self.path(*parts), st):  # linked between the lstat and the open
+                raise linked
             if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and _loose(st, FILE_MODE):
                 os.fchmod(fd, FILE_MODE)
         except BaseException:
@@ -260,6 +283,8 @@ class HomeFS:
                     raise _missing(self.path(*parts)) from None
                 if not stat.S_ISREG(st.st_mode):
                     raise _refuse(self.path(*folder, name + side), st)
+                if linked := _linked(self.path(*folder, name + side), st):
+                    raise linked
                 if create and _loose(st, FILE_MODE):
                     os.chmod(name + side, FILE_MODE, dir_fd=dfd, follow_symlinks=False)
         return self.path(*parts)
@@ -366,7 +391,7 @@ class HomeFS:
             if os.path.realpath(above) == home:
                 return self.private_dir(*path.relative_to(above).parts)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return HomeFS(path.parent).private_dir(path.name)
+        return HomeFS(path.parent).private_dir(path.name, tighten=False)
 
     def require_home(self) -> None:
         """Refuse (before anything is created) a folder that is not a Hermes home.
@@ -375,8 +400,32 @@ class HomeFS:
         was lost, about to get a backup back) or, for a root, its ``profiles/``.
         """
         if (self.home / DB_NAME).is_file() or self.plain_dir(KEEPER_DIR) or self.plain_dir("profiles"):
-            return
+            return self.require_owner()
         raise KeeperError(f"{self.home} is not a Hermes home ({DB_NAME} not found); nothing changed")
+
+    def require_owner(self) -> None:
+        """Refuse to work, as root, on a home another user owns, or whose ``state.db`` they own
+        (``sudo hermes-keeper run --home ~ann/.hermes``): what root makes or rewrites there
+        (``keeper/``, a ``config.yaml`` 0600) that user, and Hermes running as them, can no
+        longer open. Refused rather than switched to that user mid-process: a Python installed
+        where they cannot read (root's pyenv or pipx) would then fail at its next import, with
+        the command half done."""
+        if os.geteuid() != 0:
+            return
+        owners = [os.stat(self.home).st_uid]
+        with suppress(FileNotFoundError):  # a root-owned folder (a volume) with Hermes's state.db in it
+            owners.append(os.lstat(self.home / DB_NAME).st_uid)
+        uid = next((u for u in owners if u != 0), 0)
+        if uid == 0:
+            return
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:  # a uid without a name (a container's, a restored disk's)
+            user = f"#{uid}"
+        raise KeeperError(
+            f"{self.home} belongs to {user}: as root the keeper would leave files {user} cannot open;"
+            f" run it as {user} (sudo -u {user} hermes-keeper ...), nothing changed"
+        )
 
     def check_keeper_tree(self) -> None:
         """Refuse a ``keeper/`` with a symlink or a special file in it (the keeper makes neither).

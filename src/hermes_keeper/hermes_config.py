@@ -4,14 +4,16 @@ Hermes deletes ended sessions idle longer than ``sessions.retention_days`` at st
 most once per ``min_interval_hours``, without an archive and without the keeper's
 protections (titled, routed, recoverable, handoffs, delegations). It is off by default up to
 hermes-agent 0.19.0 (schema 22) and on by default after (upstream #101316, 90 days). The
-keeper says what that will delete that it would keep, and ``adopt`` turns it off, keeping
-the file's comments (ruamel.yaml round trip).
+keeper says what that will delete that it would keep, and ``adopt`` turns it off, changing
+one line of the file (the others byte for byte; ruamel.yaml's round trip only for a flow-style
+``sessions: {...}``).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -160,7 +162,7 @@ def adopt_change(home: Path) -> tuple[str, str]:
         raise KeeperError(
             f"{path}: top level is not a mapping; change it by hand (sessions.auto_prune: false)"
         )
-    sessions = data.get("sessions")
+    sessions, named = data.get("sessions"), "sessions" in data
     if sessions is None:
         data["sessions"] = sessions = CommentedMap()
     if not isinstance(sessions, dict):
@@ -171,15 +173,66 @@ def adopt_change(home: Path) -> tuple[str, str]:
     seen = seen.get("sessions") if isinstance(seen, dict) else None
     if isinstance(seen, dict) and "auto_prune" in seen and not seen["auto_prune"]:
         return before, before  # already off as Hermes reads it (``off``, ``no``, ``false``)
-    sessions["auto_prune"] = False
+    edited = _line_edit(before, data, sessions if named else None)
+    if edited is not None and _reads(path, edited) == _off(_reads(path, before)):
+        return before, edited
+    sessions["auto_prune"] = False  # a layout a line edit cannot take (flow style): ruamel writes it
     sessions.yaml_add_eol_comment(ADOPT_COMMENT, "auto_prune")
     out = io.StringIO()
     _yaml().dump(data, out)
     return before, out.getvalue()
 
 
+#: A line of YAML with its break (YAML's breaks: CRLF, CR, LF, NEL, U+2028, U+2029), as ruamel counts lines.
+_LINE = re.compile(r".*?(?:\r\n|[\r\n\x85\u2028\u2029]|\Z)", re.S)
+
+
+def _line_edit(text: str, data, sessions) -> str | None:
+    """``text`` with only the ``auto_prune`` line changed, or added, so every other line stays byte
+    for byte (ruamel's dump re-indents lists and 4-space blocks); None where the layout is not a
+    block a line edit can take. ``sessions``: None when the file does not name it.
+    :func:`adopt_change` checks that the result reads as it should."""
+    lines = [line for line in _LINE.findall(text) if line]
+    setting, nl = f"auto_prune: false  # {ADOPT_COMMENT}", "\r\n" if "\r\n" in text else "\n"
+    if sessions is None:  # a new block at the end
+        ends = "" if not lines or lines[-1][-1] in "\r\n\x85\u2028\u2029" else nl
+        return f"{text}{ends}sessions:{nl}  {setting}{nl}"
+    if data.lc.value("sessions")[0] == data.lc.key("sessions")[0] and sessions:  # flow: {auto_prune: ...}
+        return None
+    if "auto_prune" in sessions:
+        (row, col), (value_row, _) = sessions.lc.key("auto_prune"), sessions.lc.value("auto_prune")
+        if value_row != row:
+            return None
+        line = lines[row]
+        lines[row] = line[:col] + setting + line[len(line.rstrip("\r\n\x85\u2028\u2029")) :]
+    elif sessions:
+        row, col = sessions.lc.key(next(iter(sessions)))
+        lines.insert(row, " " * col + setting + nl)
+    else:  # ``sessions:`` with nothing under it
+        row, col = data.lc.key("sessions")
+        lines.insert(row + 1, " " * (col + 2) + setting + nl)
+    return "".join(lines)
+
+
+def _reads(path: Path, text: str):
+    """``text`` as Hermes would read it, None when it would not."""
+    try:
+        return _parse(path, text, _hermes_yaml())
+    except KeeperError:
+        return None
+
+
+def _off(view):
+    """Hermes's view of a config with ``sessions.auto_prune`` turned off, all else as it was."""
+    view = dict(view or {})
+    sessions = view.get("sessions")
+    view["sessions"] = (dict(sessions) if isinstance(sessions, dict) else {}) | {"auto_prune": False}
+    return view
+
+
 def write_config(home: Path, text: str) -> None:
-    """Replace ``config.yaml`` durably, keeping its mode (0600 for a new one: it may hold keys).
+    """Replace ``config.yaml`` durably, keeping its mode (0600 for a new one: it may hold keys) and,
+    as root, its owner and group (Hermes, running as its user, must still read it).
 
     Through the door: a symlinked ``config.yaml`` is refused (:func:`adopt_change` said so first),
     never replaced or read through.
@@ -193,6 +246,8 @@ def write_config(home: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            if st is not None and os.geteuid() == 0:
+                os.fchown(f.fileno(), st.st_uid, st.st_gid)
             os.fchmod(f.fileno(), mode)  # the file mkstemp just made, by its descriptor
             os.fsync(f.fileno())
         fs.rename(name, to=CONFIG_NAME)

@@ -165,10 +165,24 @@ class History:
         return [Entry(ts, kind, profile, json.loads(f)) for ts, kind, profile, f in reversed(rows)]
 
 
-def database_bytes(components: dict) -> int:
-    """state.db's bytes (its tables, indexes and free pages) from a row's ``components``."""
+def database_bytes(figures: dict) -> int | None:
+    """state.db's bytes as every command says them (its pages, free ones included: the file):
+    the row's ``db_bytes``; an older row's sum of its ``components`` (which leaves out the pages
+    dbstat does not name, so it read a little smaller than the report's figure)."""
+    if "db_bytes" in figures:
+        return figures["db_bytes"]
+    if "components" not in figures:
+        return None
     beside = ("wal", "files", "backups", "archive")
-    return sum(v for k, v in components.items() if k not in beside)
+    return sum(v for k, v in figures["components"].items() if k not in beside)
+
+
+def _size(path) -> int:
+    """A file's bytes (0 when gone): state.db's after a run, as report gives them."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _sum_bytes(usage: dict) -> int:
@@ -222,6 +236,7 @@ def report_figures(profile: Place, rep: Report) -> dict:
         "components": components(
             profile, db.objects, db.reclaimable_bytes, rep.disk.wal, rep.files.to_dict()
         ),
+        "db_bytes": db.bytes,
         "sessions_by_source": {src: c["total"] for src, c in sessions.by_source.items()},
         "sessions": sessions.total,
         "messages": sessions.messages,
@@ -244,6 +259,7 @@ def run_figures(profile: Place, result: RunResult) -> dict:
         "remaining_sessions": d["remaining"]["sessions"],
         "max_txn_ms": d["writer"].get("max_txn_ms", 0.0),
         "backup": d["backup"],
+        "db_bytes": _size(profile.db_path),
     }
     if d["interrupted"]:
         out["interrupted"] = d["interrupted"]

@@ -33,7 +33,7 @@ from hermes_keeper.archive.store import ArchiveDamaged, archive_exists
 from hermes_keeper.backup import snapshot
 from hermes_keeper.backup.restore import find_backup, restore_backup
 from hermes_keeper.check import SCHEDULED, UNSCHEDULED, check_profile
-from hermes_keeper.errors import KeeperError, os_error_line, warn
+from hermes_keeper.errors import KeeperError, failure_line, warn
 from hermes_keeper.facts import checked_unless_it_stalls
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
@@ -42,7 +42,7 @@ from hermes_keeper.history import History, record_report, record_run
 from hermes_keeper.interrupt import Interrupted, stop_on_signals
 from hermes_keeper.journal import Journal
 from hermes_keeper.kept import keep_sessions
-from hermes_keeper.lock import keeper_lock
+from hermes_keeper.lock import db_lock, keeper_lock
 from hermes_keeper.model.policy import Policy, effective_policy
 from hermes_keeper.offsite import copies as offsite
 from hermes_keeper.place import Place
@@ -54,7 +54,7 @@ from hermes_keeper.run.execute import apply_plan, preflight
 from hermes_keeper.run.plan import Plan, compact_step, make_plan
 from hermes_keeper.run.survey import survey_profile
 from hermes_keeper.run.transcripts import hold_only_copies
-from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer
+from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -67,9 +67,20 @@ class Profile(Place):
 
     @contextmanager
     def _changing(self) -> Iterator[Journal]:
-        """One keeper per home (the lock), and every change journaled."""
-        with keeper_lock(self.root), Journal(self.keeper_dir, rotate=True) as journal:
+        """One keeper per home and per database (the locks), and every change journaled."""
+        with keeper_lock(self.root), db_lock(self.db_path), Journal(self.keeper_dir, rotate=True) as journal:
             yield journal
+
+    def _checked_db(self, actionable: bool = True) -> SchemaInfo:
+        """The home and state.db checked as a command's step will check them, before the lock, the
+        journal or ``keeper/`` are made: what the step refuses is left as it was."""
+        self.fs.require_home()
+        schema = inspect(self.db_path, check_timestamps=actionable)
+        if actionable:
+            schema.require_actionable()
+        else:
+            schema.require_readable()
+        return schema
 
     def config(self, config_path: str | os.PathLike | None = None, overrides: dict | None = None) -> Policy:
         """The effective policy: defaults, ``keeper.toml`` (or ``config_path``), this profile's section."""
@@ -180,10 +191,8 @@ class Profile(Place):
         try:
             done = offsite.push(self, policy.offsite, policy.rotation, policy.backup_dest, journal)
             return done.to_dict() | {"summary": done.summary()}
-        except KeeperError as exc:
-            line = str(exc)
-        except OSError as exc:
-            line = os_error_line(exc)
+        except (KeeperError, OSError) as exc:
+            line = failure_line(exc, self.home)[0]
         journal.write(offsite.FAILED, error=line)
         return {"error": line, "summary": f"off-host copy failed: {line}"}
 
@@ -239,9 +248,11 @@ class Profile(Place):
         policy = self.config()
         dest = dest or policy.backup_dest
         rotate = rotate if rotate is False else policy.rotation | (rotate if isinstance(rotate, dict) else {})
+        schema = self._checked_db(actionable=False)
+        snapshot.preflight_backup(self, schema, snapshot.backup_dir(self, dest), None)
         with self._changing() as journal:
             t0 = time.perf_counter()
-            record = snapshot.take_backup(self, dest, journal=journal)
+            record = snapshot.take_backup(self, dest, journal=journal, schema=schema)
             seconds = round(time.perf_counter() - t0, 2)
             removed = (
                 []
@@ -359,6 +370,7 @@ class Profile(Place):
         """Free pages back to the disk in budgeted steps (the policy's budget, rest and busy wait);
         the one-time full VACUUM when idle, or beside Hermes when its stall fits."""
         policy = policy or self.config()
+        refuse_during_maintenance(self._checked_db())
         with self._changing() as journal:
             return compact(
                 self,
@@ -383,6 +395,8 @@ class Profile(Place):
     def adopt(self) -> bool:
         """Turn Hermes's own auto-prune off in config.yaml (comments kept), journaled, so the keeper
         alone owns retention; False when it already was off."""
+        self.fs.require_home()  # what the journal checks, before config.yaml is rewritten
+        self.fs.check_keeper_tree()
         before, after = adopt_change(self.home)
         if before == after:
             return False
@@ -455,6 +469,9 @@ class ProfileArchive:
         keep them for the policy's ``restored_keep`` (keeper/kept.json); ``dry_run`` only says what would.
         Refused while Hermes's own auto-prune would delete one again (``adopt`` first), unless ``force``."""
         policy = policy or self.profile.config()
+        self.profile._checked_db()
+        self.profile.fs.check_keeper_tree()  # a symlinked keeper/backups said first, as it was
+        open_archive(self.profile).close()  # no archive: refused, nothing created
         with self.profile._changing() as journal:
             res = restore_sessions(
                 self.profile,
@@ -532,21 +549,46 @@ def resolve_root(home: str | os.PathLike | None = None, env: Mapping[str, str] |
     path = Path(raw).expanduser()
     if not path.is_dir():
         raise KeeperError(f"Hermes home not found: {path}")
-    path = path.resolve()
-    if path.parent.name == "profiles" and PROFILE_NAME.match(path.name):
-        return path.parent.parent
-    return path
+    root = path.resolve()
+    for named in (Path(os.path.abspath(path)), root):  # a symlinked profile: by its link
+        if named.parent.name == "profiles" and PROFILE_NAME.match(named.name):
+            root = named.parent.parent.resolve()
+            break
+    HomeFS(root).require_owner()  # root on a user's home: refused before a byte is read or made
+    return root
 
 
 def discover_profiles(root: Path) -> list[Profile]:
-    """The default profile plus every valid ``profiles/<name>/`` directory, sorted by name."""
+    """The default profile plus every valid ``profiles/<name>/`` directory, sorted by name; a
+    symlinked one too (a profile moved to another disk), which :func:`link_problem` confines."""
     profiles = [Profile(DEFAULT_PROFILE, root, root)]
     pdir = root / "profiles"
     if pdir.is_dir():
         for child in sorted(pdir.iterdir()):
-            if child.is_dir() and not child.is_symlink() and PROFILE_NAME.match(child.name):
+            if (child.is_dir() or child.is_symlink()) and PROFILE_NAME.match(child.name):
                 profiles.append(Profile(child.name, child, root))
     return profiles
+
+
+def link_problem(profile: Profile, profiles: Sequence[Profile]) -> str | None:
+    """Why a symlinked profile folder is not followed, else None (followed like Hermes follows it:
+    its target is the profile's home, whose own files the door still never follows out of).
+
+    Not followed: a link to no folder, to the home or a folder holding it (a loop), or to a folder
+    another profile already is (one state.db kept twice over)."""
+    if not profile.home.is_symlink():
+        return None
+    target = profile.home.resolve()
+    said = f"profiles/{profile.name} is a symlink to {target}"
+    if not target.is_dir():
+        return f"{said}, not a folder"
+    if target == profile.root or target in profile.root.parents:
+        return f"{said}, which holds the home itself"
+    mine = profiles.index(profile)
+    for i, other in enumerate(profiles):  # the real folder, else the first link to it, is kept
+        if i != mine and (i < mine or not other.home.is_symlink()) and other.home.resolve() == target:
+            return f"{said}, the folder of profile {other.name!r} (kept once, as {other.name!r})"
+    return None
 
 
 def active_profile_name(root: Path) -> str:
@@ -578,11 +620,13 @@ def select_profiles(
         return profiles
     by_name = {p.name: p for p in profiles}
     if profile is None:
-        given = Path(raw_home).expanduser().resolve() if raw_home else None
-        profile = given.name if given is not None and given != root else active_profile_name(root)
+        given = Path(os.path.abspath(Path(raw_home).expanduser())) if raw_home else None  # a link's own name
+        profile = given.name if given is not None and given.resolve() != root else active_profile_name(root)
     if profile not in by_name:
         known = ", ".join(sorted(by_name))
         raise KeeperError(f"profile {profile!r} not found under {root} (known: {known})")
+    if why := link_problem(by_name[profile], profiles):
+        raise KeeperError(f"{why}: not followed")
     return [by_name[profile]]
 
 
@@ -611,6 +655,7 @@ class Outcome:
     error: str | None = None
     exit_code: int = 0
     skipped: str | None = None
+    exception: BaseException | None = None  # what ``error`` says, for a traceback under ``--debug``
 
 
 NEW_PROFILE = "no state.db yet (a new profile), skipped"
@@ -623,10 +668,12 @@ class Skipped(Exception):
 def each(
     profiles: Sequence[Profile], action: Callable[[Profile], Any], needs_db: bool = True
 ) -> Iterator[Outcome]:
-    """``action`` on every profile, each on its own: a refusal in one never stops the others.
+    """``action`` on every profile, each on its own: no failure in one (a refusal, a damaged
+    page, a bug) stops the others.
 
     With one profile the error is raised as it is (one line, its exit code); with several,
-    each becomes an :class:`Outcome`, and a profile folder without ``state.db`` is skipped
+    each becomes an :class:`Outcome` (:func:`errors.failure_line`: the line and code the error
+    boundary would give), and a profile folder without ``state.db`` is skipped
     (unless the action does not need one: ``archive verify`` checks an archive whatever
     became of the database).
     """
@@ -634,6 +681,9 @@ def each(
         yield Outcome(profiles[0], action(profiles[0]))
         return
     for p in profiles:
+        if why := link_problem(p, profiles):
+            yield Outcome(p, skipped=f"{why}: not followed, skipped")
+            continue
         if needs_db and not p.db_path.exists():
             yield Outcome(p, skipped=NEW_PROFILE)
             continue
@@ -641,12 +691,11 @@ def each(
             yield Outcome(p, action(p))
         except Skipped as note:
             yield Outcome(p, skipped=str(note))
-        except KeeperError as exc:
-            yield Outcome(p, error=str(exc), exit_code=exc.exit_code)
-        except BrokenPipeError:  # stdout's reader left: the command ends (cli._end_of_pipe)
+        except (BrokenPipeError, Interrupted):  # stdout's reader left, a signal: the command ends
             raise
-        except OSError as exc:  # read-only home, full disk: this profile only
-            yield Outcome(p, error=os_error_line(exc), exit_code=KeeperError.exit_code)
+        except Exception as exc:  # a refusal, a read-only home, a damaged page: this profile only
+            line, code = failure_line(exc, p.home)
+            yield Outcome(p, error=line, exit_code=code, exception=exc)
 
 
 def exit_code(outcomes: Sequence[Outcome]) -> int:

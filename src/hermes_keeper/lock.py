@@ -1,12 +1,14 @@
-"""One keeper at a time per home: an flock on ``<root>/keeper.lock``.
+"""One keeper at a time per home: an flock on ``<root>/keeper.lock``; and one per database,
+whatever path reached it: an flock on the folder that holds ``state.db`` (:func:`db_lock`).
 
 This is the keeper's own lock file. Hermes's ``gateway.lock`` is never opened: taking
 that flock would stop a gateway from starting. The lock is opened through the
-filesystem door: a ``keeper.lock`` that is a symlink is refused, never truncated.
+filesystem door: a ``keeper.lock`` that is a symlink or a hard link is refused, never truncated.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -39,6 +41,42 @@ def keeper_lock(root: Path) -> Iterator[None]:
             raise TryLater(f"another hermes-keeper is running on {root} (pid {holder}); try later") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+#: flock on a folder where the filesystem cannot take one (NFS emulates flock with POSIX locks,
+#: which need a file open for writing): there, ``keeper.lock`` alone guards the home.
+_NO_FOLDER_LOCKS = (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+@contextmanager
+def db_lock(db: Path) -> Iterator[None]:
+    """Hold the lock of the database ``db`` by its identity, not by the path that named it.
+
+    An flock on the folder that really holds it (symlinks resolved), so its device and inode
+    are the key: the same profile reached as ``--home ROOT --profile work``, as
+    ``--home ROOT/profiles/work`` or through a bind mount or a symlink of that folder takes the
+    same lock, where ``<root>/keeper.lock`` differs by root. The folder, not ``state.db``: it
+    exists before the database does (a restore into a home that lost it), it stays the same
+    when a restore puts another file in place, and a descriptor of the database itself, closed,
+    would drop the POSIX locks SQLite holds on it. No file is created for it. Taken after
+    ``keeper_lock``: a second keeper by the same path is told the first one's pid there.
+    """
+    folder = Path(os.path.realpath(db)).parent
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise KeeperError(
+                f"another hermes-keeper is running on {db} (through another path to {folder});"
+                " try again later"
+            ) from None
+        except OSError as exc:
+            if exc.errno not in _NO_FOLDER_LOCKS:
+                raise
         yield
     finally:
         os.close(fd)

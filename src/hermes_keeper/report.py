@@ -16,7 +16,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from hermes_keeper.archive.retention import place_archive_usage
+from hermes_keeper import units
+from hermes_keeper.archive.retention import ArchiveSurvey, place_archive_usage, survey_archive
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.facts import Breakdown, Check, bounded_check, last_check, record_objects, recorded_objects
 from hermes_keeper.fs import HomeFS
@@ -199,7 +200,7 @@ def object_sizes(
 def _message_windows(survey: Survey) -> dict:
     """Messages and text bytes written in each growth window, plus all text: the survey's sums."""
     rows = survey.sessions.values()
-    out: dict = {"text_bytes": sum(s.content_bytes for s in rows)}
+    out: dict = {"text_bytes": sum(s.content_bytes for s in rows), "messages": sum(s.messages for s in rows)}
     for i, days in enumerate(GROWTH_WINDOWS):
         out[days] = {
             "messages": sum(s.recent_messages[i] for s in rows if s.recent_messages),
@@ -324,7 +325,7 @@ def runaway_reasons(s: SessionRow, limits: dict) -> list[str]:
     ):
         span = max(s.last_message_at - s.first_message_at, 1.0)
         if s.messages / span >= limits["min_rate"]:
-            why.append(f"{s.messages} messages in {span:.0f} s")
+            why.append(f"{units.plural(s.messages, 'message')} in {units.took(span)}")
     tokens = s.input_tokens + s.output_tokens
     for value, limit, what in (
         (s.messages, limits["max_messages"], f"{s.messages} messages"),
@@ -402,8 +403,21 @@ def sessions_section(
     )
 
 
+def pruned_entries(archived: ArchiveSurvey | None, survey: Survey) -> list:
+    """The archive's newest entry of each session no longer in state.db: what a run pruned,
+    still part of how fast the home grows."""
+    if archived is None:
+        return []
+    newest: dict = {}
+    for f in archived.files:
+        for e in f.entries:
+            if e.session_id not in archived.in_state and e.session_id not in survey.sessions:
+                newest[e.session_id] = e
+    return list(newest.values())
+
+
 def growth_section(
-    started: Iterable[float], windows: dict, now: float, db_bytes: int, free_bytes: int
+    started: Iterable[float], windows: dict, now: float, db_bytes: int, free_bytes: int, pruned=()
 ) -> GrowthSection:
     """Growth over the last 7 and 30 days and a linear projection of state.db's size.
 
@@ -411,20 +425,28 @@ def growth_section(
     written per day (by message timestamp, so a months-old chat active today counts) times
     the used database bytes per byte of all text (FTS copies, indexes, page slack). The
     file only grows once its free pages are used up, hence max(file, used + days * rate).
+    Sessions a run ``pruned`` (archive entries) count too, so growth does not drop after a
+    prune: by their start, their messages by their last activity at state.db's text per message.
     """
-    started = list(started)
+    started = [*started, *(e.started_at for e in pruned if e.started_at is not None)]
     used = max(0, db_bytes - free_bytes)
     per_text_byte = used / windows["text_bytes"] if windows["text_bytes"] else 0.0
+    total_messages = windows.get("messages", 0)
+    text_per_message = windows["text_bytes"] / total_messages if total_messages else 0.0
     out: dict[str, Window] = {}
     for days in GROWTH_WINDOWS:
         n = sum(1 for t in started if t >= now - days * DAY)
-        w = windows[days]
+        gone = sum(e.message_count for e in pruned if (e.last_activity or 0) >= now - days * DAY)
+        messages, text = (
+            windows[days]["messages"] + gone,
+            windows[days]["text_bytes"] + gone * text_per_message,
+        )
         out[f"last_{days}d"] = Window(
             sessions=n,
-            messages=w["messages"],
+            messages=messages,
             sessions_per_day=round(n / days, 2),
-            messages_per_day=round(w["messages"] / days, 1),
-            bytes_per_day=int(w["text_bytes"] * per_text_byte / days),
+            messages_per_day=round(messages / days, 1),
+            bytes_per_day=int(text * per_text_byte / days),
         )
     rate = out[f"last_{GROWTH_WINDOWS[-1]}d"].bytes_per_day
     projection = Projection(
@@ -522,6 +544,10 @@ def build_report(
     db = db_usage(objects, schema)
     disk = _disk_section(profile.db_path)
     started = (s.started_at for s in survey.sessions.values())
+    try:
+        archived = survey_archive(profile)
+    except KeeperError:  # the archive line says why
+        archived = None
     return Report(
         report_version=REPORT_VERSION,
         profile=profile.name,
@@ -533,7 +559,9 @@ def build_report(
         database=db,
         files=files_usage(profile.home, survey, policy, now, _only_copies(profile, survey, policy, now)),
         sessions=sessions_section(survey, now, zombie_after_s, top, policy.runaway),
-        growth=growth_section(started, windows, now, db.bytes, db.reclaimable_bytes),
+        growth=growth_section(
+            started, windows, now, db.bytes, db.reclaimable_bytes, pruned_entries(archived, survey)
+        ),
         holders=HoldersSection(processes=list(survey.holders), gateway_pid=gateway_pid(profile.home)),
-        archive=place_archive_usage(profile, policy, now),
+        archive=place_archive_usage(profile, policy, now, archived),
     )

@@ -61,6 +61,7 @@ class SearchIndex:
         keeper_dir = Path(keeper_dir)
         self.path = HomeFS(keeper_dir.parent).sqlite_file(keeper_dir.name, INDEX_NAME, create=True)
         self.fields = fields
+        self.held = 0
         self.conn = connect_file(self.path, timeout=2)
         try:
             self.conn.execute("PRAGMA journal_mode=WAL")
@@ -84,7 +85,8 @@ class SearchIndex:
     def refresh(self, store: Archive) -> int:
         """Index every entry of ``store`` the index does not hold (by entry and sha256); returns
         how many. A damaged payload is held as such, with no text."""
-        live = {(e.entry, e.sha256) for e in store.entries()}
+        live = store.hashes()
+        self.held = len(live)  # what the archive holds now: the share a search's candidates are of
         held = set(self.conn.execute("SELECT entry, sha256 FROM doc"))
         if held and len(held - live) > DEAD_SHARE * len(held):
             self._clear()

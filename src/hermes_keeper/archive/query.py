@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
+from hermes_keeper import units
 from hermes_keeper.archive.index import indexable, open_index
 from hermes_keeper.archive.payload import RawText, decode_value
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.sqlite.schema import check_line
 from hermes_keeper.units import parse_duration
 
 CONTENT_JSON_PREFIX = "\x00json:"
@@ -123,6 +125,11 @@ def list_entries(store: Archive, filters: Filters = ALL) -> list[Entry]:
 def resolve_id(store: Archive, text: str) -> Entry:
     """The entry ``text`` names: an exact archived id (its newest entry), ``#N`` (entry N), else a
     unique prefix of an id (like Hermes's ``resolve_session_id``)."""
+    if not text.isascii() and not _utf8(text):  # bytes given on the command line that are not UTF-8
+        raise KeeperError(
+            f"{text!r} is not in the archive: a session whose id is not UTF-8 is never archived, "
+            "it stays in state.db as it is"
+        )
     if (e := store.entry(text)) is not None:
         return e
     if ENTRY_ADDRESS.match(text) and (e := store.by_entry(int(text[1:]))) is not None:
@@ -134,6 +141,14 @@ def resolve_id(store: Archive, text: str) -> Entry:
     if not found:
         raise KeeperError(f"{text!r} is not in the archive (see `hermes-keeper archive list`)")
     raise KeeperError(f"{text!r} matches several archived sessions: {', '.join(sorted(set(found))[:5])}, ...")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def content_text(value) -> str:
@@ -286,27 +301,31 @@ def search(
         raise KeeperError("search text is empty")
     t0 = time.perf_counter()
     candidates = _candidates(store, text) if use_index else None
-    result = (
-        _scan(store, text, filters, limit)
-        if candidates is None
-        else _confirm(store, text, filters, limit, candidates)
-    )
+    result = _scan(store, text, filters, limit, candidates)
     result.seconds = time.perf_counter() - t0
     return result
 
 
+#: Above this share of the archive the index's candidates are read faster by streaming every
+#: payload than one by one (bench/archive_search.py: 'kubernetes', 96% of the sessions).
+STREAM_SHARE = 0.25
+
+
 def _candidates(store: Archive, text: str) -> set[int] | None:
+    """The index's candidates for ``text``; None: scan every payload (the index cannot answer
+    the text or be kept here, or it narrows too little to be worth reading entry by entry)."""
     if not indexable(text):
         return None
     index = open_index(store, searchable_fields)
     if index is None:
         return None
     try:
-        return index.candidates(store, text)
+        found = index.candidates(store, text)
     except sqlite3.OperationalError:  # locked by another search's refresh, a full disk: scan
         return None
     finally:
         index.close()
+    return None if len(found) > STREAM_SHARE * index.held else found
 
 
 def _found(result: SearchResult, payload: dict, entry: Entry, text: str, limit: int | None) -> None:
@@ -318,32 +337,33 @@ def _found(result: SearchResult, payload: dict, entry: Entry, text: str, limit: 
         result.hits.append(hit)
 
 
-def _confirm(
-    store: Archive, text: str, filters: Filters, limit: int | None, candidates: set[int]
-) -> SearchResult:
-    """The index's candidates among the chosen entries, each confirmed in its payload."""
-    result = SearchResult()
+def _chosen(store: Archive, filters: Filters, candidates: set[int] | None, result: SearchResult):
+    """(entry, payload or None when damaged) of the chosen entries, newest first: every payload
+    streamed, or, with the index's ``candidates``, only theirs, each read by its entry."""
+    if candidates is None:
+        for entry, raw in filters.scan(store, payloads=True):
+            result.scanned += 1
+            yield entry, raw
+        return
     for entry in filters.scan(store):
         result.scanned += 1
-        if entry.entry not in candidates:
-            continue
-        try:
-            payload = store.get_entry(entry.entry)
-        except ArchiveDamaged:
-            result.damaged.append(entry.session_id)
-            continue
-        _found(result, payload, entry, text, limit)
-    return result
+        if entry.entry in candidates:
+            try:
+                yield entry, store.entry_bytes(entry.entry)
+            except ArchiveDamaged:
+                yield entry, None
 
 
-def _scan(store: Archive, text: str, filters: Filters, limit: int | None) -> SearchResult:
-    """Every chosen payload, decompressed and searched as bytes; only rows that may match are parsed."""
+def _scan(
+    store: Archive, text: str, filters: Filters, limit: int | None, candidates: set[int] | None = None
+) -> SearchResult:
+    """The chosen payloads (of ``candidates`` only, when the index gave them) searched as bytes;
+    only rows that may match are parsed."""
     result = SearchResult()
     ascii_only = text.isascii()
     byte_needles = [n.encode("utf-8") for n in needles(text)]
     str_needles = needles(text)
-    for entry, raw in filters.scan(store, payloads=True):
-        result.scanned += 1
+    for entry, raw in _chosen(store, filters, candidates, result):
         if raw is None:
             result.damaged.append(entry.session_id)
             continue
@@ -379,9 +399,8 @@ def verify(store: Archive) -> VerifyResult:
     result = VerifyResult()
     problems = []
     for f in store.files:
-        rows = [r[0] for r in f.conn.execute("PRAGMA quick_check")]
-        if rows != ["ok"]:
-            problems.append(f"{f.path.name}: {'; '.join(rows)}")
+        if (line := check_line(f.conn.execute("PRAGMA quick_check").fetchall())) != "ok":
+            problems.append(f"{f.path.name}: {line}")
     result.database = "; ".join(problems)[:500] or "ok"
     newest = store.newest()
     for e in sorted(store.entries(), key=lambda e: (e.session_id, -e.entry)):
@@ -401,8 +420,9 @@ def verify(store: Archive) -> VerifyResult:
     return result
 
 
-def when(ts) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if isinstance(ts, (int, float)) else "-"
+def when(ts, zone: bool = True) -> str:
+    """:func:`units.when`, or ``-`` where Hermes recorded no time."""
+    return units.when(ts, zone=zone) if isinstance(ts, (int, float)) else "-"
 
 
 def _fold(text: str, limit: int) -> str:
@@ -435,7 +455,7 @@ def render_conversation(
         if m.get("active", 1) == 0 and not inactive:
             continue
         mark = " (inactive)" if m.get("active", 1) == 0 else ""
-        head = f"[{when(m.get('timestamp'))}] {m.get('role')}{mark}"
+        head = f"[{when(m.get('timestamp'), zone=False)}] {m.get('role')}{mark}"  # zone: the header's
         text = content_text(m.get("content"))
         if m.get("role") == "tool":
             name = m.get("tool_name") or ""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -420,12 +420,15 @@ def _free_title(c: sqlite3.Connection, title: str, sid: str) -> str:
     raise AssertionError("unreachable")
 
 
-def _restore_member(w: Writer, schema: SchemaInfo, m: Member, result: RestoreResult) -> int:
+def _restore_member(
+    w: Writer, schema: SchemaInfo, m: Member, result: RestoreResult, later: Collection[str] = ()
+) -> int:
+    """``later``: the members of its conversation restored after it."""
     p, sid = m.payload, m.session_id
     session = session_row(p, schema)
     hidden = schema.has("sessions", "archived")
     if m.existing is None:
-        if m.detach:
+        if m.detach or session.get("parent_session_id") in later:  # later: a cycle of parents (_relink)
             session["parent_session_id"] = None
         if hidden:
             session["archived"] = 1
@@ -473,6 +476,24 @@ def _restore_member(w: Writer, schema: SchemaInfo, m: Member, result: RestoreRes
     return len(todo)
 
 
+def _relink(w: Writer, g: Group) -> None:
+    """The parent links a cycle of parents (``a`` under ``b`` under ``a``: no order puts a parent
+    first) kept out of the inserts, set once every member is in. Only where still unset, so a
+    rerun after a crash sets what is missing and a resumed member's link is not touched."""
+    ids = {m.session_id for m in g.members}
+    links = [
+        (parent, m.session_id)
+        for m in g.members
+        if not m.detach and (parent := m.payload["session"].get("parent_session_id")) in ids
+    ]
+    if links:
+        w.step(
+            lambda c: c.executemany(
+                "UPDATE sessions SET parent_session_id = ? WHERE id = ? AND parent_session_id IS NULL", links
+            )
+        )
+
+
 def apply_restore(
     w: Writer, schema: SchemaInfo, store: arch.Archive, plan: RestorePlan, journal: Journal | None = None
 ) -> RestoreResult:
@@ -482,7 +503,8 @@ def apply_restore(
     for g in plan.groups:
         ids = [m.session_id for m in g.members]
         try:
-            n = sum(_restore_member(w, schema, m, result) for m in g.members)
+            n = sum(_restore_member(w, schema, m, result, ids[i + 1 :]) for i, m in enumerate(g.members))
+            _relink(w, g)
         except sqlite3.DatabaseError as exc:
             # A row Hermes wrote meanwhile, a full disk: what went in stays hidden; a rerun finishes it.
             for r in g.requested:

@@ -326,11 +326,14 @@ def plan_archive_retention(profile: Place, policy: Policy, now: float) -> Retent
     return plan_retention(survey_archive(profile), policy.archive_keep_s, policy.archive_max_bytes, now)
 
 
-def place_archive_usage(profile: Place, policy: Policy, now: float) -> ArchiveUsage:
+def place_archive_usage(
+    profile: Place, policy: Policy, now: float, survey: ArchiveSurvey | None = None
+) -> ArchiveUsage:
     """The archive's bytes, files, entries, oldest conversation and budget, against ``policy``'s
-    ``[archive]``; a usage that says why (``problem``) where the archive cannot be read."""
+    ``[archive]``; a usage that says why (``problem``) where the archive cannot be read.
+    ``survey``: the archive as already read (:func:`survey_archive`)."""
     try:
-        survey = survey_archive(profile)
+        survey = survey or survey_archive(profile)
     except KeeperError as exc:  # a report still shows everything else, and says why not this
         return archive_usage(ArchiveSurvey((), frozenset()), None, None, now, problem=str(exc))
     return archive_usage(survey, policy.archive_keep_s, policy.archive_max_bytes, now)

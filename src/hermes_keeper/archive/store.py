@@ -446,12 +446,12 @@ class Archive:
 
     def get_entry(self, entry: int) -> dict:
         """The verified payload of one entry."""
-        return orjson.loads(self._verified_bytes(entry))
+        return orjson.loads(self.entry_bytes(entry))
 
     def verify(self, entry: int) -> bool:
         """The stored payload decompresses to exactly the bytes whose sha256 was recorded."""
         try:
-            self._verified_bytes(entry)
+            self.entry_bytes(entry)
         except ArchiveDamaged:
             return False
         return True
@@ -467,7 +467,8 @@ class Archive:
                 return None
         return None
 
-    def _verified_bytes(self, entry: int) -> bytes:
+    def entry_bytes(self, entry: int) -> bytes:
+        """The verified payload of one entry, as the JSON bytes it was stored from."""
         row = self._find(
             "SELECT session_id, sha256, payload FROM archived_sessions WHERE entry = ?", (entry,)
         )
@@ -523,6 +524,12 @@ class Archive:
             ):
                 out[sid] = max(entry, out.get(sid, 0))
         return out
+
+    def hashes(self) -> set[tuple[int, str]]:
+        """(entry, sha256) of every entry: what the archive holds, at the least cost (the search index)."""
+        return {
+            row for f in self.files for row in f.conn.execute("SELECT entry, sha256 FROM archived_sessions")
+        }
 
     def session_ids(self, like: str, limit: int) -> list[str]:
         """Archived ids matching a LIKE pattern (``\\`` escapes), at most ``limit`` per file."""

@@ -32,6 +32,7 @@ from hermes_keeper.backup.snapshot import (
     decompress_to,
     list_backups,
     match_modes,
+    of_home,
     verify_backup,
 )
 from hermes_keeper.errors import KeeperError, os_error_line
@@ -40,7 +41,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_ro, connect_rw
 from hermes_keeper.sqlite.holders import find_holders
-from hermes_keeper.sqlite.schema import inspect
+from hermes_keeper.sqlite.schema import check_line, inspect
 
 SAFETY_PREFIX = "state.db.keeper-before-restore-"
 RESTORE_TMP = ".state.db.keeper-restore.tmp"
@@ -69,7 +70,7 @@ def find_backup(profile: Place, name: str | Path | None, dest_dir: Path | str | 
         folder, name = Path(name).parent, Path(name).name
     records = list_backups(folder)
     if name is None:
-        mine = [r for r in records if r.home == str(profile.home)]
+        mine = [r for r in records if of_home(r, profile.home)]
         if not mine:
             raise KeeperError(f"no backups of {profile.home} in {folder}")
         return mine[-1]
@@ -213,7 +214,7 @@ def _check_restored(fs: HomeFS, tmp: Path, record: BackupRecord) -> None:
     no sidecar of its own left (its modes were just set; a ``-wal`` would hold commits)."""
     conn = connect_ro(tmp)
     try:
-        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        check = check_line(conn.execute("PRAGMA quick_check(5)").fetchall())
     finally:
         conn.close()
     sizes = {RESTORE_TMP + side: fs.lstat(RESTORE_TMP + side) for side in ("-journal", "-wal")}

@@ -33,7 +33,7 @@ import zstandard
 from hermes_keeper import units
 from hermes_keeper.backup.rotation import Decision, plan_rotation
 from hermes_keeper.errors import KeeperError, os_error_line
-from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_dir, private_file
+from hermes_keeper.fs import HomeFS, durable_rename, open_private, plain_name, private_file
 from hermes_keeper.journal import Journal
 from hermes_keeper.place import Place
 from hermes_keeper.sqlite.connect import connect_file, connect_ro
@@ -85,6 +85,21 @@ _STORED = [f.name for f in fields(BackupRecord) if f.name != "folder"]
 
 def backup_dir(profile: Place, dest: Path | str | None = None) -> Path:
     return Path(dest) if dest else profile.keeper_dir / "backups"
+
+
+def of_home(r: BackupRecord, home: Path | str) -> bool:
+    """Whether ``r`` is a backup of ``home``: the home it recorded, or, in the home's own
+    ``keeper/backups`` (which moved with it), a recorded home that holds no state.db any more:
+    the home was moved or renamed since (was: its backups vanished, ``check`` CRITICAL "no
+    verified backup"). A recorded home that is still there keeps its backups."""
+    if r.home == str(home):
+        return True
+    own = Path(home) / "keeper" / "backups"
+    return (
+        r.folder is not None
+        and Path(r.folder).resolve() == own.resolve()
+        and not (Path(r.home) / "state.db").exists()
+    )
 
 
 #: What each manifest field must be (bool is an int to Python: refused apart).
@@ -375,12 +390,13 @@ def rotation(
 
     Rules apply per home: one home's backups never push another's out of a shared folder.
     """
-    records = [r for r in list_backups(folder) if home is None or r.home == str(home)]
+    records = [r for r in list_backups(folder) if home is None or of_home(r, home)]
     verified = {r.name: check(r) for r in records}
     by_name = {r.name: r for r in records}
+    homes = {r.name: str(home) if home is not None else r.home for r in records}  # a moved home's: one group
     rows = []
-    for h in sorted({r.home for r in records}):
-        group = [(r.name, r.created_at, verified[r.name]) for r in records if r.home == h]
+    for h in sorted(set(homes.values())):
+        group = [(r.name, r.created_at, verified[r.name]) for r in records if homes[r.name] == h]
         for d in plan_rotation(group, now=now, **rules):
             rows.append((by_name[d.id], d, verified[d.id]))
     return sorted(rows, key=lambda row: row[0].created_at, reverse=True)
@@ -393,7 +409,7 @@ def apply_rotation(
     folder = Path(folder)
     if not (folder / MANIFEST).exists():
         return []
-    private_dir(folder)  # never rotate through a symlinked backup folder
+    HomeFS(folder.parent).private_dir(folder.name, tighten=False)  # never through a symlinked folder
     with _manifest_lock(folder):
         drop = {
             r.name: r

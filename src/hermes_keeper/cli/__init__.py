@@ -12,10 +12,11 @@ import importlib
 import os
 import signal
 import sys
+import warnings
 
 import click
 
-from hermes_keeper import __version__
+from hermes_keeper import __version__, units
 from hermes_keeper.cli.options import HOMES_KEY, HelpGroup, examples
 from hermes_keeper.errors import failure_line
 
@@ -115,6 +116,14 @@ class KeeperGroup(HelpGroup):
 )
 @click.version_option(__version__, prog_name="hermes-keeper")
 @click.option("--debug", is_flag=True, help="Show the traceback of a failure.")
-def main(debug: bool) -> None:
+@click.option("--utc", is_flag=True, help="Show every time in UTC (as backup names are), not the local zone.")
+def main(debug: bool, utc: bool) -> None:
     """Keep Hermes Agent's session store healthy and bounded: nothing lost, Hermes never stalled."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    units.show_utc(utc)
+    warnings.showwarning = _warning_line
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning (keeper.toml's ``retention.crom``) as one line on stderr, as a failure is."""
+    click.echo(f"hermes-keeper: warning: {message}", err=True)

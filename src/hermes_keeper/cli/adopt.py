@@ -7,8 +7,10 @@ import sys
 
 import click
 
-from hermes_keeper.cli.options import examples, profile_options
+from hermes_keeper.cli.options import debug_traceback, examples, profile_options
+from hermes_keeper.cli.text import term
 from hermes_keeper.hermes_config import CONFIG_NAME
+from hermes_keeper.home import each, exit_code
 
 
 @click.command(epilog=examples("adopt --dry-run", "adopt --yes --all-profiles"))
@@ -23,8 +25,15 @@ def adopt(profiles, yes, dry_run):
     (sessions.auto_prune: false, comments kept) and makes it only with --yes or when you
     confirm. Nothing else in config.yaml changes.
     """
-    for profile in profiles:
-        before, after = profile.adopt_change()
+    # Each profile's config.yaml read on its own: one that cannot be edited never stops the others.
+    outcomes = list(each(profiles, lambda p: p.adopt_change(), needs_db=False))
+    for o in outcomes:
+        profile = o.profile
+        if o.error is not None or o.skipped is not None:
+            debug_traceback(o)
+            click.echo(term(f"hermes-keeper: {profile.name}: {o.error or o.skipped}"), err=True)
+            continue
+        before, after = o.value
         path = profile.home / CONFIG_NAME
         if before == after:
             click.echo(f"{profile.name}: {path} already has sessions.auto_prune: false; nothing to change")
@@ -48,3 +57,5 @@ def adopt(profiles, yes, dry_run):
                 continue
         profile.adopt()
         click.echo(f"{profile.name}: Hermes's auto-prune is off; keeper.toml's policy owns retention")
+    if code := exit_code(outcomes):
+        sys.exit(code)

@@ -6,10 +6,11 @@ import functools
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, replace
+from typing import Any
 
 import click
-from rich.table import Table
 
 from hermes_keeper import units
 from hermes_keeper.archive import hermes_import
@@ -21,16 +22,19 @@ from hermes_keeper.archive.query import (
 )
 from hermes_keeper.cli.options import (
     HelpGroup,
+    debug_traceback,
     emit_json,
     examples,
     for_each,
     one_profile_options,
+    outcome_row,
     profile_options,
 )
-from hermes_keeper.cli.render import busy, console
+from hermes_keeper.cli.render import busy, console, print_table, table
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.home import Profile, ProfileArchive, Skipped
+from hermes_keeper.home import Outcome, Profile, ProfileArchive, Skipped, each, exit_code
+from hermes_keeper.model.policy import did_you_mean
 
 
 def _when_option(value: str | None, end_of_day: bool) -> float | None:
@@ -79,15 +83,52 @@ def filter_options(fn):
     return wrapper
 
 
+def _warn_unmatched_sources(archives: list[ProfileArchive], filters: Filters, listed: list) -> None:
+    """``--source crn``: a source no archived session has is said on stderr, with the one of the
+    archive's sources it most likely meant (an empty list alone reads as "nothing archived")."""
+    shown = {e.source for _p, entries in listed for e in entries}
+    missing = [s for s in filters.sources if s not in shown]
+    if not missing:
+        return
+    known = {e.source for a in archives for e in a.list(Filters())}
+    for source in missing:
+        if source not in known:
+            hint = did_you_mean(source, known) or f" (the archive has: {', '.join(sorted(known)) or 'none'})"
+            click.echo(
+                term(f"hermes-keeper: warning: no archived session has source {source!r}{hint}"), err=True
+            )
+
+
 def _one(profiles: list[Profile]) -> Profile:
     if len(profiles) != 1:
         raise KeeperError("this archive command works on one profile at a time (--profile NAME)")
     return profiles[0]
 
 
-def _archives(profiles: list[Profile]) -> list[ProfileArchive]:
-    """Each selected profile's archive; with one profile, a missing archive is an error."""
-    return [p.archive for p in profiles if len(profiles) == 1 or p.archive.exists]
+NO_ARCHIVE = "no archive"
+
+
+def _read_archives(profiles: list[Profile], read: Callable[[ProfileArchive], Any]) -> list[Outcome]:
+    """``read`` of each selected profile's archive through :func:`each`: one damaged archive is
+    its line on stderr and the others are still read; with several profiles, one without an
+    archive is left out unsaid."""
+
+    def action(p: Profile):
+        if len(profiles) > 1 and not p.archive.exists:
+            raise Skipped(NO_ARCHIVE)
+        return read(p.archive)
+
+    outcomes = [o for o in each(profiles, action, needs_db=False) if o.skipped != NO_ARCHIVE]
+    for o in outcomes:
+        if o.error is not None or o.skipped is not None:
+            debug_traceback(o)
+            click.echo(term(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}"), err=True)
+    return outcomes
+
+
+def _exit_if_failed(outcomes: list[Outcome]) -> None:
+    if code := exit_code(outcomes):
+        sys.exit(code)
 
 
 @click.group(cls=HelpGroup, epilog=examples("archive list", "archive show ID", "archive restore ID"))
@@ -104,23 +145,29 @@ def archive():
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(profiles, filters, as_json):
     """Archived sessions with source, dates, title, message count and size."""
-    listed = [(a.profile, a.list(filters)) for a in _archives(profiles)]
+    outcomes = _read_archives(profiles, lambda a: a.list(filters))
+    listed = [(o.profile, o.value) for o in outcomes if o.error is None and o.skipped is None]
+    _warn_unmatched_sources([p.archive for p, _ in listed], filters, listed)
     if as_json:
-        emit_json([{"profile": p.name, "sessions": [asdict(e) for e in entries]} for p, entries in listed])
+        rows = [outcome_row(o, lambda entries: {"sessions": [asdict(e) for e in entries]}) for o in outcomes]
+        emit_json(rows)
+        _exit_if_failed(outcomes)
         return
     rows = [(p, e) for p, entries in listed for e in entries]
-    t = Table(title=f"{len(rows)} archived sessions", title_justify="left")
+    cols = ("id", "source", "started", "last activity", "title", "msgs", "size", "state")
     if len(profiles) > 1:
-        t.add_column("profile")
-    for col in ("id", "source", "started", "last activity", "title", "msgs", "size", "state"):
-        t.add_column(col, overflow="fold", justify="right" if col in ("msgs", "size") else "left")
+        cols = ("profile", *cols)
+    title = f"{units.plural(len(rows), 'archived session')} (times {units.zone_of()})"
+    t = table(title, cols, whole=["profile", "id", "source"], right=["msgs", "size"], title_justify="left")
     repeated = {k for k, n in Counter((p.name, e.session_id) for p, e in rows).items() if n > 1}
     for p, e in rows:
         address = f"{e.session_id} #{e.entry}" if (p.name, e.session_id) in repeated else e.session_id
-        cells = [cell(address), cell(e.source), when(e.started_at), when(e.last_activity), cell(e.title)]
+        cells = [cell(address), cell(e.source), when(e.started_at, False), when(e.last_activity, False)]
+        cells += [cell(e.title)]
         cells += [str(e.message_count), units.size(e.raw_bytes), e.state]
-        t.add_row(*([p.name] if len(profiles) > 1 else []), *cells)
-    console().print(t)
+        t.add_row(*([cell(p.name)] if len(profiles) > 1 else []), *cells)
+    print_table(console(), t, drop=("started", "title", "state"))
+    _exit_if_failed(outcomes)
 
 
 @archive.command(
@@ -153,9 +200,11 @@ def show(profiles, session_id, as_json, full, show_all):
 @click.option("--json", "as_json", is_flag=True)
 def search_cmd(profiles, text, filters, limit, as_json):
     """Archived sessions whose messages contain TEXT (case-insensitive), with a snippet."""
-    results = [(a.profile, a.search(text, filters, limit)) for a in _archives(profiles)]
+    outcomes = _read_archives(profiles, lambda a: a.search(text, filters, limit))
+    results = [(o.profile, o.value) for o in outcomes if o.error is None and o.skipped is None]
     if as_json:
-        emit_json([{"profile": p.name, **r.to_dict()} for p, r in results])
+        emit_json([outcome_row(o) for o in outcomes])
+        _exit_if_failed(outcomes)
         return
     out = console()
     for p, r in results:
@@ -169,9 +218,12 @@ def search_cmd(profiles, text, filters, limit, as_json):
             snippet.highlight_words([text], style="bold yellow", case_sensitive=False)  # a terminal only
             out.print(snippet)
         shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
-        click.echo(f"{prefix}{r.total} of {r.scanned} archived sessions match{shown} ({r.seconds:.2f} s)")
+        scanned = units.plural(r.scanned, "archived session")
+        click.echo(f"{prefix}{r.total} of {scanned} match{shown} ({units.took(r.seconds)})")
         if r.damaged:
-            click.echo(f"{prefix}{len(r.damaged)} damaged rows not searched (see `archive verify`)", err=True)
+            damaged = units.plural(len(r.damaged), "damaged row")
+            click.echo(f"{prefix}{damaged} not searched (see `archive verify`)", err=True)
+    _exit_if_failed(outcomes)
 
 
 @archive.command(
@@ -269,7 +321,8 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     with busy("exporting archived sessions"):
         res, paths = _one(profiles).archive.export(output, filters, split=split)
     where = ", ".join(map(str, paths)) if paths else "stdout"
-    click.echo(f"exported {res.sessions} sessions ({res.messages} messages) to {where}", err=True)
+    n, m = units.plural(res.sessions, "session"), units.plural(res.messages, "message")
+    click.echo(f"exported {n} ({m}) to {where}", err=True)
     click.echo(f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True)
     for sid, why in res.too_big.items():
         click.echo(
@@ -295,7 +348,9 @@ def _export_markdown(profile: Profile, output: str | None, filters: Filters, spl
     with busy("exporting archived sessions as Markdown"):
         res, paths = profile.archive.export_markdown(output, filters)
     click.echo(
-        f"exported {res.sessions} sessions ({res.messages} messages) as Markdown to {output}", err=True
+        f"exported {units.plural(res.sessions, 'session')} ({units.plural(res.messages, 'message')})"
+        f" as Markdown to {output}",
+        err=True,
     )
     _damaged_exit(res.damaged)
 
@@ -315,7 +370,7 @@ def verify_cmd(profiles, as_json):
         db = "" if r.database == "ok" else f"; archive files quick_check: {r.database}"
         bad = len(r.damaged) or db
         click.secho(
-            f"{p.name}: checked {r.checked} archived sessions, {len(r.damaged)} damaged{db}",
+            f"{p.name}: checked {units.plural(r.checked, 'archived session')}, {len(r.damaged)} damaged{db}",
             fg="red" if bad else None,
         )
         for why in r.damaged.values():

@@ -7,7 +7,7 @@ import sys
 import time
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from hermes_keeper import units
 from hermes_keeper.cli.options import (
@@ -22,7 +22,7 @@ from hermes_keeper.cli.options import (
     quiet_option,
     yes_option,
 )
-from hermes_keeper.cli.render import busy, console
+from hermes_keeper.cli.render import busy, console, print_table, table
 from hermes_keeper.cli.text import cell, term
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.model.policy import setting
@@ -91,8 +91,9 @@ def backup(profiles, dest, rules, no_rotate, dry_run, as_json, quiet):
         lambda _p, done: (
             quiet
             or click.echo(
-                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (database"
-                f" {units.size(done.record.raw_bytes)}, {done.seconds} s); rotated out:"
+                f"{done.record.profile}: {done.record.path} {units.size(done.record.bytes)} (a copy of"
+                f" state.db without its free pages: {units.size(done.record.raw_bytes)}, took"
+                f" {units.took(done.seconds)}); rotated out:"
                 f" {', '.join(done.rotated_out) or 'none'}"
             )
         ),
@@ -106,7 +107,8 @@ def _backup_preview(_profile, o: dict) -> None:
     gone = ", ".join(o["would_rotate_out"]) or "none"
     click.echo(
         term(
-            f"{o['profile']}: would back up a {units.size(o['database_bytes'])} database into {o['folder']}; "
+            f"{o['profile']}: would back up state.db (a copy without its free pages:"
+            f" {units.size(o['database_bytes'])}) into {o['folder']}; "
             f"then rotate out: {gone}"
         )
     )
@@ -148,9 +150,8 @@ def backups(profiles, dest, rules, prune, offsite, remove_leftovers, dry_run, as
 
     def show(_profile, o: dict) -> None:
         out, now = console(), time.time()
-        t = Table(title=f"{o['profile']}: backups in {o['folder']}")
-        for col in ("backup", "size", "database", "age", "verified", "kept because"):
-            t.add_column(col, overflow="fold")
+        cols = ("backup", "size", "db copy", "age", "verified", "kept because")
+        t = table(Text(f"{o['profile']}: backups in {term(o['folder'])}"), cols, whole=["backup"])
         for b in o["backups"]:
             t.add_row(
                 cell(b["name"]),
@@ -160,7 +161,7 @@ def backups(profiles, dest, rules, prune, offsite, remove_leftovers, dry_run, as
                 "yes" if b["verified"] else "[red]NO (missing or damaged)[/]",
                 ", ".join(b["reasons"]) or "[yellow]not kept: removed by --prune or the next backup[/]",
             )
-        out.print(t)
+        print_table(out, t, drop=("db copy",))
         for name in o["removed"]:
             out.print(cell(f"removed {name}"))
         if dry_run and prune:
@@ -191,13 +192,12 @@ def _offsite_copies(profile, rules, prune, dry_run) -> dict:
 
 def _show_offsite(_profile, o: dict) -> None:
     out, now = console(), time.time()
-    t = Table(title=f"{o['profile']}: off-host copies of {o['host']} in {o['repository']}")
-    for col in ("snapshot", "kind", "taken", "age"):
-        t.add_column(col, overflow="fold")
+    title = Text(f"{o['profile']}: off-host copies of {o['host']} in {term(o['repository'])}")
+    t = table(title, ("snapshot", "kind", "taken", "age"), whole=["snapshot"])
     for c in o["copies"]:
         taken = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(c["time"]))
         t.add_row(c["short_id"], c["kind"], taken, units.ago(c["time"], now))
-    out.print(t)
+    print_table(out, t)
     for short_id in o["removed"]:
         out.print(cell(f"forgotten {short_id} (restic forget --prune)"))
     for short_id in o["would_remove"]:
@@ -332,12 +332,12 @@ def compact(profiles, wait_idle, no_vacuum, dry_run, as_json, quiet):
         with busy(f"{p.name}: compacting state.db", as_json):
             return p.compact(wait, allow_full_vacuum=not no_vacuum)
 
-    outcomes = for_each(
-        profiles,
-        action,
-        as_json,
-        lambda _p, res: quiet or _compact_line(res.to_dict()),
-    )
+    def show(_p, res) -> None:
+        failed = res.unconverted and not no_vacuum  # the command's failure: stderr, also with --quiet
+        if failed or not quiet:
+            _compact_line(res.to_dict(), failed)
+
+    outcomes = for_each(profiles, action, as_json, show)
     stuck = [o.value for o in outcomes if o.value is not None and o.value.unconverted]
     if stuck and not no_vacuum:
         sys.exit(TryLater.exit_code if all(r.holders for r in stuck) else 1)
@@ -354,13 +354,15 @@ def _compact_preview(_profile, o: dict) -> None:
     )
 
 
-def _compact_line(r: dict) -> None:
+def _compact_line(r: dict, failed: bool = False) -> None:
     click.echo(
-        (
+        ("hermes-keeper: " if failed else "")
+        + term(
             f"{r['profile']}: freed {units.size(r['freed_bytes'])} on disk (state.db "
             f"{units.size(r['db_bytes_before'])} -> {units.size(r['db_bytes_after'])}, WAL "
             f"{units.size(r['wal_bytes_before'])} -> {units.size(r['wal_bytes_after'])}); "
             f"{units.size(r['free_bytes_after'])} reclaimable still in state.db; auto_vacuum "
             f"{r['auto_vacuum_before']} -> {r['auto_vacuum_after']}" + (f"; {r['note']}" if r["note"] else "")
         ),
+        err=failed,
     )

@@ -9,6 +9,7 @@ import click
 from hermes_keeper.check import STATUS, UNKNOWN, status_line
 from hermes_keeper.cli.options import (
     config_option,
+    debug_traceback,
     emit_json,
     examples,
     json_option,
@@ -110,6 +111,7 @@ def check(profiles, thresholds, config_path, as_json, quiet, textfile):
         for o in each(profiles, lambda p: p.check(p.config(config_path, extra))):
             rows.append(outcome_row(o))
             if o.error is not None:
+                debug_traceback(o)
                 failures.append(f"{o.profile.name}: {o.error}")
                 if metrics:
                     metrics.set(

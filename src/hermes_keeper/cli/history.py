@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
 from hermes_keeper import units
 from hermes_keeper.cli.options import examples, for_each, json_option, profile_options
-from hermes_keeper.cli.render import console, local_time
+from hermes_keeper.cli.render import console, print_table, table
 from hermes_keeper.history import database_bytes
 
 
@@ -33,25 +32,23 @@ def history(profiles, as_json, limit, every_kind):
     kinds = None if every_kind else ("run",)
 
     def show(profile, entries) -> None:
-        t = Table(title=f"{profile.name}: history ({len(entries)} rows)", show_edge=False)
-        t.add_column("when", no_wrap=True)
-        t.add_column("kind")
-        for col in ("db", "pruned", "archived", "closed", "files", "freed", "took", "max txn"):
-            t.add_column(col, justify="right")
+        figures = ("db", "pruned", "archived", "closed", "files", "freed", "took", "max txn")
+        title = f"{profile.name}: history ({units.plural(len(entries), 'row')}, times {units.zone_of()})"
+        t = table(title, ("when", "kind", *figures), whole=["when"], right=figures, show_edge=False)
         for e in entries:
             f = e.figures
             runs = f" ({f['runs']} runs)" if f.get("runs", 1) > 1 else ""
             stopped = f" (interrupted: {f['interrupted']})" if f.get("interrupted") else ""
             t.add_row(
-                local_time(e.ts),
+                units.when(e.ts, zone=False),
                 e.kind + runs + stopped,
-                units.size(database_bytes(f["components"])) if "components" in f else "",
+                "" if (db := database_bytes(f)) is None else units.size(db),
                 *(str(f.get(k, "")) for k in ("pruned", "archived", "zombies_closed", "files_removed")),
                 units.size(f["freed_bytes"]) if "freed_bytes" in f else "",
-                units.duration(round(f["seconds"], 1)) if "seconds" in f else "",
-                f"{f['max_txn_ms']:.0f} ms" if "max_txn_ms" in f else "",
+                units.took(f["seconds"]) if "seconds" in f else "",
+                units.took(f["max_txn_ms"] / 1000) if "max_txn_ms" in f else "",
             )
-        console().print(t)
+        print_table(console(), t, drop=("max txn", "closed", "archived"))
 
     for_each(
         profiles,

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 from rich.text import Text
 
 from hermes_keeper import units
 from hermes_keeper.archive.retention import RetentionPlan
 from hermes_keeper.cli.options import (
     HelpGroup,
+    Size,
     config_option,
     dest_option,
     examples,
@@ -26,9 +27,11 @@ from hermes_keeper.cli.options import (
     quiet_option,
     textfile_option,
 )
-from hermes_keeper.cli.render import auto_prune_line, console, heading
+from hermes_keeper.cli.render import KeeperTable, auto_prune_line, console, heading, print_table, table
 from hermes_keeper.cli.text import cell, term
+from hermes_keeper.errors import KeeperError
 from hermes_keeper.interrupt import Interrupted
+from hermes_keeper.model.policy import CONFIG_NAME, config_problems
 from hermes_keeper.run.plan import REFUSE, Plan
 
 
@@ -46,8 +49,8 @@ def _render_plan(plan: Plan, verbose: bool, out: Console, next_hint: str) -> Non
         return
     heading(out, f"[bold]{plan.profile}[/] plan")
     _render_plan_work(plan, d, out)
-    out.print(_by_source_table(d))
-    out.print(_keep_reasons_table(d))
+    print_table(out, _by_source_table(d))
+    print_table(out, _keep_reasons_table(d))
     if verbose:
         _render_every_session(plan, out)
     _render_plan_after(plan, d, verbose, out)
@@ -63,7 +66,11 @@ def _render_plan_work(plan: Plan, d: dict, out: Console) -> None:
         f"{units.plural(d['prune']['sessions'], 'session')} "
         f"({units.plural(d['prune']['messages'], 'message')}, ~{units.size(d['prune']['est_bytes'])}) "
         f"· remove {units.plural(d['files']['remove'], 'file')} ({units.size(d['files']['bytes'])})"
-        + (f" · keep {d['files']['kept']} files a rule covers (-v: why)" if d["files"]["kept"] else "")
+        + (
+            f" · keep {units.plural(d['files']['kept'], 'file')} a rule covers (-v: why)"
+            if d["files"]["kept"]
+            else ""
+        )
     )
     only = plan.not_in_state_db
     if only.files:
@@ -96,11 +103,10 @@ def _render_plan_work(plan: Plan, d: dict, out: Console) -> None:
         out.print(cell(f"  {i}. {step}"))
 
 
-def _by_source_table(d: dict) -> Table:
+def _by_source_table(d: dict) -> KeeperTable:
     """Per session source: how many sessions are pruned and kept, and the pruned ones' size."""
-    t = Table(title="By source")
-    for col in ("source", "prune", "keep", "messages", "~size"):
-        t.add_column(col, justify="left" if col == "source" else "right")
+    cols = ("source", "prune", "keep", "messages", "~size")
+    t = table("By source", cols, whole=["source"], right=cols[1:])
     for src, c in d["by_source"].items():
         t.add_row(
             cell(src),
@@ -112,11 +118,9 @@ def _by_source_table(d: dict) -> Table:
     return t
 
 
-def _keep_reasons_table(d: dict) -> Table:
+def _keep_reasons_table(d: dict) -> KeeperTable:
     """Why sessions are kept, most common first, each reason's words beside its stable code."""
-    t = Table(title="Why sessions are kept")
-    for col in ("reason", "code", "sessions"):
-        t.add_column(col, justify="right" if col == "sessions" else "left")
+    t = table("Why sessions are kept", ("reason", "code", "sessions"), whole=["code"], right=["sessions"])
     for r in d["keep_reasons"]:
         t.add_row(cell(r["reason"]), r["code"], str(r["sessions"]))
     return t
@@ -124,20 +128,18 @@ def _keep_reasons_table(d: dict) -> Table:
 
 def _render_every_session(plan: Plan, out: Console) -> None:
     """``-v``: every zombie close and session decision with its reason, then every file action."""
-    t = Table(title="Every session")
-    for col in ("session", "source", "action", "reason"):
-        t.add_column(col)
+    t = table("Every session", ("session", "source", "action", "reason"), whole=["session", "source"])
     for z in plan.zombies:
         t.add_row(
             cell(z.session_id),
             cell(z.source),
             "close",
-            f"open, idle {units.duration(round(z.idle_s / 3600) * 3600)}",
+            f"open, idle {units.span(z.idle_s)}",
         )
     for sid in sorted(plan.decisions):
         x = plan.decisions[sid]
         t.add_row(cell(sid), cell(x.source), x.action, cell(x.reason.text))
-    out.print(t)
+    print_table(out, t)
     for f in plan.files:
         out.print(cell(f"remove {f.path} ({units.size(f.bytes)}): {f.reason}"))
     for f in plan.kept_files:
@@ -152,7 +154,7 @@ def _render_plan_after(plan: Plan, d: dict, verbose: bool, out: Console) -> None
         f"{units.plural(d['remaining']['messages'], 'message')}"
     )
     if d["hermes_auto_prune"]:
-        what = f"{d['hermes_auto_prune']['deletes_kept']} sessions this plan keeps"
+        what = f"{units.plural(d['hermes_auto_prune']['deletes_kept'], 'session')} this plan keeps"
         out.print(auto_prune_line(d["hermes_auto_prune"], plan.now, what))
     if plan.archive_retention is not None:
         _render_archive_retention(plan.archive_retention, verbose, out)
@@ -164,7 +166,8 @@ def _render_archive_retention(r: RetentionPlan, verbose: bool, out: Console) -> 
     """What ``[archive] keep`` / ``max_bytes`` drops from the archive (the gone-for-good warning follows)."""
     files = f", {len(r.delete_files)} month files deleted whole" if r.delete_files else ""
     out.print(
-        f"archive: {r.entries} entries in {units.size(r.bytes)}; drop {len(r.drops)} entries "
+        f"archive: {units.plural(r.entries, 'entry', 'entries')} in {units.size(r.bytes)}; drop "
+        f"{units.plural(len(r.drops), 'entry', 'entries')} "
         f"(~{units.size(r.freed_bytes)}{files})",
         markup=False,
     )
@@ -231,7 +234,7 @@ def _run(profiles, dry_run: bool, o: RunOptions, metrics=None):
     def show(_profile, value) -> None:
         if not dry_run:
             if not quiet:
-                click.echo(value.summary())
+                out.print(cell(value.summary()))
             return
         _render_plan(value, verbose, out, next_hint)
 
@@ -255,6 +258,7 @@ _run_options = [
     ),
     click.option(
         "--keep-size",
+        type=Size(),
         default=None,
         metavar="SIZE",
         help="This run only: prune the oldest eligible until state.db is under SIZE (disk.max_db_bytes).",
@@ -287,9 +291,33 @@ def plan(profiles, **opts):
     _run(profiles, True, RunOptions(**opts))
 
 
-@click.group(cls=HelpGroup, epilog=examples("config show"))
+@click.group(cls=HelpGroup, epilog=examples("config show", "config check"))
 def config():
-    """The effective policy."""
+    """The effective policy, and whether keeper.toml says what was meant."""
+
+
+@config.command("check", epilog=examples("config check", "config check --config /etc/keeper.toml"))
+@profile_options
+@config_option
+def config_check(profiles, config_path):
+    """Check keeper.toml: every wrong key, value or profile section on its own line, with the
+    spelling it most likely meant. Exit 0 when it is valid (warnings printed), 2 when not."""
+    paths = dict.fromkeys(Path(config_path) if config_path else p.root / CONFIG_NAME for p in profiles)
+    bad = False
+    for path in paths:
+        if config_path and not path.exists():
+            raise KeeperError(f"config file not found: {path}")
+        errors, warns = config_problems(path)
+        for line in errors:
+            click.echo(term(f"error: {line}"))
+        for line in warns:
+            click.echo(term(f"warning: {line}"))
+        summary = "valid" if path.exists() else "absent: every default applies"
+        summary += f", {units.plural(len(warns), 'warning')}" if warns else ""
+        click.echo(term(f"{path}: {units.plural(len(errors), 'error')}" if errors else f"{path}: {summary}"))
+        bad = bad or bool(errors)
+    if bad:
+        sys.exit(2)
 
 
 @config.command("show", epilog=examples("config show", "config show --all-profiles --json"))
@@ -300,11 +328,9 @@ def config_show(profiles, config_path, as_json):
     """Print the effective policy per profile and where each value came from."""
 
     def show(profile, policy) -> None:
-        t = Table(title=f"policy for {profile.name}")
-        for col in ("key", "value", "from"):
-            t.add_column(col, overflow="fold")
+        t = table(f"policy for {profile.name}", ("key", "value", "from"), whole=["key"])
         for row in policy.settings():
-            t.add_row(row["key"], row["value"], row["from"])
-        console().print(t)
+            t.add_row(cell(row["key"]), cell(row["value"]), cell(row["from"]))
+        print_table(console(), t)
 
     for_each(profiles, lambda p: p.config(config_path), as_json, show)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shlex
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +17,7 @@ import click
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import Outcome, Profile, each, exit_code, select_profiles
 from hermes_keeper.interrupt import Interrupted
+from hermes_keeper.units import parse_size
 
 #: ``ctx.meta`` key: the homes a command works on, for the error boundary's messages.
 HOMES_KEY = "hermes_keeper.homes"
@@ -39,6 +42,20 @@ def examples(*commands: str) -> str:
     """A command's ``--help`` epilog: the commands as typed, never rewrapped (click's ``\\b``).
     Every command has one (tests/test_docs.py)."""
     return "\b\nExamples:\n" + "\n".join(f"  hermes-keeper {c}" for c in commands)
+
+
+class Size(click.ParamType):
+    """A size option (``--keep-size 500MB``): refused at once when it has no unit, as keeper.toml's
+    sizes are; passed on as written (the policy parses it, and shows it as written)."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        try:
+            parse_size(value, repr(value))
+        except KeeperError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/json.md).")
@@ -169,12 +186,21 @@ def command_name() -> str:
     return " ".join(reversed(words))
 
 
+#: The bytes of an id (or any text) that were not UTF-8, as Python keeps them (``surrogateescape``:
+#: byte 0xff is U+DCFF): JSON's ``\udcff`` escape, so the document stays UTF-8 and reads back exact.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(m: re.Match) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
 def emit_json(rows: list[dict], **overall: Any) -> None:
     """The one JSON shape of every command (docs/json.md): ``{"command": "archive list",
     "profiles": [{"profile": NAME, ...}, ...]}``, one row per profile, in the order done.
     ``overall``: keys about the whole invocation, beside ``command`` (check's Nagios status)."""
     doc = {"command": command_name(), **overall, "profiles": rows}
-    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+    click.echo(_LONE_SURROGATE.sub(_escaped, json.dumps(doc, indent=2, ensure_ascii=False)))
 
 
 def outcome_row(o: Outcome, to_dict: Callable[[Any], dict] = lambda value: value.to_dict()) -> dict:
@@ -184,6 +210,13 @@ def outcome_row(o: Outcome, to_dict: Callable[[Any], dict] = lambda value: value
         return row | to_dict(o.value)
     why = {"error": o.error} if o.error else {"skipped_because": o.skipped}
     return row | {"home": str(o.profile.home)} | why
+
+
+def debug_traceback(o: Outcome) -> None:
+    """Under ``hermes-keeper --debug``, the traceback of a profile's failure (the error boundary
+    shows it for one profile; :func:`each` caught it for several)."""
+    if o.exception is not None and click.get_current_context().find_root().params.get("debug"):
+        traceback.print_exception(o.exception)
 
 
 def for_each(
@@ -207,8 +240,12 @@ def for_each(
         for o in each(profiles, action, needs_db):
             outcomes.append(o)
             rows.append(outcome_row(o, to_dict))
-            if o.error is not None or (o.skipped is not None and not quiet):
-                click.echo(f"hermes-keeper: {o.profile.name}: {o.error or o.skipped}", err=True)
+            if o.error is not None or o.skipped is not None:
+                if o.error is not None or not quiet:
+                    debug_traceback(o)
+                    from hermes_keeper.cli.text import term  # only on this path: rich is not cheap to import
+
+                    click.echo(f"hermes-keeper: {o.profile.name}: {term(o.error or o.skipped)}", err=True)
             elif not as_json:
                 show(o.profile, o.value)
     except Interrupted as exc:  # the JSON of what was done, the stopped run's row last

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import tempfile
 import time
@@ -104,11 +105,14 @@ def report(profiles, as_json, zombie_after, top, html_path, quiet, textfile):
 def demo(directory, sessions):
     """Build a realistic demo Hermes home (73% cron, zombies, orphans, runaways) and report on it.
 
-    DIRECTORY (default: a new temporary folder) must not hold a state.db yet.
+    DIRECTORY (default: a new temporary folder) must be new or empty: never a Hermes home, even
+    one without a state.db yet (the demo's sessions would become that home's).
     """
     home = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="hermes-demo-"))
-    if (home / "state.db").exists():
-        raise KeeperError(f"{home} already holds a state.db; choose an empty folder")
+    held = sorted(os.listdir(home)) if home.is_dir() else []
+    if held:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise KeeperError(f"{home} is not empty ({shown}); the demo builds only into a new or empty folder")
     demo_home.build_home(home, demo_home.generate(time.time(), sessions=sessions, folders=True))
     click.echo(f"demo home: {home}")
     for p in select_profiles(home, env={}):

@@ -13,7 +13,6 @@ from hermes_keeper.cli.options import (
     json_option,
     profile_options,
 )
-from hermes_keeper.cli.render import local_time
 from hermes_keeper.cli.text import term
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.schedule import DEFAULT_AT, EVERY, VIAS, Change, Job, When, backend, keeper_executable
@@ -182,7 +181,7 @@ def _run_words(entry: dict | None) -> str:
         return "none yet"
     how = f"interrupted ({entry['interrupted']})" if entry.get("interrupted") else "finished"
     took = units.duration(round(entry.get("seconds", 0)))
-    return f"{local_time(entry['ts'])}, {how}: pruned {entry.get('pruned', 0)}, took {took}"
+    return f"{units.when(entry['ts'])}, {how}: pruned {entry.get('pruned', 0)}, took {took}"
 
 
 @schedule.command(

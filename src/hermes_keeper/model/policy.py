@@ -9,8 +9,10 @@ output's JSON Schema (:func:`policy_schema`), and ``docs/run.md``'s table
 
 from __future__ import annotations
 
+import difflib
 import math
 import tomllib
+import warnings
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -41,7 +43,21 @@ MESSAGING_SOURCES = frozenset(
         "webhook_chat",
     }
 )
+#: Every ``source`` Hermes writes that has no retention key of its own (hermes-storage.md): a
+#: ``retention.<source>`` close to one of these but not one is a typo (``crom``), said so.
+OTHER_SOURCES = frozenset({"api_server", "webhook", "import", "unknown"})
 CONFIG_NAME = "keeper.toml"
+
+
+class PolicyWarning(UserWarning):
+    """A ``keeper.toml`` value that is valid but most likely not what was meant (``retention.crom``):
+    the CLI prints it on stderr (``hermes-keeper: warning: ...``), ``config check`` lists it."""
+
+
+def did_you_mean(word: str, choices) -> str:
+    """`` (did you mean cron?)`` for the closest of ``choices`` (difflib), else nothing."""
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _number(value, where: str, what: str) -> float:
@@ -495,8 +511,10 @@ class Policy:
         """Parse and range-check one dotted key as written in ``label``; remember how it was written."""
         s = setting(name)
         if s is None:
-            raise KeeperError(f"{label}: unknown key {name}")
+            raise KeeperError(f"{label}: unknown key {name}{did_you_mean(name, _BY_NAME)}")
         parsed = s.parse(value, f"{label}: {name}")
+        if s.section == "retention" and name not in _BY_NAME:
+            _warn_unknown_source(s.key, label)
         if s.table:
             getattr(self, s.attr)[s.key] = parsed
         else:
@@ -531,6 +549,19 @@ class Policy:
             value = getattr(self, s.attr)
             (out.setdefault(s.group, {}) if s.group else out)[s.attr] = dict(value) if s.table else value
         return out | {"origin": dict(self.origin), "settings": self.settings()}
+
+
+def _warn_unknown_source(source: str, label: str) -> None:
+    """``retention.crom``: a source no Hermes writes but one letter from one that does. A source
+    near none (``retention.mybot``) is taken as meant: ``source`` is free text."""
+    known = MESSAGING_SOURCES | OTHER_SOURCES | {s.key for s in SETTINGS if s.section == "retention"}
+    if source not in known and (hint := did_you_mean(source, known)):
+        warnings.warn(
+            f"{label}: retention.{source}: no Hermes source is called {source!r}{hint}; "
+            "it applies only to sessions of that exact source",
+            PolicyWarning,
+            stacklevel=2,
+        )
 
 
 def _object(properties: dict, more: dict | bool = False) -> dict:
@@ -620,6 +651,42 @@ def load_config(path: Path) -> dict:
         raise KeeperError(f"{path}: invalid TOML: not UTF-8 text") from None
     except OSError as exc:
         raise KeeperError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _one_key_tables(data: dict):
+    """``data`` as one-key tables (``{"disk": {"low_water": 2}}``): each key checked on its own."""
+    for key, value in data.items():
+        if key in _SECTIONS and isinstance(value, dict):
+            yield from ({key: {sub: v}} for sub, v in value.items())
+        else:
+            yield {key: value}
+
+
+def config_problems(path: Path) -> tuple[list[str], list[str]]:
+    """Every error and every warning of the policy file ``path`` (``config check``): each key on
+    its own, so one wrong key hides no other; each ``[profiles.X]`` too. ``([], [])``: all good."""
+    try:
+        data = load_config(path)
+    except KeeperError as exc:
+        return [str(exc)], []
+    profiles = data.get("profiles", {})
+    tables = [({k: v for k, v in data.items() if k != "profiles"}, str(path))]
+    if not isinstance(profiles, dict):
+        return [f"{path}: [profiles] must be a table of tables"], []
+    for name, section in profiles.items():
+        if not isinstance(section, dict) or "profiles" in section:
+            return [f"{path}: [profiles.{name}] must be a table"], []
+        tables.append((section, f"{path} [profiles.{name}]"))
+    errors: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PolicyWarning)
+        for table, label in tables:
+            for one in _one_key_tables(table):
+                try:
+                    _apply(Policy(), one, label)
+                except KeeperError as exc:
+                    errors.append(str(exc))
+    return errors, [str(w.message) for w in caught if issubclass(w.category, PolicyWarning)]
 
 
 def effective_policy(

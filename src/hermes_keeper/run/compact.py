@@ -372,7 +372,7 @@ def _live_vacuum_fits(
     goes ahead without one, saying so in ``res.note``."""
     if not limit:
         return "live_vacuum_stall = 0s"
-    over = f"over live_vacuum_stall, {limit:g} s"
+    over = f"over live_vacuum_stall, {units.duration(limit)}"
     if hermes_wait_s(info.used_bytes / MAX_VACUUM_BYTES_PER_S * VACUUM_MARGIN) > limit:
         return f"a VACUUM of {units.size(info.used_bytes)} would stall Hermes's writes {over}"
     estimate = estimate_vacuum_s(profile.db_path, profile.keeper_dir, info.journal_mode)
@@ -381,13 +381,13 @@ def _live_vacuum_fits(
     # Rounded once: the note says the figure the JSON gives (0.2504 s said "0.3" beside 0.25).
     res.vacuum_estimate_s = estimate = round(estimate, 2)
     if estimate > limit:
-        return f"a VACUUM would stall Hermes's writes about {estimate:.1f} s ({over})"
+        return f"a VACUUM would stall Hermes's writes about {units.took(estimate)} ({over})"
     if not wait_quiet(profile.db_path, QUIET_S, QUIET_WAIT_S if wait_idle_s is None else wait_idle_s):
         # An always-on gateway never pauses: the stall is bounded by the estimate all the same,
         # and Hermes's writes wait it out inside their retries, so the file shrinks tonight.
         res.note = (
-            f"Hermes did not pause writing for {QUIET_S:.0f} s; the one-time VACUUM ran beside it,"
-            f" a stall of its writes of about {estimate:.1f} s"
+            f"Hermes did not pause writing for {units.duration(QUIET_S)}; the one-time VACUUM ran beside"
+            f" it, a stall of its writes of about {units.took(estimate)}"
         )
     return ""
 

@@ -266,12 +266,12 @@ class Plan:
         if self.prune and self.safeguard.kind == SNAPSHOT:
             out.append("backup: a verified snapshot of state.db")
         if self.zombies:
-            out.append(f"close {len(self.zombies)} zombie sessions")
+            out.append(f"close {units.plural(len(self.zombies), 'zombie session')}")
         if self.prune:
             how = "archive and verify, then delete" if self.archive else "delete with NO archive (final)"
-            out.append(f"prune {len(self.prune)} sessions: {how}, in short transactions")
+            out.append(f"prune {units.plural(len(self.prune), 'session')}: {how}, in short transactions")
         if self.files:
-            out.append(f"remove {len(self.files)} files")
+            out.append(f"remove {units.plural(len(self.files), 'file')}")
         if self.compact:
             out.append(f"compact: {self.compact}")
         return out
@@ -363,7 +363,7 @@ def compact_step(auto_vacuum: str | None, live_bytes: int, stall_limit_s: float)
         return "incremental vacuum in budgeted steps"
     return (
         f"one-time VACUUM to incremental auto-vacuum (~{units.size(live_bytes)} to copy): with Hermes"
-        f" stopped, or beside it if its measured stall estimate is at most {stall_limit_s:g} s"
+        f" stopped, or beside it if its measured stall estimate is at most {units.duration(stall_limit_s)}"
         " (a one-time wait of Hermes's writes, at a quiet moment if one comes); otherwise the"
         " freed pages stay in state.db, reclaimable"
     )
@@ -569,7 +569,7 @@ def _warnings(survey: Survey, now: float) -> list[str]:
         )
     future = sum(1 for s in survey.sessions.values() if s.last_activity > now + FUTURE_SLACK_S)
     if future:
-        out.append(f"{future} sessions dated in the future: kept, their age is unknown")
+        out.append(f"{units.plural(future, 'session')} dated in the future: kept, their age is unknown")
     if (retired := retired_wal_warning(survey.folders)) is not None:
         out.append(retired)
     guard = wal_guard(survey.profile.db_path, survey.schema.journal_mode, survey.holders)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hermes_keeper import units
+
 
 @dataclass(frozen=True)
 class Reason:
@@ -21,10 +23,8 @@ class Reason:
 
 
 def days(seconds: float) -> str:
-    """A duration in the plan's words: whole days, or hours under a day."""
-    if seconds >= 86400:
-        return f"{seconds / 86400:.0f}d"
-    return f"{seconds / 3600:.0f}h"
+    """A duration in the plan's words: whole days, or hours, minutes under a day (``units.span``)."""
+    return units.span(seconds)
 
 
 # Signs that Hermes still relies on a session, or that its row is not one the keeper can address

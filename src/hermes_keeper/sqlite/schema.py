@@ -384,7 +384,14 @@ def quick_check(path: Path, budget_s: float | None = None) -> str | None:
         return None if budget_s is not None and was_interrupted(exc) else str(exc)
     finally:
         conn.close()
-    return "; ".join(r[0] for r in rows)[:300] or "ok"
+    return check_line(rows)
+
+
+def check_line(rows: list[tuple[str]]) -> str:
+    """The rows of a ``quick_check`` as one line (one row holds several, after SQLite's
+    ``*** in database main ***``): a failure under ``--all-profiles`` is one stderr line."""
+    lines = [line for (row,) in rows for line in row.splitlines() if line and not line.startswith("*** ")]
+    return "; ".join(lines)[:300] or "ok"
 
 
 #: What a hot ``state.db-journal`` is, and how SQLite recovers it (the reason of :data:`INTERRUPTED`).
