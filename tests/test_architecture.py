@@ -14,7 +14,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hermes_keeper"
 FLOORS = (
     ("errors", "interrupt", "units", "fs", "place", "journal", "lock", "sqlite"),
     ("model", "hermes_config", "kept", "facts"),
-    ("archive.payload", "archive.store", "archive.index", "archive.query", "archive.hermes_import", "backup"),
+    (
+        "archive.payload",
+        "archive.store",
+        "archive.index",
+        "archive.query",
+        "archive.hermes_import",
+        "backup",
+        "offsite",
+    ),
     ("run", "archive"),
     ("report", "report_types", "check", "history", "metrics", "report_html", "demo"),
     ("home",),

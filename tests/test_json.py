@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from hermes_keeper import demo
 from hermes_keeper.cli import main
 from hermes_keeper.model.policy import effective_policy, policy_schema
+from tests.offsite_repo import local_offsite
 from tests.test_docs import _commands
 
 
@@ -26,6 +27,7 @@ def home(tmp_path_factory):
     home = tmp_path_factory.mktemp("json") / "home"
     demo.build_home(home, demo.generate(time.time(), sessions=60))
     (home / "profiles" / "fresh").mkdir(parents=True)  # a new profile: a skipped row
+    local_offsite(home, home.parent)  # the run pushes to it; the offsite commands read it
     return home
 
 
@@ -83,6 +85,11 @@ def test_every_command_on_the_demo_home_matches_its_schema(home, tmp_path, monke
     assert check("archive", "show", sid)["profiles"][0]["archived"]["session"]["id"] == sid
     assert check("archive", "restore", sid, "--dry-run")["profiles"][0]["dry_run"] is True
     assert check("restore", "--latest", "--yes")["profiles"][0]["safety_copy"]
+    copies = check("backups", "--offsite")["profiles"][0]["copies"]
+    assert {c["kind"] for c in copies} == {"state", "archive"}
+    newest = next(c for c in copies if c["kind"] == "state")
+    assert check("restore", "--from", "offsite", "--dry-run")["profiles"][0]["id"] == newest["id"]
+    assert check("archive", "pull", "--from", "offsite")["profiles"][0]["same"] == ["archive.db"]
     with_json = {" ".join(w) for w, cmd in _commands() if any(p.name == "as_json" for p in cmd.params)}
     assert seen == with_json  # every command with --json is here, and has its schema
 

@@ -23,6 +23,7 @@ from hermes_keeper.backup.snapshot import backup_dir, keeper_bytes, list_backups
 from hermes_keeper.facts import known_verdict
 from hermes_keeper.journal import JOURNAL_SEALED, Skipped, read_journal
 from hermes_keeper.model.policy import Policy, effective_policy
+from hermes_keeper.offsite.copies import CHECKED, newest_copy_time
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_vitals
 from hermes_keeper.report_types import Runaway, Vitals
@@ -95,6 +96,7 @@ def _under(label, value, uom, warn, crit, what) -> Measure:
 NEVER_RAN = (CRITICAL, "never ran")
 NO_BACKUP = (CRITICAL, "no verified backup")
 NEVER_VERIFIED = (WARNING, "archive never verified")
+NO_OFFSITE = (CRITICAL, "no off-host copy yet")
 
 
 def _age(label, since: float | None, now: float, warn, crit, what, never: tuple[int, str]) -> Measure:
@@ -191,6 +193,7 @@ def check_profile(profile: Place, policy: Policy | None = None, now: float | Non
             NO_BACKUP,
         ),
         *_archive_measures(profile, rep, t, now, past),
+        *_offsite_measures(policy, t, now, past),
         *_both_prune(rep, past),
         _journal_measure(past),
         *keeper_budget(profile, policy),
@@ -218,6 +221,7 @@ class _JournalFacts:
     keeper_prunes: str = ""  # why the keeper prunes this profile ("" if nothing says it does)
     torn: tuple[Skipped, ...] = ()  # lines skipped that no later ``journal_sealed`` record explains
     acked: frozenset[str] = frozenset()  # runaway sessions acknowledged (``check --ack``)
+    offsite: tuple[float | None, dict | None] = (None, None)  # newest off-host copy, last restic check
 
     @classmethod
     def read(cls, profile: Place) -> _JournalFacts:
@@ -232,7 +236,9 @@ class _JournalFacts:
         marks = [r["action"] for r in journal if r.get("action") in (SCHEDULED, UNSCHEDULED)]
         prunes = "a schedule" if marks[-1:] == [SCHEDULED] else "its runs" if last_run is not None else ""
         acked = frozenset(str(r.get("session")) for r in journal if r.get("action") == RUNAWAY_ACKED)
-        return cls(last_run, verifies, since, prunes, torn, acked)
+        checks = [r for r in journal if r.get("action") == CHECKED]
+        offsite = (newest_copy_time(journal), checks[-1] if checks else None)
+        return cls(last_run, verifies, since, prunes, torn, acked, offsite)
 
 
 def _journal_measure(past: _JournalFacts) -> Measure:
@@ -355,6 +361,29 @@ def _archive_measures(profile: Place, rep: Vitals, t: dict, now: float, past: _J
                     f"the last archive verify failed ({damaged} damaged rows)",
                 )
             )
+    return out
+
+
+def _offsite_measures(policy: Policy, t: dict, now: float, past: _JournalFacts) -> list[Measure]:
+    """Where ``[offsite]`` names a restic repository: the age of the newest off-host copy of
+    state.db (as the runs' pushes journaled it: no network), and a failed ``restic check``."""
+    if not policy.offsite_repository:
+        return []
+    newest, checked = past.offsite
+    out = [
+        _age(
+            "offsite_age",
+            newest,
+            now,
+            t["offsite_warn"],
+            t["offsite_crit"],
+            "newest off-host copy",
+            NO_OFFSITE,
+        )
+    ]
+    if checked is not None and not checked.get("ok"):
+        why = f"the last restic check failed: {checked.get('problem')}"
+        out.append(Measure("offsite_check", 1, "", None, 0, CRITICAL, why))
     return out
 
 

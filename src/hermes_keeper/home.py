@@ -45,6 +45,7 @@ from hermes_keeper.journal import Journal
 from hermes_keeper.kept import keep_sessions
 from hermes_keeper.lock import db_lock, keeper_lock
 from hermes_keeper.model.policy import Policy, effective_policy
+from hermes_keeper.offsite import copies as offsite
 from hermes_keeper.place import Place
 from hermes_keeper.report import build_report
 from hermes_keeper.report_types import Report
@@ -186,6 +187,8 @@ class Profile(Place):
                 if progress:
                     progress("plan", len(plan.prune))
                 result = apply_plan(ctx, plan, progress)
+                if not result.interrupted:  # a stopped run sends nothing: the next one does
+                    result.offsite = self._push(policy, journal)
         except Interrupted as exc:  # recorded as such (when it changed something), then raised on
             if exc.result is not None:
                 exc.result.seconds = round(time.perf_counter() - t0, 2)
@@ -196,6 +199,59 @@ class Profile(Place):
         if record:
             record_run(self, result)
         return result
+
+    def _push(self, policy: Policy, journal: Journal) -> dict | None:
+        """The run's off-host push where ``[offsite]`` names a repository. Never fails the run:
+        the failure is journaled and said in the summary, and the next run catches up."""
+        if not policy.offsite_repository:
+            return None
+        try:
+            done = offsite.push(self, policy.offsite, policy.rotation, policy.backup_dest, journal)
+            return done.to_dict() | {"summary": done.summary()}
+        except (KeeperError, OSError) as exc:
+            line = failure_line(exc, self.home)[0]
+        journal.write(offsite.FAILED, error=line)
+        return {"error": line, "summary": f"off-host copy failed: {line}"}
+
+    def offsite_copies(self, rules: dict | None = None, prune: bool = False, dry_run: bool = False) -> dict:
+        """This profile's copies in the ``[offsite]`` repository (``backups --offsite``); ``prune``:
+        ``restic forget --prune`` by the rotation rules (the policy's, ``rules`` overriding), or
+        with ``dry_run`` only what it would remove."""
+        policy = self.config()
+        restic, host = offsite.restic_for(policy.offsite), offsite.host_of(policy.offsite)
+        rules = policy.rotation | (rules or {})
+        removed: list[str] = []
+        if prune and dry_run:
+            removed = offsite.forget(restic, host, self.name, rules, dry_run=True)
+        elif prune:
+            with self._changing() as journal:
+                removed = offsite.forget(restic, host, self.name, rules)
+                journal.write("offsite_forgotten", removed=removed)
+        copies = offsite.list_copies(restic, host, self.name)
+        return {
+            "profile": self.name,
+            "repository": restic.repository,
+            "host": host,
+            "copies": [c.to_dict() for c in reversed(copies)],
+            "removed": [] if dry_run else removed,
+            "would_remove": removed if dry_run else [],
+        }
+
+    def offsite_copy(self, snapshot: str | None = None) -> offsite.OffsiteCopy:
+        """The off-host copy :meth:`restore_offsite` would put back (``restore --from offsite --dry-run``)."""
+        policy = self.config()
+        restic, host = offsite.restic_for(policy.offsite), offsite.host_of(policy.offsite)
+        return offsite.pick(offsite.list_copies(restic, host, self.name), offsite.STATE, snapshot)
+
+    def restore_offsite(self, snapshot: str | None = None, force: bool = False):
+        """Put ``state.db`` back from an off-host copy (the newest, or ``snapshot``'s id prefix)
+        through :meth:`restore`'s checks (an ``offsite.OffsiteRestore``). On a new machine the
+        home may be an empty folder with a keeper.toml naming the repository."""
+        policy = self.config()
+        offsite.restic_for(policy.offsite)  # no repository: refused before anything is made
+        self.fs.private_dir("keeper")
+        with self._changing() as journal:
+            return offsite.restore_state(self, policy.offsite, snapshot, force, journal)
 
     @property
     def history(self) -> History:
@@ -474,6 +530,15 @@ class ProfileArchive:
         except KeeperError as exc:  # a keeper.toml that does not parse: the usage says why
             return archive_usage(ArchiveSurvey((), frozenset()), None, None, now, problem=str(exc))
         return place_archive_usage(self.profile, policy, now)
+
+    def pull_offsite(self, snapshot: str | None = None):
+        """Rebuild the archive from an off-host copy (``archive pull --from offsite``): the files
+        this home lacks are added, none it has is replaced (an ``offsite.PullResult``)."""
+        policy = self.profile.config()
+        offsite.restic_for(policy.offsite)
+        self.profile.fs.private_dir("keeper")
+        with self.profile._changing() as journal:
+            return offsite.pull_archive(self.profile, policy.offsite, snapshot, journal)
 
     def verify(self):
         """Decompress every payload and recompute its sha256; plus a quick_check of every archive file.

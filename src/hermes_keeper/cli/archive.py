@@ -1,4 +1,4 @@
-"""``archive list|show|search|restore|export|verify``: the pruned sessions, readable and restorable."""
+"""``archive list|show|search|restore|export|verify|pull``: the pruned sessions, readable and restorable."""
 
 from __future__ import annotations
 
@@ -385,3 +385,34 @@ def verify_cmd(profiles, as_json):
     )
     if not all(o.value.ok for o in outcomes if o.value is not None):
         sys.exit(1)
+
+
+@archive.command(
+    "pull", epilog=examples("archive pull --from offsite", "archive pull --from offsite 1a2b3c4d")
+)
+@profile_options
+@click.argument("snapshot", required=False)
+@click.option(
+    "--from",
+    "source",
+    type=click.Choice(["offsite"]),
+    required=True,
+    help="offsite: keeper.toml's [offsite] restic repository.",
+)
+@click.option("--json", "as_json", is_flag=True)
+def pull_cmd(profiles, snapshot, source, as_json):
+    """Rebuild the archive on a new machine from an off-host copy (the newest, or SNAPSHOT).
+
+    Adds the archive files this home lacks; never replaces one it has.
+    """
+
+    def show(p: Profile, r) -> None:
+        click.echo(
+            term(
+                f"{p.name}: from off-host copy {r.snapshot}: added {', '.join(r.added) or 'nothing'}"
+                + (f"; already here: {', '.join(r.same)}" if r.same else "")
+                + (f"; kept the local {', '.join(r.kept)} (it differs)" if r.kept else "")
+            )
+        )
+
+    for_each(profiles, lambda p: p.archive.pull_offsite(snapshot), as_json, show, needs_db=False)

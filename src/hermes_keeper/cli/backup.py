@@ -118,12 +118,22 @@ def _backup_preview(_profile, o: dict) -> None:
 
 
 @click.command(
-    epilog=examples("backups", "backups --prune --keep-last 2 --dry-run", "backups --remove-leftovers")
+    epilog=examples(
+        "backups",
+        "backups --prune --keep-last 2 --dry-run",
+        "backups --remove-leftovers",
+        "backups --offsite",
+    )
 )
 @profile_options
 @dest_option
 @rotation_options
 @click.option("--prune", is_flag=True, help="Delete the backups the rotation rules do not keep.")
+@click.option(
+    "--offsite",
+    is_flag=True,
+    help="The copies in keeper.toml's [offsite] restic repository instead (--prune: restic forget).",
+)
 @click.option(
     "--remove-leftovers",
     is_flag=True,
@@ -131,11 +141,15 @@ def _backup_preview(_profile, o: dict) -> None:
 )
 @dry_run_option
 @json_option
-def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
+def backups(profiles, dest, rules, prune, offsite, remove_leftovers, dry_run, as_json):
     """List backups with size, age, verification and why each is kept; Hermes's leftover copies.
 
     Changes nothing unless --prune or --remove-leftovers is given (and not --dry-run).
     """
+    if offsite:
+        action = functools.partial(_offsite_copies, rules=rules, prune=prune, dry_run=dry_run)
+        for_each(profiles, action, as_json, _show_offsite, to_dict=lambda o: o, needs_db=False)
+        return
 
     def show(_profile, o: dict) -> None:
         out, now = console(), time.time()
@@ -175,10 +189,42 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
     )
 
 
-@click.command(epilog=examples("restore --latest --dry-run", "restore state-20261203T040000Z.db.zst --yes"))
+def _offsite_copies(profile, rules, prune, dry_run) -> dict:
+    return profile.offsite_copies(rules, prune=prune, dry_run=dry_run)
+
+
+def _show_offsite(_profile, o: dict) -> None:
+    out, now = console(), time.time()
+    title = Text(f"{o['profile']}: off-host copies of {o['host']} in {term(o['repository'])}")
+    t = table(title, ("snapshot", "kind", "taken", "age"), whole=["snapshot"])
+    for c in o["copies"]:
+        taken = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(c["time"]))
+        t.add_row(c["short_id"], c["kind"], taken, units.ago(c["time"], now))
+    print_table(out, t)
+    for short_id in o["removed"]:
+        out.print(cell(f"forgotten {short_id} (restic forget --prune)"))
+    for short_id in o["would_remove"]:
+        out.print(cell(f"would forget {short_id}"))
+
+
+@click.command(
+    epilog=examples(
+        "restore --latest --dry-run",
+        "restore state-20261203T040000Z.db.zst --yes",
+        "restore --from offsite --yes",
+    )
+)
 @one_profile_options
 @click.argument("backup_name", required=False, metavar="[BACKUP]")
 @click.option("--latest", is_flag=True, help="The newest backup of this home.")
+@click.option(
+    "--from",
+    "source",
+    type=click.Choice(["local", "offsite"]),
+    default="local",
+    show_default=True,
+    help="offsite: a copy in keeper.toml's [offsite] restic repository (BACKUP: its snapshot id).",
+)
 @dest_option
 @click.option(
     "--force", is_flag=True, help="Even while a process holds the database (it keeps the old file)."
@@ -186,16 +232,20 @@ def backups(profiles, dest, rules, prune, remove_leftovers, dry_run, as_json):
 @dry_run_option
 @yes_option
 @json_option
-def restore(profiles, backup_name, latest, dest, force, dry_run, yes, as_json):
+def restore(profiles, backup_name, latest, source, dest, force, dry_run, yes, as_json):
     """Replace state.db with a verified backup (a file name, a path, or --latest).
 
     The current state.db, -wal and -shm are kept as state.db.keeper-before-restore-<UTC>.
-    Asks first on a terminal; without one, only with --yes.
+    Asks first on a terminal; without one, only with --yes. With --from offsite, the newest
+    off-host copy (or the snapshot named) is fetched and restored the same way.
     """
-    if bool(backup_name) == bool(latest):
-        raise KeeperError("name a backup (file name or path) or pass --latest")
     if len(profiles) != 1:
         raise KeeperError("restore one profile at a time")
+    if source == "offsite":
+        _restore_offsite(profiles, backup_name, force, dry_run, yes, as_json)
+        return
+    if bool(backup_name) == bool(latest):
+        raise KeeperError("name a backup (file name or path) or pass --latest")
     profile = profiles[0]
     preview = profile.restore_preview(backup_name, dest)
     if dry_run:
@@ -213,6 +263,35 @@ def restore(profiles, backup_name, latest, dest, force, dry_run, yes, as_json):
             f"{units.plural(r.messages, 'message')}); previous state.db kept as "
             f"{r.safety_copy or '(there was none)'}"
         ),
+    )
+
+
+def _restore_offsite(profiles, snapshot, force, dry_run, yes, as_json) -> None:
+    profile = profiles[0]
+    if dry_run:
+        for_each(profiles, lambda p: p.offsite_copy(snapshot), as_json, _offsite_preview, needs_db=False)
+        return
+    confirm(f"Replace {profile.db_path} with the off-host copy {snapshot or '(the newest)'}?", yes)
+    for_each(
+        profiles,
+        lambda p: p.restore_offsite(snapshot, force=force),
+        as_json,
+        lambda p, r: click.echo(
+            f"{p.name}: restored the off-host copy {r.copy.short_id} (taken "
+            f"{units.ago(r.copy.time, time.time())}; {units.plural(r.result.sessions, 'session')}, "
+            f"{units.plural(r.result.messages, 'message')}); previous state.db kept as "
+            f"{r.result.safety_copy or '(there was none)'}"
+        ),
+        needs_db=False,
+    )
+
+
+def _offsite_preview(_profile, c) -> None:
+    click.echo(
+        term(
+            f"{c.profile}: would restore the off-host copy {c.short_id} of {c.host} (taken "
+            f"{units.ago(c.time, time.time())}) over state.db"
+        )
     )
 
 

@@ -75,6 +75,12 @@ def _parse_path(value, where: str) -> str:
     return str(Path(value).expanduser())
 
 
+def _parse_text(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise KeeperError(f"{where}: expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
 def parse_count(value, where: str) -> int:
     """A whole number of things (files, folders): ``5``, never ``5.5`` or ``"5"``."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -95,6 +101,7 @@ KINDS = {
     "size": (parse_size, "size", int),
     "bool": (_parse_bool, "true/false", bool),
     "path": (_parse_path, "folder", str),
+    "text": (_parse_text, "text", str),
     "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds", float),
     "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction", float),
     "count": (parse_count, "whole number", int),
@@ -136,7 +143,7 @@ class Setting:
         return parsed
 
     def range_text(self) -> str:
-        if self.kind in ("bool", "path"):
+        if self.kind in ("bool", "path", "text"):
             return ""
         if self.high is None:
             text = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
@@ -199,6 +206,11 @@ def _files(key: str, attr: str, kind: str, default, help: str, **kw) -> Setting:
 
 def _rotation(rule: str, default: int, help: str) -> Setting:
     return Setting(f"backups.keep_{rule}", f"keep_{rule}", "count", default, help, low=0, group="rotation")
+
+
+def _offsite(key: str, kind: str, default, help: str, low: float | None = 0) -> Setting:
+    low = None if kind in ("path", "text") else low
+    return Setting(f"offsite.{key}", f"offsite_{key}", kind, default, help, low=low, group="offsite")
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -327,6 +339,8 @@ SETTINGS: tuple[Setting, ...] = (
     _check("backup_crit", "duration", "35d", "`check`: CRITICAL when it is older (or there is none)"),
     _check("reclaimable_warn", "size", "1GB", "`check`: WARNING above this many free pages in `state.db`"),
     _check("verify_warn", "duration", "35d", "`check`: WARNING when `archive verify` last ran longer ago"),
+    _check("offsite_warn", "duration", "3d", "`check`: WARNING when the newest off-host copy is older"),
+    _check("offsite_crit", "duration", "8d", "`check`: CRITICAL when it is older (or there is none)"),
     _files(
         "cron_output_age",
         "cron_output_age_s",
@@ -416,6 +430,23 @@ SETTINGS: tuple[Setting, ...] = (
         " (never the newest verified); `check` warns above it",
         low=0,
     ),
+    _offsite(
+        "repository",
+        "text",
+        None,
+        "restic repository (`-r`: a path, `s3:`, `b2:`, `sftp:`, `rest:`); unset: nothing leaves the host",
+    ),
+    _offsite(
+        "password_file",
+        "text",
+        None,
+        "restic `--password-file` (a path, never the password); else restic's own `RESTIC_PASSWORD*`",
+    ),
+    _offsite("password_command", "text", None, "restic `--password-command` (a command, never the password)"),
+    _offsite("host", "text", None, "restic `--host` of this machine's copies (default: its hostname)"),
+    _offsite("check_every", "duration", "7d", "a run verifies the repository (`restic check`) this often"),
+    _offsite("check_subset", "text", "5%", "the share of its data that check reads (`--read-data-subset`)"),
+    _offsite("timeout", "duration", "1h", "one restic command stopped after this long (exit 75)", low=1),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 _SECTIONS = {s.section for s in SETTINGS if s.section}
@@ -480,6 +511,11 @@ class Policy:
         ``backup.rotation`` takes them."""
         rules = {s.attr: getattr(self, s.attr) for s in SETTINGS if s.group == "rotation"}
         return rules | {"max_bytes": self.keeper_max_bytes}
+
+    @property
+    def offsite(self) -> dict:
+        """The ``[offsite]`` settings by key (``repository``, ``password_file``, ``host``, ...)."""
+        return {s.key: getattr(self, s.attr) for s in SETTINGS if s.group == "offsite"}
 
     def retention_for(self, source: str) -> float:
         if source in self.retention_s:

@@ -65,6 +65,7 @@ class RunResult:
     interrupted: str = ""  # the signal that stopped the run between two steps ("SIGINT")
     keeper_bytes_before: int = 0  # keeper/ (backups, archive, history, journal): the keeper's own share
     keeper_bytes_after: int = 0
+    offsite: dict | None = None  # the push to [offsite] (offsite.copies.PushResult), or its "error"
 
     @property
     def freed_bytes(self) -> int:
@@ -100,6 +101,8 @@ class RunResult:
             text += f"; {units.size(self.reclaimable_bytes)} reclaimable still in state.db ({RECLAIM_HOW})"
         if self.interrupted:
             text += "; the next run resumes the rest"
+        if self.offsite:
+            text += f"; {self.offsite['summary']}"
         return text
 
     def to_dict(self) -> dict:
@@ -130,6 +133,7 @@ class RunResult:
             "seconds": self.seconds,
             "archive_retention": self.archive_retention,
             "interrupted": self.interrupted or None,
+            "offsite": self.offsite,
             "summary": self.summary(),
         }
 
