@@ -316,7 +316,7 @@ def test_sessions_dated_in_the_future_are_flagged_not_within_retention(tmp_path)
     assert {"code": "future", "reason": "dated in the future", "sessions": 1} in plan["keep_reasons"]
     assert any("in the future" in w for w in plan["warnings"])
     assert _report(home)["sessions"]["future"] == 1
-    assert "1 sessions dated in the future" in _cli("report", "--home", str(home)).output
+    assert "1 session dated in the future" in _cli("report", "--home", str(home)).output
 
 
 def _report(home) -> dict:
