@@ -5,7 +5,7 @@
 Copies the committed tree (``git archive HEAD``) to a scratch folder, installs it with mutmut
 in a virtualenv of its own under ``.cache/mutmut/`` (git-ignored: mutmut's pins never enter
 ours), runs mutmut on the one module with only the given tests, and writes every mutant that
-was not killed, with its diff, to ``docs/mutation/<module>.txt``: each one is either killed
+was not killed, with its diff, to ``docs/mutation/<package>.<module>.txt``: each one is either killed
 by a new test or explained there as equivalent. Slow (seconds per mutant): run it before a
 release, not in CI.
 """
@@ -31,6 +31,12 @@ def _venv() -> Path:
     return python
 
 
+def _report_name(module: str) -> str:
+    """``run/plan.py`` -> ``run.plan.txt``: two modules of one name (the two ``restore.py``) stay apart."""
+    parts = Path(module).with_suffix("").parts
+    return ".".join(parts[parts.index("hermes_keeper") + 1 :]) + ".txt"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("module", help="src/hermes_keeper/... .py to mutate")
@@ -50,7 +56,7 @@ def main() -> int:
                 f'\n[tool.mutmut]\nsource_paths = ["src/"]\nonly_mutate = ["{args.module}"]\n'
                 f"pytest_add_cli_args_test_selection = [{tests}]\n"
             )
-        mutmut = [str(python.parent / "mutmut")]
+        mutmut = [str(python), "-m", "mutmut"]  # not bin/mutmut: its #! names the folder that made the venv
         subprocess.run([*mutmut, "run", "--max-children", str(args.children)], cwd=work, check=True)
         results = subprocess.run(
             [*mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True
@@ -70,7 +76,7 @@ def main() -> int:
             diff = subprocess.run([*mutmut, "show", name], cwd=work, capture_output=True, text=True).stdout
             changed = [d for d in diff.splitlines() if d[:1] in "+-" and d[:3] not in ("+++", "---")]
             lines += [row, *changed, ""]
-    out = ROOT / "docs" / "mutation" / (Path(args.module).stem + ".txt")
+    out = ROOT / "docs" / "mutation" / _report_name(args.module)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines[:3]))
