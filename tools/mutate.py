@@ -13,14 +13,19 @@ release, not in CI.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".cache" / "mutmut"
 MUTMUT = "mutmut==3.8.1"
+#: mutmut's words for a mutant a stopped run never got to
+NOT_RUN = (": not checked", ": check was interrupted by user")
 
 
 def _venv() -> Path:
@@ -37,11 +42,28 @@ def _report_name(module: str) -> str:
     return ".".join(parts[parts.index("hermes_keeper") + 1 :]) + ".txt"
 
 
+def _run_for(cmd: list[str], cwd: Path, minutes: float | None) -> bool:
+    """Run ``cmd`` (in a process group of its own, with its workers) for at most ``minutes``;
+    whether it was stopped. mutmut keeps each mutant's result as it goes, so a stopped run still
+    reports the mutants it tested (the rest: not run)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+    try:
+        proc.wait(timeout=None if minutes is None else minutes * 60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        return True
+    if proc.returncode:
+        raise SystemExit(f"mutmut run failed ({proc.returncode})")
+    return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("module", help="src/hermes_keeper/... .py to mutate")
     ap.add_argument("tests", nargs="+", help="test files that should kill its mutants")
     ap.add_argument("--children", type=int, default=2, help="mutants tested at once")
+    ap.add_argument("--minutes", type=float, help="stop after this long and report the mutants tested")
     args = ap.parse_args()
     python = _venv()
     with tempfile.TemporaryDirectory(prefix="mutate-") as tmp:
@@ -57,18 +79,23 @@ def main() -> int:
                 f"pytest_add_cli_args_test_selection = [{tests}]\n"
             )
         mutmut = [str(python), "-m", "mutmut"]  # not bin/mutmut: its #! names the folder that made the venv
-        subprocess.run([*mutmut, "run", "--max-children", str(args.children)], cwd=work, check=True)
+        started = time.monotonic()
+        stopped = _run_for([*mutmut, "run", "--max-children", str(args.children)], work, args.minutes)
+        took = (time.monotonic() - started) / 60
         results = subprocess.run(
             [*mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True
         )
         rows = [line.strip() for line in results.stdout.splitlines() if ":" in line]
+        unrun = [r for r in rows if r.endswith(NOT_RUN)]
+        rows = [r for r in rows if not r.endswith(NOT_RUN)]
         killed = sum(r.endswith(": killed") for r in rows)
         timeouts = sum(r.endswith(": timeout") for r in rows)
         left = [r for r in rows if not r.endswith((": killed", ": timeout"))]
         lines = [
             f"# mutmut {MUTMUT.split('==')[1]} on {args.module} with {' '.join(args.tests)}",
             f"# {len(rows)} mutants: {killed} killed, {timeouts} timed out (detected), {len(left)} left",
-            f"# score: {(killed + timeouts) / max(1, len(rows)):.1%}",
+            f"# score: {(killed + timeouts) / max(1, len(rows)):.1%} in {took:.0f} min"
+            + (f"; stopped at {args.minutes} min with {len(unrun)} mutants not run" if stopped else ""),
             "",
         ]
         for row in left:
