@@ -5,10 +5,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.sqlite import writer
 from hermes_keeper.sqlite.writer import AdaptiveBatch, Budget, Writer, busy_gap_ms, rest_ms
 
 NOW = time.time()
@@ -29,14 +31,54 @@ def _insert(c: sqlite3.Connection, text: str = "writer test") -> None:
     )
 
 
-def _hold(ms: float):
-    """A step that keeps the write lock about ``ms`` milliseconds."""
+class Clock:
+    """The writer's clock (``writer.time``), moved only by the writer's own sleeps and the steps'
+    holds, and running what is due at each instant it reaches: the rest's arithmetic is checked to
+    the poll, with no wall-clock window and no real wait."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.due: list[tuple[float, Callable[[], None]]] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        ready = [fn for at, fn in self.due if at <= self.now]
+        self.due = [(at, fn) for at, fn in self.due if at > self.now]
+        for fn in ready:
+            fn()
+
+    def at(self, ms_from_now: float, fn: Callable[[], None]) -> None:
+        self.due.append((self.now + ms_from_now / 1000.0, fn))
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(writer, "time", c)
+    return c
+
+
+def _hold(ms: float, clock: Clock | None = None):
+    """A step that keeps the write lock ``ms`` milliseconds of ``clock``."""
 
     def fn(c: sqlite3.Connection) -> None:
         _insert(c)
-        time.sleep(ms / 1000.0)
+        if ms:
+            clock.sleep(ms / 1000.0)
 
     return fn
+
+
+def _commit_another(db) -> None:
+    """Another connection writes, as a waiting Hermes writer would once it gets the lock."""
+    c = sqlite3.connect(db, timeout=5, isolation_level=None)
+    c.execute("BEGIN IMMEDIATE")
+    _insert(c, "another writer")
+    c.execute("COMMIT")
+    c.close()
 
 
 def _checkpoint_threads() -> int:
@@ -141,61 +183,47 @@ def test_adaptive_batch_converges_on_the_aim_at_a_steady_speed():
 # --- the pause ------------------------------------------------------------------------------------
 
 
-def _commit_after(db, event: threading.Event, delay_s: float, done: list) -> threading.Thread:
-    def run():
-        assert event.wait(5)
-        time.sleep(delay_s)
-        c = sqlite3.connect(db, timeout=5, isolation_level=None)
-        c.execute("BEGIN IMMEDIATE")
-        _insert(c, "another writer")
-        c.execute("COMMIT")
-        c.close()
-        done.append(time.perf_counter())
-
-    t = threading.Thread(target=run)
-    t.start()
-    return t
-
-
 # A 240 ms hold is over the 1 ms budget: the rest after it is one full busy-handler gap after such a
 # wait (100 ms) + 1 ms, counted from our commit and taken before our next transaction.
+POLL_MS = writer.PAUSE_POLL_S * 1000.0
 
 
-def test_rest_ends_soon_after_another_connection_commits(tmp_path):
+def test_rest_ends_soon_after_another_connection_commits(tmp_path, clock):
     db = _demo_db(tmp_path)
+    others: list[float] = []
+
+    def another_writer_in() -> None:
+        _commit_another(db)
+        others.append(clock.now)
+
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        committed = threading.Event()
-        w.after_step.append(committed.set)
-        done: list[float] = []
-        other = _commit_after(db, committed, 0.02, done)  # 20 ms into the rest
-        w.step(_hold(240))
-        held = w.stats.last_txn_ms
-        assert held >= 228 and busy_gap_ms(held) + 1 == 101
-        w.step(_insert)  # waits for the rest first
-        t1 = time.perf_counter()
-        other.join()
-        assert done, "the other writer never committed"
-        assert 15 <= w.stats.pause_ms < 90, w.stats.pause_ms  # cut short, not 101 ms
-        assert t1 - done[0] < 0.08  # the next step ran right after the other commit
+        w.step(_hold(240, clock))
+        assert w.stats.last_txn_ms == pytest.approx(240) and busy_gap_ms(240) + 1 == 101
+        clock.at(20, another_writer_in)  # 20 ms into the rest
+        began: list[float] = []
+        w.step(lambda c: began.append(clock.now))  # waits for the rest first
+        assert others, "the other writer never committed"
+        assert 20 <= w.stats.pause_ms <= 20 + POLL_MS, w.stats.pause_ms  # cut short, not 101 ms
+        assert began[0] - others[0] <= POLL_MS / 1000.0  # the next step ran at the next poll
 
 
-def test_rest_counts_from_the_commit(tmp_path):
+def test_rest_counts_from_the_commit(tmp_path, clock):
     """What the caller does between two steps counts toward the rest; nobody else writing, the
     rest lasts the whole gap."""
     db = _demo_db(tmp_path)
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        w.step(_hold(240))
+        w.step(_hold(240, clock))
         w.step(_insert)
-        assert 100.5 <= w.stats.pause_ms < 101 + 50  # the whole gap
+        assert 101 <= w.stats.pause_ms <= 101 + POLL_MS  # the whole gap
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        w.step(_hold(240))
-        time.sleep(0.06)  # the caller's own work after the commit
+        w.step(_hold(240, clock))
+        clock.sleep(0.06)  # the caller's own work after the commit
         w.step(_insert)
-        assert 101 - 60 - 10 <= w.stats.pause_ms < 101 - 60 + 30, w.stats.pause_ms
+        assert 41 <= w.stats.pause_ms <= 41 + POLL_MS, w.stats.pause_ms
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        w.step(_hold(240))
-        t0 = time.perf_counter()
-    assert (time.perf_counter() - t0) * 1000 >= 100  # close() finishes the rest: the next writer waits
+        w.step(_hold(240, clock))
+        t0 = clock.now
+    assert clock.now - t0 >= 0.101  # close() finishes the rest: the next writer waits
 
 
 REST = [
@@ -216,7 +244,7 @@ def test_rest_after_a_hold(held, budget, pause, expected):
     assert rest_ms(held, budget, pause) == expected
 
 
-def test_short_steps_share_one_rest(tmp_path):
+def test_short_steps_share_one_rest(tmp_path, clock):
     db = _demo_db(tmp_path)
     with Writer(db, Budget(budget_ms=1000, pause_ms=30)) as w:
         for _ in range(5):
@@ -225,10 +253,10 @@ def test_short_steps_share_one_rest(tmp_path):
         assert w.stats.pause_ms == 0  # far inside the budget: no rest at all
 
 
-def test_no_pause_with_pause_ms_zero(tmp_path):
+def test_no_pause_with_pause_ms_zero(tmp_path, clock):
     db = _demo_db(tmp_path)
     with Writer(db, Budget(budget_ms=1, pause_ms=0)) as w:
-        w.step(_hold(20))
+        w.step(_hold(20, clock))
         assert w.stats.over_budget == 1 and w.stats.pause_ms == 0
 
 
@@ -249,18 +277,29 @@ def test_synchronous_setting(tmp_path):
         assert w.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # not reset by a step
 
 
-def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path):
+def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path, monkeypatch):
     db = _demo_db(tmp_path)
     threads = _checkpoint_threads()
+    stepped, checkpointed = threading.Event(), threading.Event()
+
+    passive = writer.checkpoint_passive
+
+    def checkpoint(
+        conn: sqlite3.Connection,
+    ):  # the thread's checkpoint, and a handshake once the steps are in
+        done = passive(conn)
+        if stepped.is_set():
+            checkpointed.set()
+        return done
+
+    monkeypatch.setattr(writer, "checkpoint_passive", checkpoint)
     w = Writer(db, Budget(pause_ms=0))
     try:
         assert w.wal and _checkpoint_threads() == threads + 1
         for i in range(20):
             w.step(lambda c, i=i: _insert(c, f"checkpoint me {i}"))
-        deadline = time.monotonic() + 3
-        while w.stats.checkpoints == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert w.stats.checkpoints > 0
+        stepped.set()
+        assert checkpointed.wait(10), "no checkpoint after the steps"
         # The checkpoints did their job: every committed frame is in the database file.
         c = sqlite3.connect(db)
         busy, log, done = c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -268,6 +307,7 @@ def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path):
         assert busy == 0 and log == done
     finally:
         w.close()
+    assert w.stats.checkpoints > 0
     assert _checkpoint_threads() == threads
 
 
@@ -282,12 +322,11 @@ def test_delete_journal_database_gets_no_checkpoint_thread(tmp_path):
         assert _checkpoint_threads() == threads
         for _ in range(5):
             w.step(_insert)
-        time.sleep(0.3)  # several checkpoint intervals: none may have run
-        assert w.stats.checkpoints == 0
+    assert w.stats.checkpoints == 0  # no thread, and none at close
     assert not (db.parent / "state.db-wal").exists()
 
 
-def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path):
+def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path, clock):
     db = _demo_db(tmp_path)
     calls = []
     with Writer(db, Budget(budget_ms=1, pause_ms=2)) as w:
@@ -301,7 +340,7 @@ def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path):
 
         w.after_step.append(hook)
         for ms in (0, 3, 0, 5, 0):  # some steps pause, some do not
-            w.step(_hold(ms))
+            w.step(_hold(ms, clock))
         assert calls == [start + 1, start + 2, start + 3, start + 4, start + 5]
         assert w.stats.transactions == 5
 
@@ -325,9 +364,12 @@ def test_step_returns_the_functions_result_and_feeds_the_batch(tmp_path):
         assert w.stats.transactions == 1 and w.stats.max_txn_ms == w.stats.last_txn_ms
 
 
-def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of_each_kind(tmp_path):
+def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of_each_kind(tmp_path, clock):
     """In DELETE mode a COMMIT waits for readers (it needs the EXCLUSIVE lock): that wait is lock time
-    Hermes pays for, counted as commit time; each kind of step keeps its own longest transaction."""
+    Hermes pays for, counted as commit time; each kind of step keeps its own longest transaction.
+
+    The reader holds its SHARED lock until the step has read its clock before the COMMIT, moves the
+    clock 200 ms and only then lets go: the COMMIT cannot end before that, so it counts the 200 ms."""
     db = _demo_db(tmp_path)
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA journal_mode=DELETE")
@@ -335,26 +377,39 @@ def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of
     with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
         w.step(_hold(0), kind="delete")
         w.step(_hold(0), kind="merge")
-        reading, releasing = threading.Event(), threading.Event()
+        reading, statements_done, committing, releasing = (threading.Event() for _ in range(4))
+        read_clock = clock.perf_counter
+
+        def perf_counter() -> float:  # the first read after the statements is the COMMIT's start
+            if statements_done.is_set():
+                committing.set()
+            return read_clock()
+
+        clock.perf_counter = perf_counter
 
         def reader() -> None:
             r = sqlite3.connect(db, isolation_level=None)
             r.execute("BEGIN")
             r.execute("SELECT count(*) FROM messages").fetchone()  # SHARED lock held from here
             reading.set()
-            time.sleep(0.2)
+            assert committing.wait(10)
+            clock.now += 0.2  # the writer waits in its COMMIT, and reads the clock only after it
             releasing.set()
             r.execute("COMMIT")
             r.close()
 
+        def step(c: sqlite3.Connection) -> None:
+            _insert(c)
+            statements_done.set()
+
         t = threading.Thread(target=reader)
         t.start()
-        reading.wait()
-        w.step(_hold(0), kind="delete")  # its COMMIT waits for the reader's lock to go
+        assert reading.wait(10)
+        w.step(step, kind="delete")  # its COMMIT waits for the reader's lock to go
         assert releasing.is_set()  # the commit could only finish once the reader let go
         t.join()
         s = w.stats
-        assert s.last_commit_ms >= 150 and s.max_commit_ms == s.last_commit_ms
+        assert s.last_commit_ms == pytest.approx(200) and s.max_commit_ms == s.last_commit_ms
         assert s.last_txn_ms >= s.last_commit_ms
         assert s.max_ms["delete"] == s.last_txn_ms and s.max_ms["merge"] < s.max_ms["delete"]
         assert set(s.max_ms) == {"delete", "merge"}
@@ -371,22 +426,40 @@ def test_a_read_of_ours_waits_for_a_step_only_in_rollback_mode(tmp_path, mode):
     start = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     conn.close()
     with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
-        inside, seen = threading.Event(), []
+        inside, read, seen = threading.Event(), threading.Event(), []
+        w._txn_lock = _SaysWhenWaitedFor(w._txn_lock)
 
-        def read() -> None:
-            inside.wait()
+        def reader() -> None:
+            assert inside.wait(10)
             with w.reading():
-                reader = sqlite3.connect(db)
-                seen.append(reader.execute("SELECT count(*) FROM messages").fetchone()[0])
-                reader.close()
+                r = sqlite3.connect(db)
+                seen.append(r.execute("SELECT count(*) FROM messages").fetchone()[0])
+                r.close()
+            read.set()
 
         def step(c: sqlite3.Connection) -> None:
             _insert(c)
             inside.set()
-            time.sleep(0.5)
+            # The step stays open until the read either went by (WAL) or waits for it (DELETE).
+            assert (w._txn_lock.waited if mode == "delete" else read).wait(10)
 
-        t = threading.Thread(target=read)
+        t = threading.Thread(target=reader)
         t.start()
         w.step(step)
         t.join()
     assert seen == [start + 1 if mode == "delete" else start]  # DELETE: only after the step committed
+
+
+class _SaysWhenWaitedFor:
+    """A lock that says when a thread other than the one that made it asks for it."""
+
+    def __init__(self, lock) -> None:
+        self.lock, self.owner, self.waited = lock, threading.get_ident(), threading.Event()
+
+    def __enter__(self):
+        if threading.get_ident() != self.owner:
+            self.waited.set()
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
