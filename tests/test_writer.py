@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.errors import TryLater
 from hermes_keeper.sqlite import writer
 from hermes_keeper.sqlite.writer import AdaptiveBatch, Budget, Writer, busy_gap_ms, rest_ms
 
@@ -39,12 +40,15 @@ class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
         self.due: list[tuple[float, Callable[[], None]]] = []
+        self.slept: list[float] = []  # the writer's sleeps (busy backoff, the caller's own work)
 
     def perf_counter(self) -> float:
         return self.now
 
     def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
         self.now += seconds
+        assert self.now < 1000.0 + 60, "the clock ran a minute: a wait that never ends"
         ready = [fn for at, fn in self.due if at <= self.now]
         self.due = [(at, fn) for at, fn in self.due if at > self.now]
         for fn in ready:
@@ -67,7 +71,7 @@ def _hold(ms: float, clock: Clock | None = None):
     def fn(c: sqlite3.Connection) -> None:
         _insert(c)
         if ms:
-            clock.sleep(ms / 1000.0)
+            clock.now += ms / 1000.0
 
     return fn
 
@@ -217,9 +221,9 @@ def test_rest_counts_from_the_commit(tmp_path, clock):
         assert 101 <= w.stats.pause_ms <= 101 + POLL_MS  # the whole gap
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
         w.step(_hold(240, clock))
-        clock.sleep(0.06)  # the caller's own work after the commit
+        clock.sleep(0.06045)  # the caller's own work after the commit (a poll lands 0.05 ms before the end)
         w.step(_insert)
-        assert 41 <= w.stats.pause_ms <= 41 + POLL_MS, w.stats.pause_ms
+        assert 101 - 60.45 <= w.stats.pause_ms <= 101 - 60.45 + POLL_MS, w.stats.pause_ms
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
         w.step(_hold(240, clock))
         t0 = clock.now
@@ -296,6 +300,8 @@ def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path, monkeypatch)
     w = Writer(db, Budget(pause_ms=0))
     try:
         assert w.wal and _checkpoint_threads() == threads + 1
+        # a daemon: a run that dies without closing its writer does not hang on it
+        assert all(t.daemon for t in threading.enumerate() if t.name == CHECKPOINT_THREAD)
         for i in range(20):
             w.step(lambda c, i=i: _insert(c, f"checkpoint me {i}"))
         stepped.set()
@@ -413,7 +419,7 @@ def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of
         assert s.last_txn_ms >= s.last_commit_ms
         assert s.max_ms["delete"] == s.last_txn_ms and s.max_ms["merge"] < s.max_ms["delete"]
         assert set(s.max_ms) == {"delete", "merge"}
-        assert s.commit_ms <= s.total_txn_ms
+        assert s.commit_ms == pytest.approx(200) and s.commit_ms <= s.total_txn_ms
 
 
 @pytest.mark.parametrize("mode", ["delete", "wal"])
@@ -463,3 +469,75 @@ class _SaysWhenWaitedFor:
 
     def __exit__(self, *exc):
         return self.lock.__exit__(*exc)
+
+
+# --- the busy path, lock time across steps, defaults: on the injected clock ----------------------
+
+H_MS = 1000 / 1024  # a hold of 1/1024 s: sums of these on the clock are exact in binary
+
+
+def _busy(clock: Clock, tries: int, ms: float):
+    """A step whose statements find the database busy ``tries`` times, ``ms`` into each try (as a
+    DELETE-mode statement or commit that cannot get its lock does), then inserts."""
+    left = [tries]
+
+    def fn(c: sqlite3.Connection) -> None:
+        if left[0]:
+            left[0] -= 1
+            clock.now += ms / 1000.0
+            raise sqlite3.OperationalError("database is locked")
+        _insert(c)
+
+    return fn
+
+
+def test_a_busy_database_is_tried_again_after_a_doubling_backoff(tmp_path, clock):
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(pause_ms=0)) as w:
+        w.step(_busy(clock, 3, 10))
+        assert clock.slept == pytest.approx([0.05, 0.1, 0.2])
+        s = w.stats
+        assert s.busy_retries == 3 and s.transactions == 1
+        # the tries' own 10 ms each and the sleeps between them
+        assert s.busy_wait_ms == pytest.approx(380) and s.max_busy_wait_ms == pytest.approx(380)
+        w.step(_busy(clock, 1, 0))
+        assert s.busy_retries == 4 and s.busy_wait_ms == pytest.approx(430)
+        assert s.max_busy_wait_ms == pytest.approx(380)
+
+
+def test_a_database_busy_past_busy_wait_stops_the_run(tmp_path, clock):
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(pause_ms=0, busy_wait_s=2.0)) as w:
+        with pytest.raises(
+            TryLater, match=r"write lock for 2 s; stopped where it was \(the next run resumes\)"
+        ):
+            w.step(_busy(clock, 1000, 0))
+        assert clock.slept[:6] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 0.45])  # the last one to 2 s
+        assert sum(clock.slept) == pytest.approx(2.0) and w.stats.busy_wait_ms == pytest.approx(2000)
+        assert w.stats.transactions == 0
+
+
+def test_lock_time_adds_up_across_steps_to_one_rest(tmp_path, clock):
+    """The rest comes once the lock was held more than a budget in a row, counted from the last rest."""
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(budget_ms=3 * H_MS, pause_ms=5)) as w:
+        for _ in range(3):
+            w.step(_hold(H_MS, clock))
+        assert w.stats.pause_ms == 0  # two holds and the next: exactly the budget, not over it
+        w.step(_hold(H_MS, clock))
+        # three holds (2.9 ms) then one busy gap of such a wait (2 ms) + 1
+        assert 3 <= w.stats.pause_ms <= 3 + POLL_MS, w.stats.pause_ms
+
+
+def test_step_defaults_and_the_longest_step_of_a_kind(tmp_path, clock):
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(budget_ms=16 * H_MS, pause_ms=0)) as w:
+        assert w.batch() == AdaptiveBatch(budget_ms=16 * H_MS, size=50, fill=0.6)
+        b = w.batch(start=10)
+        w.step(_hold(0, clock))
+        assert w.stats.max_ms == {"write": 0.0}
+        w.step(_hold(20 * H_MS, clock), b)  # one unit unless told
+        assert b.ms_per_unit == pytest.approx(20 * H_MS)
+        w.step(_hold(16 * H_MS, clock))  # exactly the budget: not over it
+        w.step(_hold(17 * H_MS, clock))
+        assert w.stats.max_ms == {"write": pytest.approx(20 * H_MS)} and w.stats.over_budget == 2
