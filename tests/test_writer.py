@@ -240,6 +240,7 @@ REST = [
     (0.5, 50, 25, 2),
     (140, 50, 25, 51),
     (300, 50, 25, 101),
+    (60, 60, 5, 5),  # exactly the budget is inside it
 ]
 
 
@@ -315,6 +316,7 @@ def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path, monkeypatch)
         w.close()
     assert w.stats.checkpoints > 0
     assert _checkpoint_threads() == threads
+    w.close()  # idempotent: nothing runs again on the closed connection
 
 
 def test_delete_journal_database_gets_no_checkpoint_thread(tmp_path):
@@ -527,6 +529,9 @@ def test_lock_time_adds_up_across_steps_to_one_rest(tmp_path, clock):
         w.step(_hold(H_MS, clock))
         # three holds (2.9 ms) then one busy gap of such a wait (2 ms) + 1
         assert 3 <= w.stats.pause_ms <= 3 + POLL_MS, w.stats.pause_ms
+        for _ in range(3):
+            w.step(_hold(H_MS, clock))
+        assert 6 <= w.stats.pause_ms <= 6 + 2 * POLL_MS, w.stats.pause_ms  # the second rest adds up
 
 
 def test_step_defaults_and_the_longest_step_of_a_kind(tmp_path, clock):
@@ -541,3 +546,28 @@ def test_step_defaults_and_the_longest_step_of_a_kind(tmp_path, clock):
         w.step(_hold(16 * H_MS, clock))  # exactly the budget: not over it
         w.step(_hold(17 * H_MS, clock))
         assert w.stats.max_ms == {"write": pytest.approx(20 * H_MS)} and w.stats.over_budget == 2
+
+
+def test_the_checkpoint_thread_outlives_a_busy_checkpoint_and_counts_each_one(tmp_path, monkeypatch):
+    db = _demo_db(tmp_path)
+    passive, calls, more = writer.checkpoint_passive, [], threading.Event()
+
+    def checkpoint(conn: sqlite3.Connection):
+        if threading.current_thread().name != CHECKPOINT_THREAD:  # close()'s own: Hermes checkpoints too
+            raise sqlite3.OperationalError("database is locked")
+        calls.append(conn)
+        if len(calls) == 1:
+            raise sqlite3.OperationalError("database is locked")
+        done = passive(conn)
+        if len(calls) >= 3:
+            more.set()
+        return done
+
+    monkeypatch.setattr(writer, "checkpoint_passive", checkpoint)
+    w = Writer(db, Budget(pause_ms=0))
+    try:
+        w.step(_insert)
+        assert more.wait(10), "the thread stopped at a busy checkpoint"
+    finally:
+        w.close()  # its own checkpoint found busy: closed all the same
+    assert w.stats.checkpoints == len(calls) - 1  # each one that went through, once
