@@ -8,11 +8,13 @@ equivalent in ``docs/testing.md``. Pure: no database, no clock.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from hermes_keeper import units
+from hermes_keeper.archive.retention import Drop, RetentionPlan
 from hermes_keeper.hermes_config import AutoPrune
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.run import reasons as why
@@ -376,6 +378,9 @@ def test_file_actions_in_full():
         "transcript": {"remove": 1, "bytes": 8, "kept": 1},
     }
     assert "remove 4 files" in plan.steps()
+    verbose = plan.to_dict(verbose=True)
+    assert verbose["file_actions"] == [asdict(f) for f in plan.files]
+    assert verbose["kept_files"] == [asdict(f) for f in plan.kept_files]
 
 
 # --- warnings -------------------------------------------------------------------------------------
@@ -509,4 +514,15 @@ def test_a_plan_without_an_archive_says_its_deletes_are_final():
     assert plan.steps() == [
         "backup: a verified snapshot of state.db",
         "prune 1 sessions: delete with NO archive (final), in short transactions",
+    ]
+
+
+def test_the_plans_json_gives_the_archive_retentions_drops_when_verbose():
+    plan = make_plan(survey_of(row("a", "cli", 1)), Policy(), NOW)
+    plan.archive_retention = RetentionPlan(
+        keep_s=DAY, max_bytes=None, drops=[Drop(1, "x", "f", 10, "keep", True)]
+    )
+    assert plan.to_dict()["archive_retention"] == plan.archive_retention.to_dict()
+    assert plan.to_dict(verbose=True)["archive_retention"]["drops"] == [
+        asdict(d) for d in plan.archive_retention.drops
     ]
