@@ -571,3 +571,15 @@ def test_the_checkpoint_thread_outlives_a_busy_checkpoint_and_counts_each_one(tm
     finally:
         w.close()  # its own checkpoint found busy: closed all the same
     assert w.stats.checkpoints == len(calls) - 1  # each one that went through, once
+
+
+def test_a_held_rollback_journal_database_is_not_taken_for_a_wal_one(tmp_path, hold_open, vulnerable_sqlite):
+    """The WAL-reset guard is for WAL databases: beside a holder of a DELETE-mode one (and a SQLite
+    with the bug) the writer does not say it keeps its hands off (``archive restore`` would warn)."""
+    db = _demo_db(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    hold_open(db, via_hermes=False)
+    with Writer(db, Budget(pause_ms=0)) as w:
+        assert not w.wal and not w.guard.hands_off
