@@ -538,6 +538,7 @@ def test_step_defaults_and_the_longest_step_of_a_kind(tmp_path, clock):
     db = _demo_db(tmp_path)
     with Writer(db, Budget(budget_ms=16 * H_MS, pause_ms=0)) as w:
         assert w.batch() == AdaptiveBatch(budget_ms=16 * H_MS, size=50, fill=0.6)
+        assert w.batch(fill=0.5).fill == 0.5
         b = w.batch(start=10)
         w.step(_hold(0, clock))
         assert w.stats.max_ms == {"write": 0.0}
@@ -583,3 +584,32 @@ def test_a_held_rollback_journal_database_is_not_taken_for_a_wal_one(tmp_path, h
     hold_open(db, via_hermes=False)
     with Writer(db, Budget(pause_ms=0)) as w:
         assert not w.wal and not w.guard.hands_off
+
+
+def test_lock_and_commit_time_add_up_over_steps(tmp_path, clock):
+    """Each step's COMMIT takes 3 ms of the clock here (it moves once the step has read the clock
+    after its statements): the totals are sums, the maxima and last values per step."""
+    db = _demo_db(tmp_path)
+    statements_done = threading.Event()
+    read_clock = clock.perf_counter
+
+    def perf_counter() -> float:
+        now = read_clock()
+        if statements_done.is_set():  # the step's clock before its COMMIT: the COMMIT takes 3 ms
+            statements_done.clear()
+            clock.now += 0.003
+        return now
+
+    clock.perf_counter = perf_counter
+
+    def step(c: sqlite3.Connection) -> None:
+        _insert(c)
+        clock.now += 0.002
+        statements_done.set()
+
+    with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
+        w.step(step)
+        w.step(step)
+    s = w.stats
+    assert (s.commit_ms, s.max_commit_ms, s.last_commit_ms) == pytest.approx((6, 3, 3))
+    assert (s.total_txn_ms, s.max_txn_ms, s.last_txn_ms) == pytest.approx((10, 5, 5))
