@@ -76,6 +76,7 @@ def main() -> int:
             tests = ", ".join(f'"{t}"' for t in args.tests)
             fh.write(
                 f'\n[tool.mutmut]\nsource_paths = ["src/"]\nonly_mutate = ["{args.module}"]\n'
+                'also_copy = ["bench"]\n'  # tests that build their homes with bench/ (test_compact)
                 f"pytest_add_cli_args_test_selection = [{tests}]\n"
             )
         mutmut = [str(python), "-m", "mutmut"]  # not bin/mutmut: its #! names the folder that made the venv
