@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_keeper import demo
-from hermes_keeper.backup.restore import restore_backup
+from hermes_keeper.backup.restore import find_backup, restore_backup
 from hermes_keeper.backup.snapshot import MANIFEST, list_backups, sha256_file, take_backup
 from hermes_keeper.cli import main
 from hermes_keeper.errors import KeeperError
@@ -137,6 +138,11 @@ def test_latest_is_this_homes_newest_even_in_a_shared_folder(tmp_path):
     shutil.copy(mine.path, loose)
     with pytest.raises(KeeperError, match="no sha256 to verify"):
         restore_backup(a, loose)
+    # A shared folder with only another home's backups has no latest of this one: said so.
+    c_home = tmp_path / "c"
+    demo.build_home(c_home, demo.generate(time.time(), sessions=5, seed=4))
+    with pytest.raises(KeeperError, match=re.escape(f"no backups of {c_home} in {dest}")):
+        find_backup(select_profiles(c_home)[0], None, dest)
 
 
 def test_restore_when_state_db_is_gone(home):

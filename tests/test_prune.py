@@ -147,6 +147,8 @@ def test_session_woken_during_prune_is_put_back_exactly(tmp_path, monkeypatch):
     first_batch = prune._batches(plan.prune_conversations(), counts)[0]
     assert len(plan.prune) > 20 and len(first_batch) > 3
     target = _standalone(db, plan, first_batch[1:])
+    with sqlite3.connect(db) as conn:  # archived in Hermes's own sense (hidden): it comes back so
+        conn.execute("UPDATE sessions SET archived = 1 WHERE id = ?", (target,))
     row_before = _exact(db, "sessions", "id = ?", (target,))
     messages_before = _exact(db, "messages", "session_id = ?", (target,))
     ids_before = _message_ids(db)[target]

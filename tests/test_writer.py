@@ -5,10 +5,13 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.errors import TryLater
+from hermes_keeper.sqlite import writer
 from hermes_keeper.sqlite.writer import AdaptiveBatch, Budget, Writer, busy_gap_ms, rest_ms
 
 NOW = time.time()
@@ -29,14 +32,57 @@ def _insert(c: sqlite3.Connection, text: str = "writer test") -> None:
     )
 
 
-def _hold(ms: float):
-    """A step that keeps the write lock about ``ms`` milliseconds."""
+class Clock:
+    """The writer's clock (``writer.time``), moved only by the writer's own sleeps and the steps'
+    holds, and running what is due at each instant it reaches: the rest's arithmetic is checked to
+    the poll, with no wall-clock window and no real wait."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.due: list[tuple[float, Callable[[], None]]] = []
+        self.slept: list[float] = []  # the writer's sleeps (busy backoff, the caller's own work)
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        assert self.now < 1000.0 + 60, "the clock ran a minute: a wait that never ends"
+        ready = [fn for at, fn in self.due if at <= self.now]
+        self.due = [(at, fn) for at, fn in self.due if at > self.now]
+        for fn in ready:
+            fn()
+
+    def at(self, ms_from_now: float, fn: Callable[[], None]) -> None:
+        self.due.append((self.now + ms_from_now / 1000.0, fn))
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(writer, "time", c)
+    return c
+
+
+def _hold(ms: float, clock: Clock | None = None):
+    """A step that keeps the write lock ``ms`` milliseconds of ``clock``."""
 
     def fn(c: sqlite3.Connection) -> None:
         _insert(c)
-        time.sleep(ms / 1000.0)
+        if ms:
+            clock.now += ms / 1000.0
 
     return fn
+
+
+def _commit_another(db) -> None:
+    """Another connection writes, as a waiting Hermes writer would once it gets the lock."""
+    c = sqlite3.connect(db, timeout=5, isolation_level=None)
+    c.execute("BEGIN IMMEDIATE")
+    _insert(c, "another writer")
+    c.execute("COMMIT")
+    c.close()
 
 
 def _checkpoint_threads() -> int:
@@ -141,61 +187,47 @@ def test_adaptive_batch_converges_on_the_aim_at_a_steady_speed():
 # --- the pause ------------------------------------------------------------------------------------
 
 
-def _commit_after(db, event: threading.Event, delay_s: float, done: list) -> threading.Thread:
-    def run():
-        assert event.wait(5)
-        time.sleep(delay_s)
-        c = sqlite3.connect(db, timeout=5, isolation_level=None)
-        c.execute("BEGIN IMMEDIATE")
-        _insert(c, "another writer")
-        c.execute("COMMIT")
-        c.close()
-        done.append(time.perf_counter())
-
-    t = threading.Thread(target=run)
-    t.start()
-    return t
-
-
 # A 240 ms hold is over the 1 ms budget: the rest after it is one full busy-handler gap after such a
 # wait (100 ms) + 1 ms, counted from our commit and taken before our next transaction.
+POLL_MS = writer.PAUSE_POLL_S * 1000.0
 
 
-def test_rest_ends_soon_after_another_connection_commits(tmp_path):
+def test_rest_ends_soon_after_another_connection_commits(tmp_path, clock):
     db = _demo_db(tmp_path)
+    others: list[float] = []
+
+    def another_writer_in() -> None:
+        _commit_another(db)
+        others.append(clock.now)
+
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        committed = threading.Event()
-        w.after_step.append(committed.set)
-        done: list[float] = []
-        other = _commit_after(db, committed, 0.02, done)  # 20 ms into the rest
-        w.step(_hold(240))
-        held = w.stats.last_txn_ms
-        assert held >= 228 and busy_gap_ms(held) + 1 == 101
-        w.step(_insert)  # waits for the rest first
-        t1 = time.perf_counter()
-        other.join()
-        assert done, "the other writer never committed"
-        assert 15 <= w.stats.pause_ms < 90, w.stats.pause_ms  # cut short, not 101 ms
-        assert t1 - done[0] < 0.08  # the next step ran right after the other commit
+        w.step(_hold(240, clock))
+        assert w.stats.last_txn_ms == pytest.approx(240) and busy_gap_ms(240) + 1 == 101
+        clock.at(20, another_writer_in)  # 20 ms into the rest
+        began: list[float] = []
+        w.step(lambda c: began.append(clock.now))  # waits for the rest first
+        assert others, "the other writer never committed"
+        assert 20 <= w.stats.pause_ms <= 20 + POLL_MS, w.stats.pause_ms  # cut short, not 101 ms
+        assert began[0] - others[0] <= POLL_MS / 1000.0  # the next step ran at the next poll
 
 
-def test_rest_counts_from_the_commit(tmp_path):
+def test_rest_counts_from_the_commit(tmp_path, clock):
     """What the caller does between two steps counts toward the rest; nobody else writing, the
     rest lasts the whole gap."""
     db = _demo_db(tmp_path)
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        w.step(_hold(240))
+        w.step(_hold(240, clock))
         w.step(_insert)
-        assert 100.5 <= w.stats.pause_ms < 101 + 50  # the whole gap
+        assert 101 <= w.stats.pause_ms <= 101 + POLL_MS  # the whole gap
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        w.step(_hold(240))
-        time.sleep(0.06)  # the caller's own work after the commit
+        w.step(_hold(240, clock))
+        clock.sleep(0.06045)  # the caller's own work after the commit (a poll lands 0.05 ms before the end)
         w.step(_insert)
-        assert 101 - 60 - 10 <= w.stats.pause_ms < 101 - 60 + 30, w.stats.pause_ms
+        assert 101 - 60.45 <= w.stats.pause_ms <= 101 - 60.45 + POLL_MS, w.stats.pause_ms
     with Writer(db, Budget(budget_ms=1, pause_ms=200)) as w:
-        w.step(_hold(240))
-        t0 = time.perf_counter()
-    assert (time.perf_counter() - t0) * 1000 >= 100  # close() finishes the rest: the next writer waits
+        w.step(_hold(240, clock))
+        t0 = clock.now
+    assert clock.now - t0 >= 0.101  # close() finishes the rest: the next writer waits
 
 
 REST = [
@@ -208,6 +240,7 @@ REST = [
     (0.5, 50, 25, 2),
     (140, 50, 25, 51),
     (300, 50, 25, 101),
+    (60, 60, 5, 5),  # exactly the budget is inside it
 ]
 
 
@@ -216,7 +249,7 @@ def test_rest_after_a_hold(held, budget, pause, expected):
     assert rest_ms(held, budget, pause) == expected
 
 
-def test_short_steps_share_one_rest(tmp_path):
+def test_short_steps_share_one_rest(tmp_path, clock):
     db = _demo_db(tmp_path)
     with Writer(db, Budget(budget_ms=1000, pause_ms=30)) as w:
         for _ in range(5):
@@ -225,10 +258,10 @@ def test_short_steps_share_one_rest(tmp_path):
         assert w.stats.pause_ms == 0  # far inside the budget: no rest at all
 
 
-def test_no_pause_with_pause_ms_zero(tmp_path):
+def test_no_pause_with_pause_ms_zero(tmp_path, clock):
     db = _demo_db(tmp_path)
     with Writer(db, Budget(budget_ms=1, pause_ms=0)) as w:
-        w.step(_hold(20))
+        w.step(_hold(20, clock))
         assert w.stats.over_budget == 1 and w.stats.pause_ms == 0
 
 
@@ -249,18 +282,31 @@ def test_synchronous_setting(tmp_path):
         assert w.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # not reset by a step
 
 
-def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path):
+def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path, monkeypatch):
     db = _demo_db(tmp_path)
     threads = _checkpoint_threads()
+    stepped, checkpointed = threading.Event(), threading.Event()
+
+    passive = writer.checkpoint_passive
+
+    def checkpoint(
+        conn: sqlite3.Connection,
+    ):  # the thread's checkpoint, and a handshake once the steps are in
+        done = passive(conn)
+        if stepped.is_set():
+            checkpointed.set()
+        return done
+
+    monkeypatch.setattr(writer, "checkpoint_passive", checkpoint)
     w = Writer(db, Budget(pause_ms=0))
     try:
         assert w.wal and _checkpoint_threads() == threads + 1
+        # a daemon: a run that dies without closing its writer does not hang on it
+        assert all(t.daemon for t in threading.enumerate() if t.name == CHECKPOINT_THREAD)
         for i in range(20):
             w.step(lambda c, i=i: _insert(c, f"checkpoint me {i}"))
-        deadline = time.monotonic() + 3
-        while w.stats.checkpoints == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert w.stats.checkpoints > 0
+        stepped.set()
+        assert checkpointed.wait(10), "no checkpoint after the steps"
         # The checkpoints did their job: every committed frame is in the database file.
         c = sqlite3.connect(db)
         busy, log, done = c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -268,7 +314,9 @@ def test_checkpoint_thread_runs_on_wal_and_stops_on_close(tmp_path):
         assert busy == 0 and log == done
     finally:
         w.close()
+    assert w.stats.checkpoints > 0
     assert _checkpoint_threads() == threads
+    w.close()  # idempotent: nothing runs again on the closed connection
 
 
 def test_delete_journal_database_gets_no_checkpoint_thread(tmp_path):
@@ -282,12 +330,11 @@ def test_delete_journal_database_gets_no_checkpoint_thread(tmp_path):
         assert _checkpoint_threads() == threads
         for _ in range(5):
             w.step(_insert)
-        time.sleep(0.3)  # several checkpoint intervals: none may have run
-        assert w.stats.checkpoints == 0
+    assert w.stats.checkpoints == 0  # no thread, and none at close
     assert not (db.parent / "state.db-wal").exists()
 
 
-def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path):
+def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path, clock):
     db = _demo_db(tmp_path)
     calls = []
     with Writer(db, Budget(budget_ms=1, pause_ms=2)) as w:
@@ -301,7 +348,7 @@ def test_after_step_hooks_run_once_per_step_after_the_commit(tmp_path):
 
         w.after_step.append(hook)
         for ms in (0, 3, 0, 5, 0):  # some steps pause, some do not
-            w.step(_hold(ms))
+            w.step(_hold(ms, clock))
         assert calls == [start + 1, start + 2, start + 3, start + 4, start + 5]
         assert w.stats.transactions == 5
 
@@ -325,9 +372,12 @@ def test_step_returns_the_functions_result_and_feeds_the_batch(tmp_path):
         assert w.stats.transactions == 1 and w.stats.max_txn_ms == w.stats.last_txn_ms
 
 
-def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of_each_kind(tmp_path):
+def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of_each_kind(tmp_path, clock):
     """In DELETE mode a COMMIT waits for readers (it needs the EXCLUSIVE lock): that wait is lock time
-    Hermes pays for, counted as commit time; each kind of step keeps its own longest transaction."""
+    Hermes pays for, counted as commit time; each kind of step keeps its own longest transaction.
+
+    The reader holds its SHARED lock until the step has read its clock before the COMMIT, moves the
+    clock 200 ms and only then lets go: the COMMIT cannot end before that, so it counts the 200 ms."""
     db = _demo_db(tmp_path)
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA journal_mode=DELETE")
@@ -335,30 +385,43 @@ def test_stats_split_the_commit_from_the_statements_and_keep_the_longest_step_of
     with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
         w.step(_hold(0), kind="delete")
         w.step(_hold(0), kind="merge")
-        reading, releasing = threading.Event(), threading.Event()
+        reading, statements_done, committing, releasing = (threading.Event() for _ in range(4))
+        read_clock = clock.perf_counter
+
+        def perf_counter() -> float:  # the first read after the statements is the COMMIT's start
+            if statements_done.is_set():
+                committing.set()
+            return read_clock()
+
+        clock.perf_counter = perf_counter
 
         def reader() -> None:
             r = sqlite3.connect(db, isolation_level=None)
             r.execute("BEGIN")
             r.execute("SELECT count(*) FROM messages").fetchone()  # SHARED lock held from here
             reading.set()
-            time.sleep(0.2)
+            assert committing.wait(10)
+            clock.now += 0.2  # the writer waits in its COMMIT, and reads the clock only after it
             releasing.set()
             r.execute("COMMIT")
             r.close()
 
+        def step(c: sqlite3.Connection) -> None:
+            _insert(c)
+            statements_done.set()
+
         t = threading.Thread(target=reader)
         t.start()
-        reading.wait()
-        w.step(_hold(0), kind="delete")  # its COMMIT waits for the reader's lock to go
+        assert reading.wait(10)
+        w.step(step, kind="delete")  # its COMMIT waits for the reader's lock to go
         assert releasing.is_set()  # the commit could only finish once the reader let go
         t.join()
         s = w.stats
-        assert s.last_commit_ms >= 150 and s.max_commit_ms == s.last_commit_ms
+        assert s.last_commit_ms == pytest.approx(200) and s.max_commit_ms == s.last_commit_ms
         assert s.last_txn_ms >= s.last_commit_ms
         assert s.max_ms["delete"] == s.last_txn_ms and s.max_ms["merge"] < s.max_ms["delete"]
         assert set(s.max_ms) == {"delete", "merge"}
-        assert s.commit_ms <= s.total_txn_ms
+        assert s.commit_ms == pytest.approx(200) and s.commit_ms <= s.total_txn_ms
 
 
 @pytest.mark.parametrize("mode", ["delete", "wal"])
@@ -371,22 +434,182 @@ def test_a_read_of_ours_waits_for_a_step_only_in_rollback_mode(tmp_path, mode):
     start = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     conn.close()
     with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
-        inside, seen = threading.Event(), []
+        inside, read, seen = threading.Event(), threading.Event(), []
+        w._txn_lock = _SaysWhenWaitedFor(w._txn_lock)
 
-        def read() -> None:
-            inside.wait()
+        def reader() -> None:
+            assert inside.wait(10)
             with w.reading():
-                reader = sqlite3.connect(db)
-                seen.append(reader.execute("SELECT count(*) FROM messages").fetchone()[0])
-                reader.close()
+                r = sqlite3.connect(db)
+                seen.append(r.execute("SELECT count(*) FROM messages").fetchone()[0])
+                r.close()
+            read.set()
 
         def step(c: sqlite3.Connection) -> None:
             _insert(c)
             inside.set()
-            time.sleep(0.5)
+            # The step stays open until the read either went by (WAL) or waits for it (DELETE).
+            assert (w._txn_lock.waited if mode == "delete" else read).wait(10)
 
-        t = threading.Thread(target=read)
+        t = threading.Thread(target=reader)
         t.start()
         w.step(step)
         t.join()
     assert seen == [start + 1 if mode == "delete" else start]  # DELETE: only after the step committed
+
+
+class _SaysWhenWaitedFor:
+    """A lock that says when a thread other than the one that made it asks for it."""
+
+    def __init__(self, lock) -> None:
+        self.lock, self.owner, self.waited = lock, threading.get_ident(), threading.Event()
+
+    def __enter__(self):
+        if threading.get_ident() != self.owner:
+            self.waited.set()
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+
+# --- the busy path, lock time across steps, defaults: on the injected clock ----------------------
+
+H_MS = 1000 / 1024  # a hold of 1/1024 s: sums of these on the clock are exact in binary
+
+
+def _busy(clock: Clock, tries: int, ms: float):
+    """A step whose statements find the database busy ``tries`` times, ``ms`` into each try (as a
+    DELETE-mode statement or commit that cannot get its lock does), then inserts."""
+    left = [tries]
+
+    def fn(c: sqlite3.Connection) -> None:
+        if left[0]:
+            left[0] -= 1
+            clock.now += ms / 1000.0
+            raise sqlite3.OperationalError("database is locked")
+        _insert(c)
+
+    return fn
+
+
+def test_a_busy_database_is_tried_again_after_a_doubling_backoff(tmp_path, clock):
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(pause_ms=0)) as w:
+        w.step(_busy(clock, 3, 10))
+        assert clock.slept == pytest.approx([0.05, 0.1, 0.2])
+        s = w.stats
+        assert s.busy_retries == 3 and s.transactions == 1
+        # the tries' own 10 ms each and the sleeps between them
+        assert s.busy_wait_ms == pytest.approx(380) and s.max_busy_wait_ms == pytest.approx(380)
+        w.step(_busy(clock, 1, 0))
+        assert s.busy_retries == 4 and s.busy_wait_ms == pytest.approx(430)
+        assert s.max_busy_wait_ms == pytest.approx(380)
+
+
+def test_a_database_busy_past_busy_wait_stops_the_run(tmp_path, clock):
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(pause_ms=0, busy_wait_s=2.0)) as w:
+        with pytest.raises(
+            TryLater, match=r"write lock for 2 s; stopped where it was \(the next run resumes\)"
+        ):
+            w.step(_busy(clock, 1000, 0))
+        assert clock.slept[:6] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 0.45])  # the last one to 2 s
+        assert sum(clock.slept) == pytest.approx(2.0) and w.stats.busy_wait_ms == pytest.approx(2000)
+        assert w.stats.transactions == 0
+
+
+def test_lock_time_adds_up_across_steps_to_one_rest(tmp_path, clock):
+    """The rest comes once the lock was held more than a budget in a row, counted from the last rest."""
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(budget_ms=3 * H_MS, pause_ms=5)) as w:
+        for _ in range(3):
+            w.step(_hold(H_MS, clock))
+        assert w.stats.pause_ms == 0  # two holds and the next: exactly the budget, not over it
+        w.step(_hold(H_MS, clock))
+        # three holds (2.9 ms) then one busy gap of such a wait (2 ms) + 1
+        assert 3 <= w.stats.pause_ms <= 3 + POLL_MS, w.stats.pause_ms
+        for _ in range(3):
+            w.step(_hold(H_MS, clock))
+        assert 6 <= w.stats.pause_ms <= 6 + 2 * POLL_MS, w.stats.pause_ms  # the second rest adds up
+
+
+def test_step_defaults_and_the_longest_step_of_a_kind(tmp_path, clock):
+    db = _demo_db(tmp_path)
+    with Writer(db, Budget(budget_ms=16 * H_MS, pause_ms=0)) as w:
+        assert w.batch() == AdaptiveBatch(budget_ms=16 * H_MS, size=50, fill=0.6)
+        assert w.batch(fill=0.5).fill == 0.5
+        b = w.batch(start=10)
+        w.step(_hold(0, clock))
+        assert w.stats.max_ms == {"write": 0.0}
+        w.step(_hold(20 * H_MS, clock), b)  # one unit unless told
+        assert b.ms_per_unit == pytest.approx(20 * H_MS)
+        w.step(_hold(16 * H_MS, clock))  # exactly the budget: not over it
+        w.step(_hold(17 * H_MS, clock))
+        assert w.stats.max_ms == {"write": pytest.approx(20 * H_MS)} and w.stats.over_budget == 2
+
+
+def test_the_checkpoint_thread_outlives_a_busy_checkpoint_and_counts_each_one(tmp_path, monkeypatch):
+    db = _demo_db(tmp_path)
+    passive, calls, more = writer.checkpoint_passive, [], threading.Event()
+
+    def checkpoint(conn: sqlite3.Connection):
+        if threading.current_thread().name != CHECKPOINT_THREAD:  # close()'s own: Hermes checkpoints too
+            raise sqlite3.OperationalError("database is locked")
+        calls.append(conn)
+        if len(calls) == 1:
+            raise sqlite3.OperationalError("database is locked")
+        done = passive(conn)
+        if len(calls) >= 3:
+            more.set()
+        return done
+
+    monkeypatch.setattr(writer, "checkpoint_passive", checkpoint)
+    w = Writer(db, Budget(pause_ms=0))
+    try:
+        w.step(_insert)
+        assert more.wait(10), "the thread stopped at a busy checkpoint"
+    finally:
+        w.close()  # its own checkpoint found busy: closed all the same
+    assert w.stats.checkpoints == len(calls) - 1  # each one that went through, once
+
+
+def test_a_held_rollback_journal_database_is_not_taken_for_a_wal_one(tmp_path, hold_open, vulnerable_sqlite):
+    """The WAL-reset guard is for WAL databases: beside a holder of a DELETE-mode one (and a SQLite
+    with the bug) the writer does not say it keeps its hands off (``archive restore`` would warn)."""
+    db = _demo_db(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    hold_open(db, via_hermes=False)
+    with Writer(db, Budget(pause_ms=0)) as w:
+        assert not w.wal and not w.guard.hands_off
+
+
+def test_lock_and_commit_time_add_up_over_steps(tmp_path, clock):
+    """Each step's COMMIT takes 3 ms of the clock here (it moves once the step has read the clock
+    after its statements): the totals are sums, the maxima and last values per step."""
+    db = _demo_db(tmp_path)
+    statements_done = threading.Event()
+    read_clock = clock.perf_counter
+
+    def perf_counter() -> float:
+        now = read_clock()
+        if statements_done.is_set():  # the step's clock before its COMMIT: the COMMIT takes 3 ms
+            statements_done.clear()
+            clock.now += 0.003
+        return now
+
+    clock.perf_counter = perf_counter
+
+    def step(c: sqlite3.Connection) -> None:
+        _insert(c)
+        clock.now += 0.002
+        statements_done.set()
+
+    with Writer(db, Budget(budget_ms=50, pause_ms=0)) as w:
+        w.step(step)
+        w.step(step)
+    s = w.stats
+    assert (s.commit_ms, s.max_commit_ms, s.last_commit_ms) == pytest.approx((6, 3, 3))
+    assert (s.total_txn_ms, s.max_txn_ms, s.last_txn_ms) == pytest.approx((10, 5, 5))
