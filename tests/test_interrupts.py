@@ -15,7 +15,7 @@ import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.journal import read_journal
-from tests.keeper_proc import planned_prune, session_ids
+from tests.keeper_proc import keeper_cmd, planned_prune, session_ids
 
 #: ``python -c SIGNAL_AFTER N SIGNAME ARGS...``: the keeper, sending itself SIGNAME right after its
 #: deleter's Nth transaction (sessions then hidden and half deleted), as Ctrl-C or systemd would.
@@ -144,3 +144,32 @@ def test_ctrl_c_in_any_command_is_130_not_aborted(home):
     cmd = [sys.executable, "-c", CTRL_C_IN_REPORT, "report", "--home", str(home)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     assert (out.returncode, out.stderr) == (130, "hermes-keeper: interrupted\n")
+
+
+def test_a_killed_runs_hidden_sessions_are_not_called_hermess_own_soft_hide(home):
+    """A SIGKILL (no step boundary, nothing put back) leaves sessions archived, verified and hidden
+    (``archived = 1``) until the next run finishes them. ``report`` says so, apart from the
+    sessions Hermes itself hid (was: all of them counted as "Hermes's own soft hide")."""
+    _interrupted_run(home, "SIGKILL")
+    flags = _state(home / "state.db")[1]
+    hidden = {sid for sid, flag in flags.items() if flag}
+    assert hidden, "the kill came before any session was hidden: weak test"
+    doc = json.loads(
+        subprocess.run(
+            keeper_cmd(home, "report", "--json"), capture_output=True, text=True, check=True
+        ).stdout
+    )
+    sessions = doc["profiles"][0]["sessions"]
+    assert sessions["archived"] == sessions["keeper_hidden"] == len(hidden)
+    text = subprocess.run(keeper_cmd(home, "report"), capture_output=True, text=True, check=True).stdout
+    flat = " ".join(text.split())
+    assert "hidden (archived flag) 0," in flat
+    assert f"{len(hidden)} sessions hidden by a keeper run that was stopped" in flat
+    # The next run finishes them; then nothing is the keeper's any more.
+    subprocess.run(keeper_cmd(home, "run", "--quiet"), check=True)
+    doc = json.loads(
+        subprocess.run(
+            keeper_cmd(home, "report", "--json"), capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert doc["profiles"][0]["sessions"]["keeper_hidden"] == 0

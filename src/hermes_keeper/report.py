@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hermes_keeper import units
 from hermes_keeper.archive.retention import ArchiveSurvey, place_archive_usage, survey_archive
+from hermes_keeper.archive.store import ARCHIVED
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.facts import (
     Breakdown,
@@ -389,8 +390,14 @@ def _runaways(rows: list[SessionRow], limits: dict) -> list[Runaway]:
 
 
 def sessions_section(
-    survey: Survey, now: float, zombie_after_s: float, top: int, runaway: dict | None = None
+    survey: Survey,
+    now: float,
+    zombie_after_s: float,
+    top: int,
+    runaway: dict | None = None,
+    pending: frozenset[str] = frozenset(),
 ) -> SessionsSection:
+    """``pending``: ids whose archive entry a killed run left "archived" (hidden, not yet deleted)."""
     rows = list(survey.sessions.values())
     by_source: dict[str, Counter] = defaultdict(Counter)
     zombies: Counter = Counter()
@@ -406,6 +413,7 @@ def sessions_section(
         archived=sum(s.archived for s in rows),
         auto_archived=sum(s.auto_archived for s in rows),
         hidden=sum(s.hidden for s in rows),
+        keeper_hidden=sum(bool(s.archived) and s.id in pending for s in rows),
         titled=sum(bool(s.title) for s in rows),
         routed=sum(s.routed for s in rows),
         routing_unknown=survey.routing_problem,
@@ -576,13 +584,20 @@ def build_report(
         disk=disk,
         database=db,
         files=files_usage(profile.home, survey, policy, now, _only_copies(profile, survey, policy, now)),
-        sessions=sessions_section(survey, now, zombie_after_s, top, policy.runaway),
+        sessions=sessions_section(survey, now, zombie_after_s, top, policy.runaway, pending_ids(archived)),
         growth=growth_section(
             started, windows, now, db.bytes, db.reclaimable_bytes, pruned_entries(archived, survey)
         ),
         holders=HoldersSection(processes=list(survey.holders), gateway_pid=gateway_pid(profile.home)),
         archive=place_archive_usage(profile, policy, now, archived),
     )
+
+
+def pending_ids(archived: ArchiveSurvey | None) -> frozenset[str]:
+    """Sessions a killed run archived and began to delete: the next run finishes them."""
+    if archived is None:
+        return frozenset()
+    return frozenset(e.session_id for f in archived.files for e in f.entries if e.state == ARCHIVED)
 
 
 def build_vitals(profile: Place, now: float, zombie_after_s: float, policy: Policy) -> Vitals:

@@ -209,6 +209,9 @@ class SessionsSection(Section):
     archived: int
     auto_archived: int
     hidden: int
+    keeper_hidden: (
+        int  # of ``archived``: a killed keeper run's, pending in the archive (the next run finishes them)
+    )
     titled: int
     routed: int
     routing_unknown: str | None

@@ -468,7 +468,14 @@ def _sessions_lines(s: SessionsSection, now: float, c: Console) -> None:
         + " "
         f"(open, idle >= {units.duration(s.zombie_after_s)}) · routed {s.routed} · "
         f"titled {s.titled} · Hermes's own soft hide, not the keeper's archive: hidden (archived flag) "
-        f"{s.archived}, by its idle sweep {s.auto_archived}, left out of its listing {s.hidden}"
+        f"{s.archived - s.keeper_hidden}, by its idle sweep {s.auto_archived}, "
+        f"left out of its listing {s.hidden}"
+        + (
+            f" · {units.plural(s.keeper_hidden, 'session')} hidden by a keeper run that was stopped"
+            " (archived and verified; the next run finishes them)"
+            if s.keeper_hidden
+            else ""
+        )
     )
     if s.routing_unknown:
         c.print(
