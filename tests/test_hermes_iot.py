@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -365,7 +366,9 @@ def test_plan_says_what_hermes_auto_prune_deletes_and_adopt_hands_it_over(tmp_pa
     res = CliRunner().invoke(main, ["adopt", "--home", str(tmp_path), "--yes"])
     assert res.exit_code == 0, res.output
     text = (tmp_path / "config.yaml").read_text()
-    assert text.startswith(CONFIG) and "auto_prune: false" in text  # every comment kept
+    # One line added under `sessions:`; every other line, comments included, as it was.
+    assert [line for line in text.splitlines() if "auto_prune" not in line] == CONFIG.splitlines()
+    assert re.search(r"^sessions:\n(  #.*\n)*  auto_prune: false", text, re.M)
     loaded = subprocess.run(
         [
             str(iot.python),

@@ -304,12 +304,13 @@ class Profile(Place):
         rules: dict | None = None,
         prune: bool = False,
         remove_leftovers: bool = False,
+        dry_run: bool = False,
     ) -> dict:
         """Every backup with size, verification and why it is kept; Hermes's leftover copies.
 
         ``dest`` and ``rules`` default to the policy's (``[backups]``), ``rules`` overriding it
         rule by rule. Changes nothing unless ``prune`` (rotate out what the rules drop) or
-        ``remove_leftovers``.
+        ``remove_leftovers``; ``dry_run`` not even the verdicts ``check`` reuses.
         """
 
         policy = self.config()
@@ -323,7 +324,8 @@ class Profile(Place):
                     removed = snapshot.apply_rotation(folder, self.home, journal=journal, **rules)
                 if remove_leftovers:
                     leftovers = snapshot.remove_malformed_copies(self, journal=journal)
-        rows = snapshot.rotation(folder, self.home, time.time(), self._verify_backup, **rules)
+        verify = snapshot.verify_backup if dry_run else self._verify_backup
+        rows = snapshot.rotation(folder, self.home, time.time(), verify, **rules)
         return {
             "profile": self.name,
             "folder": str(folder),

@@ -181,7 +181,11 @@ def backups(profiles, dest, rules, prune, offsite, remove_leftovers, dry_run, as
     for_each(
         profiles,
         lambda p: p.backups(
-            dest, rules, prune=prune and not dry_run, remove_leftovers=remove_leftovers and not dry_run
+            dest,
+            rules,
+            prune=prune and not dry_run,
+            remove_leftovers=remove_leftovers and not dry_run,
+            dry_run=dry_run,
         ),
         as_json,
         show,
