@@ -78,6 +78,11 @@ class FleetRow:
     check_status: str | None = None
     check_problems: list[str] = field(default_factory=list)
 
+    @property
+    def where(self) -> str:
+        """``host/profile``, or the repository for its own row."""
+        return f"{self.host}/{self.profile}" if self.host else self.repository
+
     def to_dict(self) -> dict:
         return {
             "profile": self.profile,
@@ -115,7 +120,8 @@ def _row(repo: str, snaps: list[offsite.OffsiteCopy], doc: dict | None, stale: f
     row.check_status, row.check_problems = check.get("status"), list(check.get("problems") or [])
     age = now - (row.reported_at or 0)
     if age > stale:
-        row.problem = f"stopped reporting: newest report {units.span(age, 1)} old (> {units.span(stale)})"
+        old = f"newest report {units.span(age, 1)} old (> {units.span(stale)})"
+        row.problem = f"stopped reporting: {old}; its check then: {row.check_status}"
         return row
     row.status = check.get("code", UNKNOWN) if check.get("code") in (0, 1, 2, 3) else UNKNOWN
     row.problem = "; ".join(row.check_problems)
@@ -179,7 +185,7 @@ def overall(rows: list[FleetRow]) -> int:
 def status_line(rows: list[FleetRow]) -> tuple[str, int]:
     """``HERMES-KEEPER FLEET CRITICAL - b/default: stopped reporting ...``, and its exit code."""
     code = overall(rows)
-    bad = [f"{r.host or r.repository}/{r.profile or '*'}: {r.problem}" for r in rows if r.status]
+    bad = [f"{r.where}: {r.problem}" for r in rows if r.status]
     hosts = len({(r.repository, r.host) for r in rows if r.host})
     text = "; ".join(bad) or f"{units.plural(hosts, 'host')}, {units.plural(len(rows), 'profile')} reporting"
     return f"HERMES-KEEPER FLEET {STATUS[code]} - {text}", code

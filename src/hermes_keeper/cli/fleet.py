@@ -23,39 +23,36 @@ def fleet():
     """The hosts that push to restic repositories ([fleet] repositories), as their reports say."""
 
 
-def _result(r: FleetRow) -> str:
-    """What the host's last run did, in a few words."""
+def _pruned(r: FleetRow) -> str:
+    """What the host's last run pruned, or why it did not finish."""
     run = r.run
     if "pruned" not in run:  # no run behind the report
         return ""
-    if run.get("interrupted"):
-        return f"stopped ({run['interrupted']})"
-    if run.get("offsite_error"):
-        return "push failed"
-    return f"pruned {run.get('pruned', 0)}"
+    return f"stopped {run['interrupted']}" if run.get("interrupted") else str(run["pruned"])
 
 
 def _show(rows: list[FleetRow], now: float) -> None:
-    columns = ("host", "profile", "status", "last run", "run", "state.db", "growth", "copy", "check")
-    t = table("", columns, whole=["host", "profile"], right=("state.db", "growth"), show_edge=False)
+    """The table (the row's own check status is its status unless it stopped reporting: then
+    the problem line below says both), then one line per row that is not OK."""
+    columns = ("host", "profile", "status", "ran", "pruned", "state.db", "growth/d", "copy")
+    right = ("pruned", "state.db", "growth/d")
+    t = table("", columns, whole=["host", "profile"], right=right, show_edge=False, pad_edge=False)
     for r in rows:
         t.add_row(
             r.host or "?",
             r.profile or "?",
             STATUS[r.status],
             units.ago(r.reported_at, now) if r.reported_at else "never",
-            _result(r),
+            _pruned(r),
             units.size(r.db_bytes) if r.db_bytes is not None else "",
-            f"{units.size(r.growth_per_day)}/d" if r.growth_per_day is not None else "",
+            units.size(r.growth_per_day) if r.growth_per_day is not None else "",
             units.ago(r.newest_copy, now) if r.newest_copy else "none",
-            r.check_status or "",
         )
     out = console()
-    print_table(out, t, drop=("run", "growth", "copy"))
+    print_table(out, t, drop=("growth/d", "pruned", "copy"))
     for r in rows:
         if r.status:
-            where = f"{r.host or r.repository}/{r.profile or '*'}"
-            out.print(f"{where}: {r.problem}", markup=False, highlight=False)
+            out.print(f"{r.where}: {r.problem}", markup=False, highlight=False)
 
 
 @fleet.command(
