@@ -198,3 +198,17 @@ def test_no_repository_at_all_is_said(tmp_path):
     res = invoke("fleet", "status", "--config", tmp_path / "keeper.toml")
     assert res.exit_code == UNKNOWN
     assert res.output.startswith("HERMES-KEEPER UNKNOWN - no repositories: set [fleet] repositories")
+
+
+def test_a_host_with_copies_but_no_report_is_critical(tmp_path):
+    """A keeper from before fleet reports pushed copies only: the host shows, CRITICAL, with its copy."""
+    repo = str(tmp_path / "repo")
+    pw = init_repository(repo, tmp_path)
+    home = demo_home(tmp_path / "home", offsite_toml(repo, pw, "old"), sessions=10)
+    summary = ran(home, dict(os.environ))["default"]
+    reports = [s.id for s in copies.every_snapshot(Restic(repo, str(pw))) if s.kind == copies.REPORT]
+    restic(repo, pw, "forget", *reports)
+    [row] = Fleet([repo], Home(home).profile().config()).status()
+    assert (row.host, row.profile, row.status) == ("old", "default", CRITICAL)
+    assert row.problem.startswith("no report yet") and row.reported_at is None
+    assert row.newest_copy == summary["offsite"]["newest"]
