@@ -24,7 +24,7 @@ FLOORS = (
         "offsite",
     ),
     ("run", "archive"),
-    ("report", "report_types", "check", "history", "metrics", "report_html", "demo"),
+    ("report", "report_types", "check", "history", "metrics", "report_html", "demo", "fleet"),
     ("home",),
     ("cli", "schedule", "__main__"),
 )

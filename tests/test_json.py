@@ -90,6 +90,13 @@ def test_every_command_on_the_demo_home_matches_its_schema(home, tmp_path, monke
     newest = next(c for c in copies if c["kind"] == "state")
     assert check("restore", "--from", "offsite", "--dry-run")["profiles"][0]["id"] == newest["id"]
     assert check("archive", "pull", "--from", "offsite")["profiles"][0]["same"] == ["archive.db"]
+    # the fleet as this host's own [offsite] repository shows it: the run above reported there
+    res = runner.invoke(main, ["fleet", "status", "--config", str(home / "keeper.toml"), "--json"])
+    fleet = json.loads(res.stdout)
+    jsonschema.validate(fleet, schema(fleet["command"]))
+    assert [(r["profile"], r["run"]["pruned"] > 0) for r in fleet["profiles"]] == [("default", True)]
+    assert res.exit_code == fleet["code"]
+    seen.add(fleet["command"])
     with_json = {" ".join(w) for w, cmd in _commands() if any(p.name == "as_json" for p in cmd.params)}
     assert seen == with_json  # every command with --json is here, and has its schema
 

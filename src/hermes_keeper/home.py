@@ -36,6 +36,8 @@ from hermes_keeper.backup.restore import find_backup, restore_backup
 from hermes_keeper.check import RUNAWAY_ACKED, SCHEDULED, UNSCHEDULED, check_profile
 from hermes_keeper.errors import KeeperError, failure_line, warn
 from hermes_keeper.facts import checked_unless_it_stalls, known_verdict
+from hermes_keeper.fleet import Fleet as Fleet  # the fleet view beside Home (``fleet status``)
+from hermes_keeper.fleet import send_report
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.hermes_config import CONFIG_NAME as HERMES_CONFIG
 from hermes_keeper.hermes_config import adopt_change, write_config
@@ -58,6 +60,7 @@ from hermes_keeper.run.transcripts import hold_only_copies
 from hermes_keeper.sqlite.holders import find_holders, missing_tokenizer, refuse_during_maintenance
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 
+REPORTED, REPORT_FAILED = "offsite_reported", "offsite_report_failed"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_PROFILE = "default"
 
@@ -189,6 +192,7 @@ class Profile(Place):
                 result = apply_plan(ctx, plan, progress)
                 if not result.interrupted:  # a stopped run sends nothing: the next one does
                     result.offsite = self._push(policy, journal)
+                    self._report(policy, journal, result.to_dict())
         except Interrupted as exc:  # recorded as such (when it changed something), then raised on
             if exc.result is not None:
                 exc.result.seconds = round(time.perf_counter() - t0, 2)
@@ -212,6 +216,16 @@ class Profile(Place):
             line = failure_line(exc, self.home)[0]
         journal.write(offsite.FAILED, error=line)
         return {"error": line, "summary": f"off-host copy failed: {line}"}
+
+    def _report(self, policy: Policy, journal: Journal, run: dict) -> None:
+        """The run's report beside its copies (``fleet status`` reads it); as the push, it never
+        fails the run: a failure is journaled and the next run reports again."""
+        if not policy.offsite_repository:
+            return
+        try:
+            journal.write(REPORTED, snapshot=send_report(self, policy, run))
+        except (KeeperError, OSError) as exc:
+            journal.write(REPORT_FAILED, error=failure_line(exc, self.home)[0])
 
     def offsite_copies(self, rules: dict | None = None, prune: bool = False, dry_run: bool = False) -> dict:
         """This profile's copies in the ``[offsite]`` repository (``backups --offsite``); ``prune``:

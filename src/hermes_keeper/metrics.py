@@ -102,6 +102,22 @@ class Metrics:
             name, factor = _CHECK_NAMES.get(m.label, (f"check_{m.label}{_UNIT_SUFFIX[m.uom]}", 1))
             self.set(name, f"check measure {m.label}.", m.value * factor, profile=p)
 
+    def fleet(self, rows) -> None:
+        """``fleet status`` (``fleet.FleetRow`` each): per host and profile of each repository."""
+        for r in rows:
+            labels = {"repository": r.repository, "host": r.host or "", "profile": r.profile or ""}
+            self.set("fleet_status", "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.", r.status, **labels)
+            for name, help, value in (
+                ("fleet_report_timestamp_seconds", "When the host's newest report was made.", r.reported_at),
+                ("fleet_db_bytes", "state.db size, as the newest report says.", r.db_bytes),
+                ("fleet_copy_timestamp_seconds", "Newest off-host state.db's time.", r.newest_copy),
+            ):
+                if value is not None:
+                    self.set(name, help, value, **labels)
+            if r.growth_per_day is not None:
+                per_s = r.growth_per_day / DAY
+                self.set("fleet_growth_bytes_per_second", "state.db growth, as reported.", per_s, **labels)
+
     def write(self, path: str | os.PathLike) -> None:
         """Replace ``path`` atomically: a temporary file beside it, then a rename."""
         write_to_textfile(str(path), self.registry)

@@ -41,6 +41,7 @@ COMMANDS = {
     "history": "history:history",
     "check": "check:check",
     "schedule": "schedule:schedule",
+    "fleet": "fleet:fleet",
 }
 
 

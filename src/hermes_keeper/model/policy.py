@@ -88,6 +88,13 @@ def parse_count(value, where: str) -> int:
     return value
 
 
+def _parse_list(value, where: str) -> list:
+    """A TOML array of non-empty strings (restic repositories): ``["/srv/restic", "s3:..."]``."""
+    if not isinstance(value, list) or not value:
+        raise KeeperError(f'{where}: expected a list of strings like ["/srv/restic"], got {value!r}')
+    return [_parse_text(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
 def _parse_bool(value, where: str) -> bool:
     if not isinstance(value, bool):
         raise KeeperError(f"{where}: must be true or false")
@@ -102,12 +109,13 @@ KINDS = {
     "bool": (_parse_bool, "true/false", bool),
     "path": (_parse_path, "folder", str),
     "text": (_parse_text, "text", str),
+    "list": (_parse_list, "list of text", list),
     "ms": (lambda v, where: _number(v, where, "milliseconds"), "milliseconds", float),
     "ratio": (lambda v, where: _number(v, where, "a fraction like 0.8"), "fraction", float),
     "count": (parse_count, "whole number", int),
     "number": (lambda v, where: _number(v, where, "a number"), "number", float),
 }
-_JSON_TYPES = {float: "number", int: "integer", bool: "boolean", str: "string"}
+_JSON_TYPES = {float: "number", int: "integer", bool: "boolean", str: "string", list: "array"}
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,7 @@ class Setting:
         return parsed
 
     def range_text(self) -> str:
-        if self.kind in ("bool", "path", "text"):
+        if self.kind in ("bool", "path", "text", "list"):
             return ""
         if self.high is None:
             text = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
@@ -182,8 +190,10 @@ class Setting:
     def json_schema(self) -> dict:
         """Its value in ``config show --json``."""
         kind = _JSON_TYPES[KINDS[self.kind][2]]
+        items = {"items": {"type": "string"}} if kind == "array" else {}
         return {
             "type": [kind, "null"] if self.optional else kind,
+            **items,
             "description": f"`{self.name}`: {self.help}",
         }
 
@@ -211,6 +221,11 @@ def _rotation(rule: str, default: int, help: str) -> Setting:
 def _offsite(key: str, kind: str, default, help: str, low: float | None = 0) -> Setting:
     low = None if kind in ("path", "text") else low
     return Setting(f"offsite.{key}", f"offsite_{key}", kind, default, help, low=low, group="offsite")
+
+
+def _fleet(key: str, kind: str, default, help: str) -> Setting:
+    low = 0 if kind == "duration" else None
+    return Setting(f"fleet.{key}", f"fleet_{key}", kind, default, help, low=low, group="fleet")
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -447,6 +462,20 @@ SETTINGS: tuple[Setting, ...] = (
     _offsite("check_every", "duration", "7d", "a run verifies the repository (`restic check`) this often"),
     _offsite("check_subset", "text", "5%", "the share of its data that check reads (`--read-data-subset`)"),
     _offsite("timeout", "duration", "1h", "one restic command stopped after this long (exit 75)", low=1),
+    _fleet(
+        "repositories",
+        "list",
+        None,
+        "`fleet status` reads these restic repositories (default: `[offsite] repository`)",
+    ),
+    _fleet("stale_after", "duration", "2d", "`fleet status`: a host whose newest report is older: CRITICAL"),
+    _fleet(
+        "password_file",
+        "text",
+        None,
+        "restic `--password-file` for every fleet repository (default: `[offsite]`'s; else restic's env)",
+    ),
+    _fleet("password_command", "text", None, "restic `--password-command` for every fleet repository"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 _SECTIONS = {s.section for s in SETTINGS if s.section}
@@ -466,6 +495,8 @@ def shown(value) -> str:
     """A value as keeper.toml spells it: ``7d``, ``2GB``, ``true``, ``none``."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        return ", ".join(value)
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -516,6 +547,11 @@ class Policy:
     def offsite(self) -> dict:
         """The ``[offsite]`` settings by key (``repository``, ``password_file``, ``host``, ...)."""
         return {s.key: getattr(self, s.attr) for s in SETTINGS if s.group == "offsite"}
+
+    @property
+    def fleet(self) -> dict:
+        """The ``[fleet]`` settings by key (``repositories``, ``stale_after``, ``password_file``, ...)."""
+        return {s.key: getattr(self, s.attr) for s in SETTINGS if s.group == "fleet"}
 
     def retention_for(self, source: str) -> float:
         if source in self.retention_s:

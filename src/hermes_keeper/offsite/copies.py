@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import socket
 import time
@@ -40,8 +41,10 @@ from hermes_keeper.offsite.restic import Restic
 from hermes_keeper.place import Place
 
 TAG = "hermes-keeper"
-STATE, ARCHIVE = "state", "archive"
-STATE_NAME = "state.db"
+STATE, ARCHIVE, REPORT = "state", "archive", "report"
+STATE_NAME, REPORT_NAME = "state.db", "report.json"
+#: Reports kept per host and profile (``restic forget --keep-last``): the fleet reads the newest.
+REPORTS_KEPT = 30
 #: The private folder (under ``keeper/``) a restore or pull fetches into; removed afterwards.
 WORK = ".offsite-work"
 PUSHED, FAILED, CHECKED = "offsite_push", "offsite_failed", "offsite_checked"
@@ -96,9 +99,40 @@ def _tags(profile: str, kind: str | None = None) -> list[str]:
 
 
 def list_copies(restic: Restic, host: str, profile: str) -> list[OffsiteCopy]:
-    """This host's copies of ``profile``, oldest first."""
+    """This host's copies of ``profile``, oldest first (its run reports are no copies)."""
     rows = restic.json("snapshots", "--host", host, *_tags(profile))
+    copies = (OffsiteCopy.from_restic(s) for s in rows or [])
+    return sorted((c for c in copies if c.kind != REPORT), key=lambda c: c.time)
+
+
+def every_snapshot(restic: Restic) -> list[OffsiteCopy]:
+    """Every snapshot the keeper made in the repository, of every host and profile, oldest first."""
+    rows = restic.json("snapshots", "--tag", TAG)
     return sorted((OffsiteCopy.from_restic(s) for s in rows or []), key=lambda c: c.time)
+
+
+def send_report(restic: Restic, host: str, profile: str, doc: dict) -> str | None:
+    """``doc`` as ``report.json``, a snapshot of kind ``report`` dated by its ``time``; then the
+    reports past :data:`REPORTS_KEPT` forgotten. The new snapshot's id."""
+    data = json.dumps(doc, sort_keys=True).encode()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(doc["time"]))
+    args = ("--stdin", "--stdin-filename", REPORT_NAME, "--time", stamp)
+    out = _backup(restic, host, profile, REPORT, *args, feed=lambda stdin: stdin.write(data))
+    keep = ["--group-by", "host,tags", "--keep-last", str(REPORTS_KEPT), "--prune"]
+    restic.json("forget", "--host", host, *_tags(profile, REPORT), *keep)
+    return out.get("snapshot_id")
+
+
+def read_report(restic: Restic, copy: OffsiteCopy) -> dict:
+    """The ``report.json`` of a report snapshot."""
+    text = restic.run("dump", copy.id, f"/{REPORT_NAME}")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise KeeperError(f"report {copy.short_id} of {copy.host}/{copy.profile} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise KeeperError(f"report {copy.short_id} of {copy.host}/{copy.profile} is not a JSON object")
+    return doc
 
 
 @dataclass
@@ -196,7 +230,8 @@ def forget(restic: Restic, host: str, profile: str, rotation: dict, dry_run: boo
     keep = [a for k, n in rotation.items() if n for a in (f"--{k.replace('_', '-')}", str(n))]
     if not keep:  # restic refuses a forget without rules; so do we, keeping everything
         return []
-    args = ["forget", "--host", host, *_tags(profile), "--group-by", "host,tags", *keep]
+    kinds = [a for kind in (STATE, ARCHIVE) for a in _tags(profile, kind)]  # reports: send_report's
+    args = ["forget", "--host", host, *kinds, "--group-by", "host,tags", *keep]
     groups = restic.json(*args, "--dry-run" if dry_run else "--prune")
     return [s["short_id"] for g in groups or [] for s in g.get("remove") or []]
 

@@ -1,0 +1,214 @@
+"""The fleet read from its repositories alone (issue 37): demo homes on three hosts (one with two
+profiles) run with [offsite] to a local folder and to S3 on a moto server on 127.0.0.1; a fourth
+host's newest report is three days old; a third repository opens with another password."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from importlib.resources import files
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from hermes_keeper import demo, fleet
+from hermes_keeper.check import CRITICAL, OK, UNKNOWN
+from hermes_keeper.cli import main
+from hermes_keeper.home import Fleet, Home
+from hermes_keeper.journal import read_journal
+from hermes_keeper.model.policy import config_problems, effective_policy
+from hermes_keeper.offsite import copies
+from hermes_keeper.offsite.restic import Restic
+from tests.offsite_repo import free_port, init_repository, moto_s3, offsite_toml, restic
+
+DAY = 86400.0
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(main, [str(a) for a in args], env=env)
+
+
+def demo_home(path: Path, toml: str, profiles: tuple[str, ...] = (), sessions: int = 30) -> Path:
+    demo.build_home(path, demo.generate(time.time(), sessions=sessions))
+    for name in profiles:
+        demo.build_home(path / "profiles" / name, demo.generate(time.time(), sessions=sessions, seed=11))
+    (path / "keeper.toml").write_text(toml)
+    return path
+
+
+def ran(home: Path, env: dict) -> dict:
+    """``run --all-profiles --json``: each profile's summary by name."""
+    res = invoke("run", "--all-profiles", "--home", home, "--json", env=env)
+    assert res.exit_code == 0, res.output
+    return {p["profile"]: p for p in json.loads(res.stdout)["profiles"]}
+
+
+@pytest.fixture(scope="module")
+def fleet_of(tmp_path_factory):
+    """Hosts a (default, work) -> local folder; b -> moto S3; c -> a repository with another
+    password; d -> the local folder, its only report three days old. The operator's keeper.toml
+    names all three repositories with the one password file a, b and d share."""
+    t = tmp_path_factory.mktemp("fleet")
+    local = str(t / "local-repo")
+    pw = init_repository(local, t)  # PASSWORD
+    other_dir = t / "other"
+    other_dir.mkdir()
+    other = str(t / "other-repo")
+    other_pw = other_dir / "pw"
+    other_pw.write_text("another password\n")
+    restic(other, other_pw, "init")
+    env = dict(os.environ)
+    with moto_s3(env) as endpoint, pytest.MonkeyPatch.context() as mp:
+        for key in (k for k in env if k.startswith("AWS_")):
+            mp.setenv(key, env[key])  # restic reads them from the process's own environment
+        s3 = f"s3:{endpoint}/fleet"
+        restic(s3, pw, "init", env=env)
+        a = demo_home(t / "a", offsite_toml(local, pw, "a"), profiles=("work",))
+        b = demo_home(t / "b", offsite_toml(s3, pw, "b"))
+        c = demo_home(t / "c", offsite_toml(other, other_pw, "c"))
+        d = demo_home(t / "d", offsite_toml(local, pw, "d"), sessions=10)
+        runs = {"a": ran(a, env), "b": ran(b, env), "c": ran(c, env)}
+        stale = Home(d).profile()
+        fleet.send_report(stale, stale.config(), {}, now=time.time() - 3 * DAY)
+        operator = t / "operator.toml"
+        repos = ", ".join(f'"{r}"' for r in (local, s3, other))
+        operator.write_text(f'[fleet]\nrepositories = [{repos}]\npassword_file = "{pw}"\n')
+        yield {"homes": {"a": a, "b": b, "c": c}, "runs": runs, "operator": operator, "env": env}
+
+
+def by_key(rows) -> dict:
+    return {(r.host, r.profile): r for r in rows}
+
+
+def test_status_shows_every_host_and_profile_with_its_figures(fleet_of):
+    policy = effective_policy(fleet_of["operator"].parent, "", fleet_of["operator"])
+    rows = by_key(Fleet(policy=policy).status())
+    assert set(rows) == {("a", "default"), ("a", "work"), ("b", "default"), ("d", "default"), (None, None)}
+    for host, home in fleet_of["homes"].items():
+        if host == "c":
+            continue
+        for name, summary in fleet_of["runs"][host].items():
+            row = rows[(host, name)]
+            assert row.status == OK and row.check_status == "OK", (host, name, row.problem)
+            assert time.time() - row.reported_at < 600
+            for key in ("pruned", "archived", "zombies_closed", "files_removed", "freed_bytes", "remaining"):
+                assert row.run[key] == summary[key], (host, name, key)
+            assert row.run["pruned"] > 0
+            assert row.newest_copy == summary["offsite"]["newest"]
+            db = home if name == "default" else home / "profiles" / name
+            assert row.db_bytes == (db / "state.db").stat().st_size
+            assert row.growth_per_day is not None and row.growth_per_day >= 0
+
+
+def test_a_host_that_stopped_reporting_is_critical(fleet_of):
+    policy = effective_policy(fleet_of["operator"].parent, "", fleet_of["operator"])
+    rows = by_key(Fleet(policy=policy).status())
+    d = rows[("d", "default")]
+    assert d.status == CRITICAL and d.problem.startswith("stopped reporting: newest report 3"), d.problem
+    assert d.check_status == "CRITICAL"  # its own check also said so: it never ran
+    # the same fleet two days on: every report is stale
+    later = Fleet(policy=policy).status(now=time.time() + 2 * DAY + 60)
+    assert {r.status for r in later if r.host} == {CRITICAL}
+
+
+def test_a_repository_with_a_wrong_password_is_unknown_and_the_others_still_show(fleet_of):
+    policy = effective_policy(fleet_of["operator"].parent, "", fleet_of["operator"])
+    repos = policy.fleet["repositories"]
+    rows = Fleet([repos[0], repos[2]], policy).status()
+    assert [(r.host, r.profile, r.status) for r in rows] == [
+        ("a", "default", OK),
+        ("a", "work", OK),
+        ("d", "default", CRITICAL),
+        (None, None, UNKNOWN),
+    ]
+    assert rows[-1].problem == f"wrong restic password for {repos[2]}"
+    only_a = Fleet([repos[2], repos[0]], policy).status(now=time.time())
+    assert fleet.overall([r for r in only_a if r.host != "d"]) == UNKNOWN
+
+
+def test_the_cli_table_json_and_metrics(fleet_of, tmp_path):
+    op, env = fleet_of["operator"], fleet_of["env"]
+    terminal_80 = {"COLUMNS": "80", "TTY_COMPATIBLE": "1", "TERM": "dumb"}  # rich's terminal, no colours
+    res = invoke("fleet", "status", "--config", op, env=env | terminal_80)
+    assert res.exit_code == CRITICAL, res.output
+    lines = res.output.splitlines()
+    assert all(len(line) <= 80 for line in lines if "-repo" not in line), res.output  # a path stays whole
+    assert [line.split()[:3] for line in lines[2:6]] == [
+        ["a", "│", "default"],
+        ["a", "│", "work"],
+        ["d", "│", "default"],
+        ["b", "│", "default"],
+    ]
+    assert "wrong restic password for" in res.output
+    out = invoke("fleet", "status", "--config", op, "--json", env=env)
+    doc = json.loads(out.stdout)
+    schema = json.loads(files("hermes_keeper").joinpath("schemas/fleet-status.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert (doc["status"], doc["code"], out.exit_code) == ("CRITICAL", 2, 2)
+    assert doc["line"].startswith("HERMES-KEEPER FLEET CRITICAL - d/default: stopped reporting")
+    prom = tmp_path / "fleet.prom"
+    assert invoke("fleet", "status", "--config", op, "--textfile", prom, env=env).exit_code == CRITICAL
+    text = prom.read_text()
+    assert 'hermes_keeper_fleet_status{host="b",profile="default"' in text
+    assert "hermes_keeper_fleet_db_bytes{" in text and "hermes_keeper_fleet_copy_timestamp_seconds{" in text
+
+
+def test_a_report_that_cannot_be_sent_never_fails_the_run(tmp_path):
+    closed = f"rest:http://127.0.0.1:{free_port()}/"
+    (tmp_path / "pw").write_text("x\n")
+    home = demo_home(tmp_path / "home", offsite_toml(closed, tmp_path / "pw", "z", timeout="60s"))
+    summary = ran(home, dict(os.environ))["default"]
+    assert summary["pruned"] > 0 and summary["offsite"]["error"]
+    [failed] = [r for r in read_journal(home / "keeper") if r["action"] == "offsite_report_failed"]
+    assert failed["error"].startswith(f"restic repository {closed} unreachable")
+
+
+def test_reports_are_bounded_per_host_and_profile(tmp_path, monkeypatch):
+    repo = str(tmp_path / "repo")
+    pw = init_repository(repo, tmp_path)
+    home = demo_home(tmp_path / "home", offsite_toml(repo, pw, "e"), sessions=5)
+    monkeypatch.setattr(copies, "REPORTS_KEPT", 2)
+    profile = Home(home).profile()
+    for age in (3, 2, 1):
+        fleet.send_report(profile, profile.config(), {}, now=time.time() - age * 3600)
+    reports = [s for s in copies.every_snapshot(Restic(repo, str(pw))) if s.kind == copies.REPORT]
+    assert len(reports) == 2 and time.time() - reports[-1].time < 3700
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        ('"/srv/restic"', "expected a list of strings"),
+        ("[]", "expected a list of strings"),
+        ('["/srv/a", ""]', "fleet.repositories[1]: expected a non-empty string"),
+    ],
+)
+def test_fleet_repositories_must_be_a_list_of_repositories(tmp_path, value, error):
+    toml = tmp_path / "keeper.toml"
+    toml.write_text(f"[fleet]\nrepositories = {value}\n")
+    [problem] = config_problems(toml)[0]
+    assert error in problem, problem
+
+
+def test_no_repository_at_all_is_said(tmp_path):
+    (tmp_path / "keeper.toml").write_text("")
+    res = invoke("fleet", "status", "--config", tmp_path / "keeper.toml")
+    assert res.exit_code == UNKNOWN
+    assert res.output.startswith("HERMES-KEEPER UNKNOWN - no repositories: set [fleet] repositories")
+
+
+def test_a_host_with_copies_but_no_report_is_critical(tmp_path):
+    """A keeper from before fleet reports pushed copies only: the host shows, CRITICAL, with its copy."""
+    repo = str(tmp_path / "repo")
+    pw = init_repository(repo, tmp_path)
+    home = demo_home(tmp_path / "home", offsite_toml(repo, pw, "old"), sessions=10)
+    summary = ran(home, dict(os.environ))["default"]
+    reports = [s.id for s in copies.every_snapshot(Restic(repo, str(pw))) if s.kind == copies.REPORT]
+    restic(repo, pw, "forget", *reports)
+    [row] = Fleet([repo], Home(home).profile().config()).status()
+    assert (row.host, row.profile, row.status) == ("old", "default", CRITICAL)
+    assert row.problem.startswith("no report yet") and row.reported_at is None
+    assert row.newest_copy == summary["offsite"]["newest"]
