@@ -183,7 +183,7 @@ def test_the_plan_names_what_hermes_will_delete_that_it_keeps_a_closed_zombie_am
 
 BLOCKED = (
     "state.db is in delete journal mode and open by pid 7 (hermes gateway); pid 8 (python),"
-    " where a snapshot would block its writes for the whole copy"
+    " where every commit of it restarts a snapshot"
 )
 ARCHIVED = (
     ": every pruned session is archived and verified before it is deleted, and zombie closes are"
@@ -423,7 +423,7 @@ def test_the_compact_step_in_words():
     assert compact_step("incremental", 10**6, 60.0) == "incremental vacuum in budgeted steps"
     assert compact_step("none", 2 * 10**6, 60.0) == (
         f"one-time VACUUM to incremental auto-vacuum (~{units.size(2 * 10**6)} to copy): with Hermes"
-        " stopped, or beside it if its measured stall estimate is at most 60 s (a one-time wait of"
+        " stopped, or beside it if its measured stall estimate is at most 1m (a one-time wait of"
         " Hermes's writes, at a quiet moment if one comes); otherwise the freed pages stay in state.db,"
         " reclaimable"
     )
@@ -484,10 +484,11 @@ def test_the_plans_json_in_full():
         "safeguard": {"kind": SNAPSHOT, "why": "a verified snapshot of state.db before the first change"},
         "archive_retention": None,
         "archive": True,
+        "backup": None,  # its cost: filled in by Profile.plan, where the folder and the disk are known
         "steps": [
             "backup: a verified snapshot of state.db",
-            "close 1 zombie sessions",
-            "prune 1 sessions: archive and verify, then delete, in short transactions",
+            "close 1 zombie session",
+            "prune 1 session: archive and verify, then delete, in short transactions",
         ],
     }
     verbose = plan.to_dict(verbose=True)
@@ -513,7 +514,7 @@ def test_a_plan_without_an_archive_says_its_deletes_are_final():
     plan = make_plan(survey_of(row("a", "cron", 100)), Policy(archive=False, compact=False), NOW)
     assert plan.steps() == [
         "backup: a verified snapshot of state.db",
-        "prune 1 sessions: delete with NO archive (final), in short transactions",
+        "prune 1 session: delete with NO archive (final), in short transactions",
     ]
 
 
