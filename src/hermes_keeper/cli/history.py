@@ -39,7 +39,7 @@ def history(profiles, as_json, limit, every_kind):
         for e in entries:
             f = e.figures
             runs = f" ({f['runs']} runs)" if f.get("runs", 1) > 1 else ""
-            stopped = f" (interrupted: {f['interrupted']})" if f.get("interrupted") else ""
+            stopped = f" ({f['interrupted']})" if f.get("interrupted") else ""  # run (SIGINT): stopped by it
             t.add_row(
                 units.when(e.ts, zone=False),
                 e.kind + runs + stopped,
