@@ -17,7 +17,6 @@ safety copy. A pull adds the archive files this home lacks and never overwrites 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import socket
@@ -33,7 +32,14 @@ import zstandard
 from hermes_keeper import units
 from hermes_keeper.archive.store import ARCHIVE_NAME, archive_paths
 from hermes_keeper.backup.restore import RestoreResult, restore_backup
-from hermes_keeper.backup.snapshot import BackupRecord, backup_dir, list_backups, take_backup, verify_backup
+from hermes_keeper.backup.snapshot import (
+    BackupRecord,
+    backup_dir,
+    list_backups,
+    sha256_file,
+    take_backup,
+    verify_backup,
+)
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.fs import FILE_MODE, SQLITE_SIDES, HomeFS, plain_name
 from hermes_keeper.journal import Journal, read_journal
@@ -322,14 +328,6 @@ class PullResult:
         return asdict(self)
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def pull_archive(place: Place, offsite: dict, snapshot: str | None, journal: Journal | None) -> PullResult:
     """The archive files of an off-host copy this home lacks, put in ``keeper/``; none replaced.
 
@@ -351,7 +349,7 @@ def pull_archive(place: Place, offsite: dict, snapshot: str | None, journal: Jou
                     os.rename(work / n, place.keeper_dir / n)
                 keeper.sync()
                 res.added.append(db)
-            elif keeper.regular(db) and _sha(work / db) == _sha(place.keeper_dir / db):
+            elif keeper.regular(db) and sha256_file(work / db) == sha256_file(place.keeper_dir / db):
                 res.same.append(db)
             else:
                 res.kept.append(db)
