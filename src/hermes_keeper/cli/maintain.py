@@ -221,9 +221,10 @@ def _run(profiles, dry_run: bool, o: RunOptions, metrics=None):
             try:
                 result = profile.run(policy, progress=progress)
             except Interrupted as exc:  # what it did before the signal, said and measured
+                bar.stop()  # the summary on lines of its own, not inside the progress line
                 if exc.result is not None:
-                    if not as_json:  # (--json: its row, for_each)
-                        click.echo(exc.result.summary(), err=quiet)
+                    if not as_json:  # (--json: its row, for_each); --quiet: on stderr, as cron mails it
+                        (console(stderr=True) if quiet else out).print(cell(exc.result.summary()))
                     if metrics:
                         metrics.run(exc.result)
                 raise
