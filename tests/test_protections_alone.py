@@ -23,10 +23,13 @@ OLD = NOW - 200 * DAY  # past every default retention
 
 
 def _sql(*statements):
+    """``{now}``: the time the case is set up, not the suite's start (a lease of ten minutes taken
+    at collection had expired by the time a 14-minute suite reached it)."""
+
     def apply(home: Path) -> None:
         conn = sqlite3.connect(home / "state.db")
         for s in statements:
-            conn.execute(s.replace("{now}", repr(NOW)))
+            conn.execute(s.replace("{now}", repr(time.time())))
         conn.commit()
         conn.close()
 
