@@ -96,7 +96,9 @@ class SearchIndex:
             return 0
         wanted = {entry for entry, _ in new}
         with write_txn(self.conn):
-            for entry, raw in store.payloads("", (), keep=lambda e: e.entry in wanted):
+            # New entries are the highest numbers: only rows from the lowest one are read off disk.
+            since = ("WHERE entry >= ?", (min(wanted),))
+            for entry, raw in store.payloads(*since, keep=lambda e: e.entry in wanted):
                 docid = self.conn.execute(
                     "INSERT INTO doc(entry, sha256, damaged) VALUES (?, ?, ?)",
                     (entry.entry, entry.sha256, raw is None),
