@@ -101,7 +101,7 @@ def report(n: int, night, home: Path, added_sessions: int, pages: Restic) -> Non
     state, total = push["state_added_bytes"], push["added_bytes"]
     print(
         f"night {n}: +{added_sessions} sessions, {len(night.prune.pruned)} pruned;"
-        f" state.db {full / 1e6:.1f} MB:"
+        f" state.db {full / 1e6:.1f} MB, sent as {push['state_file']}:"
         f" restic added {state / 1e6:.1f} MB = {100 * state / full:.1f}% of it"
         f" ({total / 1e6:.1f} MB with the archive = {100 * total / full:.1f}%); push {push['seconds']} s"
     )

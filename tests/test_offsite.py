@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_keeper import demo
+from hermes_keeper.backup import dump
 from hermes_keeper.cli import main
 from hermes_keeper.journal import read_journal
 from hermes_keeper.offsite.restic import INSTALL
@@ -64,11 +65,13 @@ def run_summary(home: Path, env=None) -> dict:
     return json.loads(res.stdout)["profiles"][0]
 
 
-def round_trip(hermes: Hermes, home: Path, toml: str, env=None) -> None:
-    """Run (prune + push), wipe the home, restore onto a fresh folder from the repository alone."""
+def round_trip(hermes: Hermes, home: Path, toml: str, env=None, sent: str = "state.sql") -> None:
+    """Run (prune + push), wipe the home, restore onto a fresh folder from the repository alone.
+    ``sent``: how state.db went (the dump, or the page copy where no dump can go)."""
     (home / "keeper.toml").write_text(toml)
     ran = run_summary(home, env)
     assert ran["pruned"] > 0 and ran["offsite"]["state"] and ran["offsite"]["archive"], ran["offsite"]
+    assert ran["offsite"]["state_file"] == sent
     archived = archived_view(home)
     # What the off-host state.db must hold: the newest local backup (the run's, before its deletes)
     local = Path(shutil.copytree(home, home.parent / "local-restore"))
@@ -96,6 +99,15 @@ def test_round_trip_through_a_local_repository(tmp_path, spec):
     repo = str(tmp_path / "repo")
     pw = init_repository(repo, tmp_path)
     round_trip(hermes, home, offsite_toml(repo, pw, HOST))
+
+
+def test_a_page_copy_sent_where_no_dump_can_go_restores_the_same(tmp_path, hermes, monkeypatch):
+    """Hermes's CJK index (a tokenizer library in the home) cannot be rebuilt from a dump on
+    another machine: such a state.db goes as its page copy, and comes back the same way."""
+    monkeypatch.setattr(dump, "dumpable", lambda db: False)
+    home = built_home(hermes, tmp_path / "home", sessions=40)
+    repo = str(tmp_path / "repo")
+    round_trip(hermes, home, offsite_toml(repo, init_repository(repo, tmp_path), HOST), sent="state.db")
 
 
 def test_round_trip_through_s3_on_a_local_endpoint(tmp_path, hermes):

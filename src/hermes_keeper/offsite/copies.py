@@ -2,16 +2,19 @@
 
 Each push sends two restic snapshots, tagged ``hermes-keeper``, ``profile=<name>`` and
 ``kind=state`` or ``kind=archive``, under ``--host`` (``[offsite] host``, else the hostname):
-the newest local backup of ``state.db``, decompressed (``--stdin``: restic's chunking then
-dedups it against the night before) and dated by restic ``--time`` as the backup was
-taken, and the archive files as they are (the run holds the keeper lock: nobody writes them).
+the newest local backup of ``state.db`` as ``state.sql`` (:mod:`backup.dump`: its rows in a
+fixed order, so restic's chunking finds the night before's; ``state.db``, the page copy, where
+the dump cannot carry an index or the disk has no room to open the backup), dated by restic
+``--time`` as the backup was taken, and the archive files as they are (the run holds the
+keeper lock: nobody writes them).
 A backup already in the repository is not sent again, so a push that failed is caught
 up by the next. Rotation is ``restic forget`` with the local rules, grouped by tags (state and
 archive apart); ``restic check --read-data-subset`` runs every ``[offsite] check_every``.
 
-A restore fetches ``state.db`` into a private folder, takes an ordinary verified backup of it
-there and hands that to :func:`backup.restore.restore_backup`: the same checks, the same
-safety copy. A pull adds the archive files this home lacks and never overwrites one it has.
+A restore fetches ``state.sql`` (loaded into a new database) or ``state.db`` into a private
+folder, takes an ordinary verified backup of it there and hands that to
+:func:`backup.restore.restore_backup`: the same checks, the same safety copy. A pull adds
+the archive files this home lacks and never overwrites one it has.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -31,10 +35,12 @@ import zstandard
 
 from hermes_keeper import units
 from hermes_keeper.archive.store import ARCHIVE_NAME, archive_paths
+from hermes_keeper.backup import dump
 from hermes_keeper.backup.restore import RestoreResult, restore_backup
 from hermes_keeper.backup.snapshot import (
     BackupRecord,
     backup_dir,
+    decompress_to,
     list_backups,
     sha256_file,
     take_backup,
@@ -48,13 +54,15 @@ from hermes_keeper.place import Place
 
 TAG = "hermes-keeper"
 STATE, ARCHIVE, REPORT = "state", "archive", "report"
-STATE_NAME, REPORT_NAME = "state.db", "report.json"
+STATE_NAME, DUMP_NAME, REPORT_NAME = "state.db", "state.sql", "report.json"
 #: Reports kept per host and profile (``restic forget --keep-last``): the fleet reads the newest.
 REPORTS_KEPT = 30
 #: The private folder (under ``keeper/``) a restore or pull fetches into; removed afterwards.
 WORK = ".offsite-work"
 PUSHED, FAILED, CHECKED = "offsite_push", "offsite_failed", "offsite_checked"
 CHUNK = 1 << 20
+#: Free space left after opening a backup to dump it (else the page copy goes instead).
+DUMP_ROOM = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,7 @@ class PushResult:
 
     state: str | None = None
     backup: str | None = None  # the local backup it sent
+    state_file: str | None = None  # as state.sql (a dump) or state.db (the page copy)
     archive: str | None = None
     added_bytes: int = 0  # what restic stored that the repository did not hold (both kinds)
     state_added_bytes: int = 0
@@ -183,6 +192,23 @@ def _feed(record: BackupRecord):
     return feed
 
 
+def _send_state(place: Place, restic: Restic, host: str, record: BackupRecord, res: PushResult) -> dict:
+    """The backup as ``state.sql`` where it can go so (opened from a copy in ``keeper/``), else
+    as ``state.db``; restic's summary."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.created_at))
+    with workspace(place) as work:
+        name, feed = STATE_NAME, _feed(record)
+        if shutil.disk_usage(work).free > record.raw_bytes + DUMP_ROOM:
+            decompress_to(record, work / STATE_NAME)
+            if dump.dumpable(work / STATE_NAME):
+                name, feed = DUMP_NAME, (lambda fh: dump.write_dump(work / STATE_NAME, fh))
+        args = ("--stdin", "--stdin-filename", name, "--time", stamp)
+        out = _backup(restic, host, place.name, STATE, *args, feed=feed)
+    res.state, res.backup, res.state_file = out.get("snapshot_id"), record.name, name
+    res.newest = max(res.newest or 0, int(record.created_at))
+    return out
+
+
 def _archive_names(place: Place) -> list[str]:
     """The archive's files in ``keeper/`` (its monthly databases and their SQLite sidecars)."""
     names = []
@@ -209,11 +235,7 @@ def push(
     res.newest = max(there, default=None)
     sums = []
     if record is not None and int(record.created_at) not in there:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.created_at))
-        args = ("--stdin", "--stdin-filename", STATE_NAME, "--time", stamp)
-        sums.append(_backup(restic, host, place.name, STATE, *args, feed=_feed(record)))
-        res.state, res.backup = sums[-1].get("snapshot_id"), record.name
-        res.newest = max(res.newest or 0, int(record.created_at))
+        sums.append(_send_state(place, restic, host, record, res))
     names = _archive_names(place)
     if names:
         sums.append(_backup(restic, host, place.name, ARCHIVE, *names, cwd=place.keeper_dir))
@@ -307,8 +329,13 @@ def restore_state(
     restic = restic_for(offsite)
     copy = pick(list_copies(restic, host_of(offsite), place.name), STATE, snapshot)
     with workspace(place) as work:
-        restic.run("restore", copy.id, "--target", str(work / "fetched"), "--include", f"/{STATE_NAME}")
+        restic.run("restore", copy.id, "--target", str(work / "fetched"))
         fetched = Place(place.name, work / "fetched", work / "fetched")
+        if fetched.fs.regular(DUMP_NAME):
+            fetched = Place(place.name, work / "loaded", work / "loaded")
+            HomeFS(work).private_dir("loaded")
+            with open(work / "fetched" / DUMP_NAME, "rb") as src:
+                dump.load_dump(src, fetched.home / STATE_NAME)
         HomeFS(fetched.home).chmod(STATE_NAME, mode=FILE_MODE)
         record = take_backup(fetched, work / "backup")  # sha256 and quick_check, as any backup
         result = restore_backup(place, record, force=force, journal=journal)
