@@ -4,7 +4,9 @@
 SessionDB from ``hermes_keeper.demo.generate`` specs, or with ``shape="imported"`` one whose
 messages went in by big transactions, as an import leaves them (``imported_home``), or with
 ``shape="optimized"`` that home with each index merged into one segment, as Hermes 0.19 leaves it,
-or with ``shape="transcripts"`` the imported home with a transcript per session (``transcripts_home``);
+or with ``shape="transcripts"`` the imported home with a transcript per session (``transcripts_home``),
+or with ``shape="chronological"`` one whose sessions went in in the order they started, as a home
+Hermes wrote day by day has its rows (the default shape has them grouped as ``generate`` lists them);
 ``copy_home`` gives each scenario an identical copy; ``with live_writer(home) as w:`` runs
 bench/gateway_standin.py beside the operation and ``w.stats`` then holds p50/p99/max latency
 and failures.
@@ -40,7 +42,7 @@ STANDIN = Path(__file__).resolve().parent / "gateway_standin.py"
 
 #: ``--size`` of the benches: (sessions, messages), about 2 KB of state.db per message (FTS included).
 SIZES = {"240MB": (2000, 120_000), "2GB": (8000, 1_000_000), "5GB": (20_000, 2_500_000)}
-SHAPES = ("hermes", "imported", "optimized", "transcripts")
+SHAPES = ("hermes", "imported", "optimized", "transcripts", "chronological")
 #: Messages per transaction of an imported home, and the FTS5 settings of the import: automerge
 #: off as bulk loads do, so its segments pile up (crisismerge caps them below FTS5's 2,000 ids).
 IMPORT_TXN_MESSAGES = 2000
@@ -58,12 +60,15 @@ def bench_home(
     if shape == "transcripts":
         return transcripts_home(imported_home(sessions, messages))
     per = demo.messages_per_session_for(messages, sessions)
-    dest = CACHE / f"hermes-{version}-{sessions}x{per}-text{demo.TEXT_VERSION}"
+    chrono = "-chrono" if shape == "chronological" else ""
+    dest = CACHE / f"hermes-{version}-{sessions}x{per}{chrono}-text{demo.TEXT_VERSION}"
     if (dest / ".ready").exists():
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     spec = demo.generate(time.time(), sessions=sessions, messages_per_session=per)
+    if chrono:
+        spec = dataclasses.replace(spec, sessions=sorted(spec.sessions, key=lambda s: s["started_at"]))
     hermes = Hermes(version)
     chunk = 200
     for i in range(0, len(spec.sessions), chunk):

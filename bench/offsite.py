@@ -45,8 +45,13 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=5000)
     ap.add_argument("--messages", type=int, default=300_000)
     ap.add_argument("--home", type=Path, default=None, help="An existing bench home instead of building one.")
+    ap.add_argument(
+        "--shape",
+        default="chronological",
+        help="bench/homes.py shape (default: sessions in the order they started)",
+    )
     args = ap.parse_args()
-    base = args.home or bench_home(args.sessions, args.messages)
+    base = args.home or bench_home(args.sessions, args.messages, shape=args.shape)
     work = Path(tempfile.mkdtemp(prefix="offsite-bench-"))
     try:
         run_all(base, work, args)
@@ -98,12 +103,12 @@ def report(n: int, night, home: Path, added_sessions: int, pages: Restic) -> Non
     """One night's figures: what restic added for state.db (against one full snapshot) and in all;
     and what it adds for a page-for-page copy of the same state.db, as page-for-page backups send."""
     push, full = night.offsite, raw_bytes(home, night.backup)
-    state, total = push["state_added_bytes"], push["added_bytes"]
+    state, total, sent = push["state_added_bytes"], push["added_bytes"], push["state_bytes"]
     print(
         f"night {n}: +{added_sessions} sessions, {len(night.prune.pruned)} pruned;"
-        f" state.db {full / 1e6:.1f} MB, sent as {push['state_file']}:"
-        f" restic added {state / 1e6:.1f} MB = {100 * state / full:.1f}% of it"
-        f" ({total / 1e6:.1f} MB with the archive = {100 * total / full:.1f}%); push {push['seconds']} s"
+        f" state.db {full / 1e6:.1f} MB, sent as {push['state_file']} of {sent / 1e6:.1f} MB:"
+        f" restic added {state / 1e6:.1f} MB = {100 * state / sent:.1f}% of that, {100 * state / full:.1f}%"
+        f" of state.db ({total / 1e6:.1f} MB with the archive); push {push['seconds']} s"
     )
     copy = home / "keeper" / "page-copy.db"
     src, dst = sqlite3.connect(home / "state.db"), sqlite3.connect(copy)

@@ -159,6 +159,7 @@ class PushResult:
     archive: str | None = None
     added_bytes: int = 0  # what restic stored that the repository did not hold (both kinds)
     state_added_bytes: int = 0
+    state_bytes: int = 0  # the state copy sent (the dump's size): what one full snapshot is
     processed_bytes: int = 0
     forgotten: list[str] = field(default_factory=list)
     checked: bool | None = None  # None: no check was due (or it could not run now)
@@ -241,6 +242,7 @@ def push(
         sums.append(_backup(restic, host, place.name, ARCHIVE, *names, cwd=place.keeper_dir))
         res.archive = sums[-1].get("snapshot_id")
     res.state_added_bytes = sums[0].get("data_added", 0) if res.state else 0
+    res.state_bytes = sums[0].get("total_bytes_processed", 0) if res.state else 0
     res.added_bytes = sum(s.get("data_added", 0) for s in sums)
     res.processed_bytes = sum(s.get("total_bytes_processed", 0) for s in sums)
     res.forgotten = forget(restic, host, place.name, rotation)
