@@ -14,10 +14,11 @@ written in (read-only, a full disk) searches by scanning, as before.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+
+import orjson
 
 from hermes_keeper.archive.store import Archive
 from hermes_keeper.fs import SQLITE_SIDES, HomeFS
@@ -28,12 +29,25 @@ INDEX_NAME = "search-index.db"
 MIN_CHARS = 3
 #: Rebuild when more than this share of the indexed documents are gone from the archive.
 DEAD_SHARE = 0.25
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS doc (
-    docid INTEGER PRIMARY KEY, entry INTEGER NOT NULL, sha256 TEXT NOT NULL, damaged INTEGER NOT NULL
+#: ``PRAGMA user_version`` of the layout below; an index of another layout is made anew.
+LAYOUT = 2
+#: The entry's columns a search filters and orders by (``query.Filters.where`` runs on ``doc``
+#: as on the archive): the candidates come out of the index in the output's order, so a search
+#: reads payloads only until it has its hits. None of them changes in place in the archive.
+META = ("session_id", "source", "title", "started_at", "last_activity")
+_SCHEMA = f"""
+DROP TABLE IF EXISTS doc;
+DROP TABLE IF EXISTS state;
+DROP TABLE IF EXISTS body;
+CREATE TABLE doc (
+    docid INTEGER PRIMARY KEY AUTOINCREMENT, entry INTEGER NOT NULL UNIQUE, sha256 TEXT NOT NULL,
+    damaged INTEGER NOT NULL, session_id TEXT NOT NULL, source TEXT NOT NULL, title TEXT,
+    started_at REAL, last_activity REAL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS doc_entry ON doc(entry, sha256);
-CREATE VIRTUAL TABLE IF NOT EXISTS body USING fts5(text, content='', detail=none, tokenize='trigram');
+CREATE INDEX doc_recent ON doc(last_activity DESC, session_id, entry DESC);
+CREATE TABLE state (key TEXT PRIMARY KEY, value);
+CREATE VIRTUAL TABLE body USING fts5(text, content='', detail=none, tokenize='trigram');
+PRAGMA user_version = {LAYOUT}
 """
 #: What the index holds of a message: the fields a search looks in (``query.searchable_fields``,
 #: passed in: the query sits above this module).
@@ -65,7 +79,11 @@ class SearchIndex:
         self.conn = connect_file(self.path, timeout=2)
         try:
             self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.executescript(_SCHEMA)
+            if self._layout() != LAYOUT:  # new, or an older layout
+                with write_txn(self.conn):
+                    if self._layout() != LAYOUT:  # another search may have made it meanwhile
+                        for statement in _SCHEMA.split(";"):
+                            self.conn.execute(statement)
         except sqlite3.DatabaseError:
             self.conn.close()
             raise
@@ -73,46 +91,75 @@ class SearchIndex:
     def close(self) -> None:
         self.conn.close()
 
-    def candidates(self, store: Archive, text: str) -> set[int]:
-        """Entries of ``store`` that may contain ``text`` (:func:`indexable` only), after indexing
-        what the archive gained since the last search; damaged payloads always (the search lists
-        them, as the scan does)."""
+    def candidates(self, store: Archive, text: str, where: tuple[str, tuple] = ("", ())) -> list[int]:
+        """Entries of ``store`` that may contain ``text`` (:func:`indexable` only), in the order
+        ``where`` (``query.Filters.where``: its clauses and ORDER BY, run on the index's copy of
+        the entries) gives, after indexing what the archive gained since the last search; damaged
+        payloads always (the search lists them, as the scan does)."""
         self.refresh(store)
-        sql = "SELECT doc.entry FROM body JOIN doc ON doc.docid = body.rowid WHERE body MATCH ?"
-        found = {entry for (entry,) in self.conn.execute(sql, (trigram_query(text),))}
-        return found | {entry for (entry,) in self.conn.execute("SELECT entry FROM doc WHERE damaged")}
+        sql = (
+            "SELECT entry FROM (SELECT * FROM doc WHERE damaged OR docid IN"
+            f" (SELECT rowid FROM body WHERE body MATCH ?)) {where[0]}"
+        )
+        return [entry for (entry,) in self.conn.execute(sql, (trigram_query(text), *where[1]))]
+
+    def count(self, where: tuple[str, tuple] = ("", ())) -> int:
+        """How many entries ``where`` chooses (after :meth:`candidates`: as the archive would say)."""
+        return self.conn.execute(f"SELECT count(*) FROM doc {where[0]}", where[1]).fetchone()[0]
 
     def refresh(self, store: Archive) -> int:
-        """Index every entry of ``store`` the index does not hold (by entry and sha256); returns
-        how many. A damaged payload is held as such, with no text."""
-        live = store.hashes()
-        self.held = len(live)  # what the archive holds now: the share a search's candidates are of
-        held = set(self.conn.execute("SELECT entry, sha256 FROM doc"))
-        if held and len(held - live) > DEAD_SHARE * len(held):
-            self._clear()
-            held = set()
-        new = live - held
-        if not new:
-            return 0
-        wanted = {entry for entry, _ in new}
-        with write_txn(self.conn):
-            # New entries are the highest numbers: only rows from the lowest one are read off disk.
-            since = ("WHERE entry >= ?", (min(wanted),))
-            for entry, raw in store.payloads(*since, keep=lambda e: e.entry in wanted):
-                docid = self.conn.execute(
-                    "INSERT INTO doc(entry, sha256, damaged) VALUES (?, ?, ?)",
-                    (entry.entry, entry.sha256, raw is None),
-                ).lastrowid
-                if raw is not None:
-                    text = "\n".join(f for m in json.loads(raw)["messages"] for f in self.fields(m))
-                    self.conn.execute("INSERT INTO body(rowid, text) VALUES (?, ?)", (docid, text))
-        return len(new)
+        """Index every entry of ``store`` the index does not hold (by entry and sha256), forget
+        the ones it no longer has; returns how many were indexed. Nothing is read but the
+        archive's fingerprint when it has not changed. A damaged payload is held as such, with
+        no text."""
+        mark = store.fingerprint()
+        if self._state("fingerprint") != mark:
+            with write_txn(self.conn):  # the diff too: another search may be refreshing the same index
+                added = self._update(store, mark) if self._state("fingerprint") != mark else 0
+        else:
+            added = 0
+        self.held = self.conn.execute("SELECT count(*) FROM doc").fetchone()[0]
+        return added
 
-    def _clear(self) -> None:
-        """Start again: contentless FTS5 cannot forget a document without its text."""
-        with write_txn(self.conn):
+    def _update(self, store: Archive, mark: str) -> int:
+        """:meth:`refresh`'s work, inside its transaction."""
+        live = store.hashes()
+        held = set(self.conn.execute("SELECT entry, sha256 FROM doc"))
+        dead = held - live
+        # Contentless FTS5 cannot forget a document without its text: a dropped entry's trigrams
+        # stay, unreachable (no doc row), until they are too many and the index starts again.
+        orphans = (self._state("orphans") or 0) + len(dead)
+        if orphans > DEAD_SHARE * (len(held) - len(dead) + orphans):
             self.conn.execute("DELETE FROM doc")
             self.conn.execute("INSERT INTO body(body) VALUES ('delete-all')")
+            held, dead, orphans = set(), set(), 0
+        self.conn.executemany("DELETE FROM doc WHERE entry = ?", [(entry,) for entry, _ in dead])
+        new = live - held
+        if new:
+            self._add(store, {entry for entry, _ in new})
+        self.conn.execute("INSERT OR REPLACE INTO state VALUES ('orphans', ?)", (orphans,))
+        self.conn.execute("INSERT OR REPLACE INTO state VALUES ('fingerprint', ?)", (mark,))
+        return len(new)
+
+    def _add(self, store: Archive, wanted: set[int]) -> None:
+        # New entries are the highest numbers: only rows from the lowest one are read off disk.
+        since = ("WHERE entry >= ?", (min(wanted),))
+        cols = ", ".join(META)
+        for entry, raw in store.payloads(*since, keep=lambda e: e.entry in wanted):
+            docid = self.conn.execute(
+                f"INSERT INTO doc(entry, sha256, damaged, {cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.entry, entry.sha256, raw is None, *(getattr(entry, c) for c in META)),
+            ).lastrowid
+            if raw is not None:
+                text = "\n".join(f for m in orjson.loads(raw)["messages"] for f in self.fields(m))
+                self.conn.execute("INSERT INTO body(rowid, text) VALUES (?, ?)", (docid, text))
+
+    def _state(self, key: str):
+        row = self.conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _layout(self) -> int:
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
 
 
 def open_index(store: Archive, fields: Fields) -> SearchIndex | None:
