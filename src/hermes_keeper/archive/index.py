@@ -75,7 +75,6 @@ class SearchIndex:
         keeper_dir = Path(keeper_dir)
         self.path = HomeFS(keeper_dir.parent).sqlite_file(keeper_dir.name, INDEX_NAME, create=True)
         self.fields = fields
-        self.held = 0
         self.conn = connect_file(self.path, timeout=2)
         try:
             self.conn.execute("PRAGMA journal_mode=WAL")
@@ -91,11 +90,15 @@ class SearchIndex:
     def close(self) -> None:
         self.conn.close()
 
-    def candidates(self, store: Archive, text: str, where: tuple[str, tuple] = ("", ())) -> list[int]:
-        """Entries of ``store`` that may contain ``text`` (:func:`indexable` only), in the order
-        ``where`` (``query.Filters.where``: its clauses and ORDER BY, run on the index's copy of
-        the entries) gives, after indexing what the archive gained since the last search; damaged
-        payloads always (the search lists them, as the scan does)."""
+    def candidates(self, store: Archive, text: str) -> set[int]:
+        """Entries of ``store`` that may contain ``text`` (:func:`indexable` only), after indexing
+        what the archive gained since the last search; damaged payloads always (the search lists
+        them, as the scan does)."""
+        return set(self.ordered(store, text))
+
+    def ordered(self, store: Archive, text: str, where: tuple[str, tuple] = ("", ())) -> list[int]:
+        """:meth:`candidates` chosen and ordered by ``where`` (``query.Filters.where``: its clauses
+        and ORDER BY, run on the index's copy of the entries' columns)."""
         self.refresh(store)
         sql = (
             "SELECT entry FROM (SELECT * FROM doc WHERE damaged OR docid IN"
@@ -113,13 +116,10 @@ class SearchIndex:
         archive's fingerprint when it has not changed. A damaged payload is held as such, with
         no text."""
         mark = store.fingerprint()
-        if self._state("fingerprint") != mark:
-            with write_txn(self.conn):  # the diff too: another search may be refreshing the same index
-                added = self._update(store, mark) if self._state("fingerprint") != mark else 0
-        else:
-            added = 0
-        self.held = self.conn.execute("SELECT count(*) FROM doc").fetchone()[0]
-        return added
+        if self._state("fingerprint") == mark:
+            return 0
+        with write_txn(self.conn):  # the diff too: another search may be refreshing the same index
+            return self._update(store, mark) if self._state("fingerprint") != mark else 0
 
     def _update(self, store: Archive, mark: str) -> int:
         """:meth:`refresh`'s work, inside its transaction."""

@@ -336,7 +336,7 @@ def _indexed(
         return None
     where = filters.where()
     try:
-        found = index.candidates(store, text, where)
+        found = index.ordered(store, text, where)
         result.scanned = _count(store, filters) if filters.newest else index.count(filters.where(order=False))
     except sqlite3.OperationalError:  # locked by another search's refresh, a full disk: scan
         return None
