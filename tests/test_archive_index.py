@@ -56,6 +56,8 @@ QUERIES = [
     "ꭰ syl",
     "turn",  # every session holds it
     "turn 3",
+    "RÉSUMÉ of the",
+    "ÜNKNOWN",
 ]
 FILTERS = [
     Filters(sources=("cli",)),
@@ -129,6 +131,18 @@ def test_a_common_word_reads_only_the_payloads_it_shows(store, monkeypatch):
     result = search(store, "turn", limit=3)
     assert len(result.hits) == 3 and not result.complete
     assert sorted(opened) == ["s36", "s37", "s38", "s39"]  # the newest; the fourth says "more than 3"
+
+
+def test_a_text_with_letters_folded_differently_is_narrowed_by_its_other_trigrams(store, monkeypatch):
+    """``RÉSUMÉ of the``: ``É`` folds differently in FTS5, ``sum``, `` of``, ``the`` ... do not."""
+    search(store, "walrus")
+    opened = []
+    real = Archive._checked
+    monkeypatch.setattr(
+        Archive, "_checked", lambda self, sid, sha, blob: opened.append(sid) or real(self, sid, sha, blob)
+    )
+    assert search(store, "RÉSUMÉ of the").total == 4
+    assert sorted(opened) == ["s16", "s25", "s34", "s7"]  # a scan would open all 42
 
 
 def test_an_unchanged_archive_is_not_diffed_again(store, monkeypatch):

@@ -25,8 +25,6 @@ from hermes_keeper.fs import SQLITE_SIDES, HomeFS
 from hermes_keeper.sqlite.connect import connect_file, write_txn
 
 INDEX_NAME = "search-index.db"
-#: Trigrams: a shorter text has none, and is searched by scanning.
-MIN_CHARS = 3
 #: Rebuild when more than this share of the indexed documents are gone from the archive.
 DEAD_SHARE = 0.25
 #: ``PRAGMA user_version`` of the layout below; an index of another layout is made anew.
@@ -54,18 +52,27 @@ PRAGMA user_version = {LAYOUT}
 Fields = Callable[[dict], list[str]]
 
 
+def _alike(c: str) -> bool:
+    """``c`` folds to one same character in Python and in FTS5: ASCII, or without case (CJK,
+    digits, punctuation). Other letters fold differently (``ß``, Cherokee)."""
+    return c.isascii() or c.lower() == c.upper()
+
+
+def grams(text: str) -> set[str]:
+    """The trigrams of ``text`` (lower-cased) made of :func:`_alike` characters only: every text
+    holding ``text`` holds them, in the index as in Python (``ÜNKNOWN``: ``nkn``, ``kno``, ...)."""
+    return {text[i : i + 3].lower() for i in range(len(text) - 2) if all(map(_alike, text[i : i + 3]))}
+
+
 def indexable(text: str) -> bool:
-    """The index answers ``text`` exactly as the scan does: three characters or more, each ASCII
-    or without case (CJK, digits, punctuation). Other letters fold differently in Python and in
-    FTS5, so those searches scan."""
-    return len(text) >= MIN_CHARS and all(c.isascii() or c.lower() == c.upper() for c in text)
+    """The index can narrow a search for ``text``: it has three :func:`_alike` characters in a
+    row; a shorter text, or one of other letters only, is searched by scanning."""
+    return bool(grams(text))
 
 
 def trigram_query(text: str) -> str:
-    """FTS5's query for ``text``: each distinct trigram as its own phrase, all required."""
-    low = text.lower()
-    grams = sorted({low[i : i + 3] for i in range(len(low) - 2)})
-    return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
+    """FTS5's query for ``text``: each of its :func:`grams` as its own phrase, all required."""
+    return " AND ".join('"' + g.replace('"', '""') + '"' for g in sorted(grams(text)))
 
 
 class SearchIndex:
