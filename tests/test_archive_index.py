@@ -292,3 +292,17 @@ def test_a_lock_held_by_another_search_means_a_scan_not_a_wait(store):
 )
 def test_any_text_gets_the_scans_answer(store, text, limit):
     _same(store, text, limit=limit)
+
+
+@pytest.mark.parametrize(
+    "query", ["kubernetes", "\u212aubernetes", "istanbul", "stanbul", "STRASSE", "straße", "ünknown", "NKN"]
+)
+def test_letters_that_fold_oddly_get_the_scans_answer(tmp_path, query):
+    """The Kelvin sign folds to ``k`` in Python and FTS5 alike, ``İ`` to two characters in Python,
+    ``ß`` to itself (``ss`` only in casefold): the index narrows by trigrams both fold alike."""
+    keeper = tmp_path / "home" / "keeper"
+    keeper.parent.mkdir()
+    texts = ["\u212aubernetes pods", "İstanbul trip", "Straße und STRASSE", "ÜNKNOWN error", "kubernetes"]
+    with Archive.for_home(keeper) as store:
+        store.put([ah.payload(f"s{i}", "cli", 1.7e9 + i, texts=(t,)) for i, t in enumerate(texts)])
+        _same(store, query)
