@@ -159,6 +159,29 @@ def test_an_unchanged_archive_is_not_diffed_again(store, monkeypatch):
     assert diffs == [1]
 
 
+def test_an_interrupted_first_build_keeps_what_it_indexed(store, monkeypatch):
+    """At 50,000 sessions the first build takes tens of seconds: a Ctrl-C must not throw it all away."""
+    monkeypatch.setattr(ix, "CHUNK", 10)
+    real, chunks = ix.SearchIndex._add, []
+
+    def add(self, store, entries):
+        chunks.append(len(entries))
+        if len(chunks) == 3:
+            raise KeyboardInterrupt
+        return real(self, store, entries)
+
+    monkeypatch.setattr(ix.SearchIndex, "_add", add)
+    with pytest.raises(KeyboardInterrupt):
+        search(store, "walrus")
+    conn = sqlite3.connect(store.path.parent / ix.INDEX_NAME)
+    assert conn.execute("SELECT count(*) FROM doc").fetchone()[0] == 20  # two chunks of ten kept
+    chunks[:] = [0, 0, 0]  # no more interruptions
+    assert _same(store, "walrus").total == 6
+    assert chunks[3:] == [10, 10, 2]  # only the 22 left were indexed
+    assert conn.execute("SELECT count(*) FROM doc").fetchone()[0] == 42
+    conn.close()
+
+
 def test_an_index_of_the_older_layout_is_made_anew(store):
     conn = sqlite3.connect(store.path.parent / ix.INDEX_NAME)
     conn.executescript(

@@ -27,6 +27,8 @@ from hermes_keeper.sqlite.connect import connect_file, write_txn
 INDEX_NAME = "search-index.db"
 #: Rebuild when more than this share of the indexed documents are gone from the archive.
 DEAD_SHARE = 0.25
+#: Entries indexed per transaction (about a second's work).
+CHUNK = 2000
 #: ``PRAGMA user_version`` of the layout below; an index of another layout is made anew.
 LAYOUT = 2
 #: The entry's columns a search filters and orders by (``query.Filters.where`` runs on ``doc``
@@ -121,16 +123,31 @@ class SearchIndex:
         """Index every entry of ``store`` the index does not hold (by entry and sha256), forget
         the ones it no longer has; returns how many were indexed. Nothing is read but the
         archive's fingerprint when it has not changed. A damaged payload is held as such, with
-        no text."""
-        mark = store.fingerprint()
-        if self._state("fingerprint") == mark:
-            return 0
-        with write_txn(self.conn):  # the diff too: another search may be refreshing the same index
-            return self._update(store, mark) if self._state("fingerprint") != mark else 0
+        no text.
 
-    def _update(self, store: Archive, mark: str) -> int:
-        """:meth:`refresh`'s work, inside its transaction."""
-        live = store.hashes()
+        A transaction per :data:`CHUNK` entries, each diffing the archive afresh under the
+        index's lock: a first build of 50,000 sessions (tens of seconds) that is interrupted
+        keeps what it did, and another search waits for one chunk, not the whole build."""
+        if self._state("fingerprint") == store.fingerprint():
+            return 0
+        added = 0
+        while True:
+            with write_txn(self.conn):
+                mark = store.fingerprint()  # before the diff: a change after it is seen next time
+                if self._state("fingerprint") == mark:  # another search brought it up to date
+                    return added
+                new = sorted(self._forget(store.hashes()))
+                done = self._add(store, new[:CHUNK]) if new else 0
+                if done == len(new):  # all there is: up to date with the archive as it was at ``mark``
+                    self.conn.execute("INSERT OR REPLACE INTO state VALUES ('fingerprint', ?)", (mark,))
+                    return added + done
+            if not done:  # dropped from the archive meanwhile: the next search sees them gone
+                return added
+            added += done
+
+    def _forget(self, live: set[tuple[int, str]]) -> set[int]:
+        """Drop the documents of entries the archive no longer has (all of them, when that
+        leaves too many unreachable trigrams); the entries it has and the index does not."""
         held = set(self.conn.execute("SELECT entry, sha256 FROM doc"))
         dead = held - live
         # Contentless FTS5 cannot forget a document without its text: a dropped entry's trigrams
@@ -141,18 +158,18 @@ class SearchIndex:
             self.conn.execute("INSERT INTO body(body) VALUES ('delete-all')")
             held, dead, orphans = set(), set(), 0
         self.conn.executemany("DELETE FROM doc WHERE entry = ?", [(entry,) for entry, _ in dead])
-        new = live - held
-        if new:
-            self._add(store, {entry for entry, _ in new})
         self.conn.execute("INSERT OR REPLACE INTO state VALUES ('orphans', ?)", (orphans,))
-        self.conn.execute("INSERT OR REPLACE INTO state VALUES ('fingerprint', ?)", (mark,))
-        return len(new)
+        return {entry for entry, _ in live - held}
 
-    def _add(self, store: Archive, wanted: set[int]) -> None:
-        # New entries are the highest numbers: only rows from the lowest one are read off disk.
-        since = ("WHERE entry >= ?", (min(wanted),))
+    def _add(self, store: Archive, entries: list[int]) -> int:
+        """Index these entries (sorted); how many the archive still had."""
+        wanted = set(entries)
         cols = ", ".join(META)
-        for entry, raw in store.payloads(*since, keep=lambda e: e.entry in wanted):
+        done = 0
+        # Only the rows between the lowest and the highest are read off disk.
+        for entry, raw in store.payloads(
+            "WHERE entry BETWEEN ? AND ?", (entries[0], entries[-1]), keep=lambda e: e.entry in wanted
+        ):
             docid = self.conn.execute(
                 f"INSERT INTO doc(entry, sha256, damaged, {cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (entry.entry, entry.sha256, raw is None, *(getattr(entry, c) for c in META)),
@@ -160,6 +177,8 @@ class SearchIndex:
             if raw is not None:
                 text = "\n".join(f for m in orjson.loads(raw)["messages"] for f in self.fields(m))
                 self.conn.execute("INSERT INTO body(rowid, text) VALUES (?, ?)", (docid, text))
+            done += 1
+        return done
 
     def _state(self, key: str):
         row = self.conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
