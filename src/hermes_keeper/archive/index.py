@@ -130,13 +130,15 @@ class SearchIndex:
         keeps what it did, and another search waits for one chunk, not the whole build."""
         if self._state("fingerprint") == store.fingerprint():
             return 0
-        added = 0
+        added, seen = 0, (None, set())
         while True:
             with write_txn(self.conn):
                 mark = store.fingerprint()  # before the diff: a change after it is seen next time
                 if self._state("fingerprint") == mark:  # another search brought it up to date
                     return added
-                new = sorted(self._forget(store.hashes()))
+                if seen[0] != mark:  # the archive changed since the last chunk (or this is the first)
+                    seen = (mark, store.hashes())
+                new = sorted(self._forget(seen[1]))
                 done = self._add(store, new[:CHUNK]) if new else 0
                 if done == len(new):  # all there is: up to date with the archive as it was at ``mark``
                     self.conn.execute("INSERT OR REPLACE INTO state VALUES ('fingerprint', ?)", (mark,))
