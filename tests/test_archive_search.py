@@ -71,8 +71,13 @@ def test_filters_limit_and_text_output(searched):
     }
     assert _search(home, "weather", "--source", "cli")["hits"] == []
     assert _search(home, "narwhal", "--since", "35d")["hits"] == []
-    limited = _search(home, "narwhal", "--limit", "1")
-    assert limited["total"] == 3 and len(limited["hits"]) == 1
+    limited = _search(home, "narwhal", "--limit", "1")  # it stops at the second match: "more than 1"
+    assert limited["total"] == 2 and limited["complete"] is False and len(limited["hits"]) == 1
+    assert _search(home, "narwhal", "--limit", "3")["complete"] is True
+    text = (
+        CliRunner().invoke(main, ["archive", "search", "narwhal", "--limit", "1", "--home", str(home)]).output
+    )
+    assert "more than 1 of 5 archived sessions match, showing the newest 1" in text
     text = CliRunner().invoke(main, ["archive", "search", "tusks", "--home", str(home)]).output
     assert "old_a [cli]" in text and "walrus tusks" in text and "1 of 5 archived sessions match" in text
 

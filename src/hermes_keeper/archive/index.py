@@ -14,44 +14,67 @@ written in (read-only, a full disk) searches by scanning, as before.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+
+import orjson
 
 from hermes_keeper.archive.store import Archive
 from hermes_keeper.fs import SQLITE_SIDES, HomeFS
 from hermes_keeper.sqlite.connect import connect_file, write_txn
 
 INDEX_NAME = "search-index.db"
-#: Trigrams: a shorter text has none, and is searched by scanning.
-MIN_CHARS = 3
 #: Rebuild when more than this share of the indexed documents are gone from the archive.
 DEAD_SHARE = 0.25
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS doc (
-    docid INTEGER PRIMARY KEY, entry INTEGER NOT NULL, sha256 TEXT NOT NULL, damaged INTEGER NOT NULL
+#: Entries indexed per transaction (about a second's work).
+CHUNK = 2000
+#: ``PRAGMA user_version`` of the layout below; an index of another layout is made anew.
+LAYOUT = 2
+#: The entry's columns a search filters and orders by (``query.Filters.where`` runs on ``doc``
+#: as on the archive): the candidates come out of the index in the output's order, so a search
+#: reads payloads only until it has its hits. None of them changes in place in the archive.
+META = ("session_id", "source", "title", "started_at", "last_activity")
+_SCHEMA = f"""
+DROP TABLE IF EXISTS doc;
+DROP TABLE IF EXISTS state;
+DROP TABLE IF EXISTS body;
+CREATE TABLE doc (
+    docid INTEGER PRIMARY KEY AUTOINCREMENT, entry INTEGER NOT NULL UNIQUE, sha256 TEXT NOT NULL,
+    damaged INTEGER NOT NULL, session_id TEXT NOT NULL, source TEXT NOT NULL, title TEXT,
+    started_at REAL, last_activity REAL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS doc_entry ON doc(entry, sha256);
-CREATE VIRTUAL TABLE IF NOT EXISTS body USING fts5(text, content='', detail=none, tokenize='trigram');
+CREATE INDEX doc_recent ON doc(last_activity DESC, session_id, entry DESC);
+CREATE TABLE state (key TEXT PRIMARY KEY, value);
+CREATE VIRTUAL TABLE body USING fts5(text, content='', detail=none, tokenize='trigram');
+PRAGMA user_version = {LAYOUT}
 """
 #: What the index holds of a message: the fields a search looks in (``query.searchable_fields``,
 #: passed in: the query sits above this module).
 Fields = Callable[[dict], list[str]]
 
 
+def _alike(c: str) -> bool:
+    """``c`` folds to one same character in Python and in FTS5: ASCII, or without case (CJK,
+    digits, punctuation). Other letters fold differently (``ß``, Cherokee)."""
+    return c.isascii() or c.lower() == c.upper()
+
+
+def grams(text: str) -> set[str]:
+    """The trigrams of ``text`` (lower-cased) made of :func:`_alike` characters only: every text
+    holding ``text`` holds them, in the index as in Python (``ÜNKNOWN``: ``nkn``, ``kno``, ...)."""
+    return {text[i : i + 3].lower() for i in range(len(text) - 2) if all(map(_alike, text[i : i + 3]))}
+
+
 def indexable(text: str) -> bool:
-    """The index answers ``text`` exactly as the scan does: three characters or more, each ASCII
-    or without case (CJK, digits, punctuation). Other letters fold differently in Python and in
-    FTS5, so those searches scan."""
-    return len(text) >= MIN_CHARS and all(c.isascii() or c.lower() == c.upper() for c in text)
+    """The index can narrow a search for ``text``: it has three :func:`_alike` characters in a
+    row; a shorter text, or one of other letters only, is searched by scanning."""
+    return bool(grams(text))
 
 
 def trigram_query(text: str) -> str:
-    """FTS5's query for ``text``: each distinct trigram as its own phrase, all required."""
-    low = text.lower()
-    grams = sorted({low[i : i + 3] for i in range(len(low) - 2)})
-    return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
+    """FTS5's query for ``text``: each of its :func:`grams` as its own phrase, all required."""
+    return " AND ".join('"' + g.replace('"', '""') + '"' for g in sorted(grams(text)))
 
 
 class SearchIndex:
@@ -61,11 +84,14 @@ class SearchIndex:
         keeper_dir = Path(keeper_dir)
         self.path = HomeFS(keeper_dir.parent).sqlite_file(keeper_dir.name, INDEX_NAME, create=True)
         self.fields = fields
-        self.held = 0
         self.conn = connect_file(self.path, timeout=2)
         try:
             self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.executescript(_SCHEMA)
+            if self._layout() != LAYOUT:  # new, or an older layout
+                with write_txn(self.conn):
+                    if self._layout() != LAYOUT:  # another search may have made it meanwhile
+                        for statement in _SCHEMA.split(";"):
+                            self.conn.execute(statement)
         except sqlite3.DatabaseError:
             self.conn.close()
             raise
@@ -77,42 +103,91 @@ class SearchIndex:
         """Entries of ``store`` that may contain ``text`` (:func:`indexable` only), after indexing
         what the archive gained since the last search; damaged payloads always (the search lists
         them, as the scan does)."""
+        return set(self.ordered(store, text))
+
+    def ordered(self, store: Archive, text: str, where: tuple[str, tuple] = ("", ())) -> list[int]:
+        """:meth:`candidates` chosen and ordered by ``where`` (``query.Filters.where``: its clauses
+        and ORDER BY, run on the index's copy of the entries' columns)."""
         self.refresh(store)
-        sql = "SELECT doc.entry FROM body JOIN doc ON doc.docid = body.rowid WHERE body MATCH ?"
-        found = {entry for (entry,) in self.conn.execute(sql, (trigram_query(text),))}
-        return found | {entry for (entry,) in self.conn.execute("SELECT entry FROM doc WHERE damaged")}
+        sql = (
+            "SELECT entry FROM (SELECT * FROM doc WHERE damaged OR docid IN"
+            f" (SELECT rowid FROM body WHERE body MATCH ?)) {where[0]}"
+        )
+        return [entry for (entry,) in self.conn.execute(sql, (trigram_query(text), *where[1]))]
+
+    def count(self, where: tuple[str, tuple] = ("", ())) -> int:
+        """How many entries ``where`` chooses (after :meth:`candidates`: as the archive would say)."""
+        return self.conn.execute(f"SELECT count(*) FROM doc {where[0]}", where[1]).fetchone()[0]
 
     def refresh(self, store: Archive) -> int:
-        """Index every entry of ``store`` the index does not hold (by entry and sha256); returns
-        how many. A damaged payload is held as such, with no text."""
-        live = store.hashes()
-        self.held = len(live)  # what the archive holds now: the share a search's candidates are of
-        held = set(self.conn.execute("SELECT entry, sha256 FROM doc"))
-        if held and len(held - live) > DEAD_SHARE * len(held):
-            self._clear()
-            held = set()
-        new = live - held
-        if not new:
-            return 0
-        wanted = {entry for entry, _ in new}
-        with write_txn(self.conn):
-            # New entries are the highest numbers: only rows from the lowest one are read off disk.
-            since = ("WHERE entry >= ?", (min(wanted),))
-            for entry, raw in store.payloads(*since, keep=lambda e: e.entry in wanted):
-                docid = self.conn.execute(
-                    "INSERT INTO doc(entry, sha256, damaged) VALUES (?, ?, ?)",
-                    (entry.entry, entry.sha256, raw is None),
-                ).lastrowid
-                if raw is not None:
-                    text = "\n".join(f for m in json.loads(raw)["messages"] for f in self.fields(m))
-                    self.conn.execute("INSERT INTO body(rowid, text) VALUES (?, ?)", (docid, text))
-        return len(new)
+        """Index every entry of ``store`` the index does not hold (by entry and sha256), forget
+        the ones it no longer has; returns how many were indexed. Nothing is read but the
+        archive's fingerprint when it has not changed. A damaged payload is held as such, with
+        no text.
 
-    def _clear(self) -> None:
-        """Start again: contentless FTS5 cannot forget a document without its text."""
-        with write_txn(self.conn):
+        A transaction per :data:`CHUNK` entries, each diffing the archive afresh under the
+        index's lock: a first build of 50,000 sessions (tens of seconds) that is interrupted
+        keeps what it did, and another search waits for one chunk, not the whole build."""
+        if self._state("fingerprint") == store.fingerprint():
+            return 0
+        added, seen = 0, (None, set())
+        while True:
+            with write_txn(self.conn):
+                mark = store.fingerprint()  # before the diff: a change after it is seen next time
+                if self._state("fingerprint") == mark:  # another search brought it up to date
+                    return added
+                if seen[0] != mark:  # the archive changed since the last chunk (or this is the first)
+                    seen = (mark, store.hashes())
+                new = sorted(self._forget(seen[1]))
+                done = self._add(store, new[:CHUNK]) if new else 0
+                if done == len(new):  # all there is: up to date with the archive as it was at ``mark``
+                    self.conn.execute("INSERT OR REPLACE INTO state VALUES ('fingerprint', ?)", (mark,))
+                    return added + done
+            if not done:  # dropped from the archive meanwhile: the next search sees them gone
+                return added
+            added += done
+
+    def _forget(self, live: set[tuple[int, str]]) -> set[int]:
+        """Drop the documents of entries the archive no longer has (all of them, when that
+        leaves too many unreachable trigrams); the entries it has and the index does not."""
+        held = set(self.conn.execute("SELECT entry, sha256 FROM doc"))
+        dead = held - live
+        # Contentless FTS5 cannot forget a document without its text: a dropped entry's trigrams
+        # stay, unreachable (no doc row), until they are too many and the index starts again.
+        orphans = (self._state("orphans") or 0) + len(dead)
+        if orphans > DEAD_SHARE * (len(held) - len(dead) + orphans):
             self.conn.execute("DELETE FROM doc")
             self.conn.execute("INSERT INTO body(body) VALUES ('delete-all')")
+            held, dead, orphans = set(), set(), 0
+        self.conn.executemany("DELETE FROM doc WHERE entry = ?", [(entry,) for entry, _ in dead])
+        self.conn.execute("INSERT OR REPLACE INTO state VALUES ('orphans', ?)", (orphans,))
+        return {entry for entry, _ in live - held}
+
+    def _add(self, store: Archive, entries: list[int]) -> int:
+        """Index these entries (sorted); how many the archive still had."""
+        wanted = set(entries)
+        cols = ", ".join(META)
+        done = 0
+        # Only the rows between the lowest and the highest are read off disk.
+        for entry, raw in store.payloads(
+            "WHERE entry BETWEEN ? AND ?", (entries[0], entries[-1]), keep=lambda e: e.entry in wanted
+        ):
+            docid = self.conn.execute(
+                f"INSERT INTO doc(entry, sha256, damaged, {cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.entry, entry.sha256, raw is None, *(getattr(entry, c) for c in META)),
+            ).lastrowid
+            if raw is not None:
+                text = "\n".join(f for m in orjson.loads(raw)["messages"] for f in self.fields(m))
+                self.conn.execute("INSERT INTO body(rowid, text) VALUES (?, ?)", (docid, text))
+            done += 1
+        return done
+
+    def _state(self, key: str):
+        row = self.conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _layout(self) -> int:
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
 
 
 def open_index(store: Archive, fields: Fields) -> SearchIndex | None:

@@ -1,10 +1,10 @@
 """Finding things in the archive: filters, full-text search, verification and a readable conversation.
 
-Search streams the matching rows, decompresses each payload and looks for the text in
-the raw JSON bytes (lower-cased, plain and in the escaped forms the payload stores);
-only rows that may match are parsed, to confirm the hit in a message and cut a snippet.
-Measured in bench/archive_search.py (figures in docs/archive.md): 10,000 sessions in
-about a second, with no index to build, store or keep in sync.
+Search reads the rows the search index (``archive/index.py``) names, newest first, decompresses
+each payload and looks for the text in the raw JSON bytes (lower-cased, plain and in the escaped
+forms the payload stores); only rows that may match are parsed, to confirm the hit in a message
+and cut a snippet, until the first match past the limit. Measured in bench/archive_search.py
+(figures in docs/search.md): under 0.1 s at 50,000 sessions for a common word, a rare one or none.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
+
+import orjson
 
 from hermes_keeper import units
 from hermes_keeper.archive.index import indexable, open_index
@@ -63,8 +65,9 @@ class Filters:
     entries: tuple[int, ...] = ()  # addressed entries (``#N``), beside ``ids``
     newest: bool = False  # of ``ids`` (or of all, without ``entries``): only each newest entry
 
-    def where(self) -> tuple[str, tuple]:
-        """The SQL each archive file runs (newest first); :meth:`keep` then picks newest entries."""
+    def where(self, order: bool = True) -> tuple[str, tuple]:
+        """The SQL each archive file runs (newest first, unless not ``order``: to count);
+        :meth:`keep` then picks newest entries."""
         clauses, params = [], []
         if self.sources:
             clauses.append(f"source IN ({','.join('?' * len(self.sources))})")
@@ -89,7 +92,7 @@ class Filters:
             clauses.append("instr(lower(title), lower(?)) > 0")
             params.append(self.title)
         sql = ("WHERE " + " AND ".join(clauses)) if clauses else ""
-        return sql + " ORDER BY last_activity DESC, session_id, entry DESC", tuple(params)
+        return sql + (" ORDER BY last_activity DESC, session_id, entry DESC" if order else ""), tuple(params)
 
     def keep(self, store: Archive) -> Callable[[Entry], bool] | None:
         """With ``newest``: an addressed entry, or the newest of its session over every file."""
@@ -234,15 +237,19 @@ class Hit:
 @dataclass
 class SearchResult:
     hits: list[Hit] = field(default_factory=list)  # newest first, at most ``limit``
-    total: int = 0  # matching sessions, also beyond ``limit``
-    scanned: int = 0
-    damaged: list[str] = field(default_factory=list)
+    #: Matching sessions. ``complete`` False: the search stopped at the first match past
+    #: ``limit``, so ``total`` (``limit`` + 1) is "more than ``limit``", not a count.
+    total: int = 0
+    scanned: int = 0  # the archived sessions the filters chose
+    damaged: list[str] = field(default_factory=list)  # those met on the way
     seconds: float = 0.0
+    complete: bool = True
 
     def to_dict(self) -> dict:
         return {
             "hits": [h.to_dict() for h in self.hits],
             "total": self.total,
+            "complete": self.complete,
             "scanned": self.scanned,
             "damaged": self.damaged,
             "seconds": round(self.seconds, 3),
@@ -293,77 +300,82 @@ def search(
 ) -> SearchResult:
     """Sessions whose messages contain ``text``, newest first; damaged rows are listed, not searched.
 
-    With the search index (``archive/index.py``) only its candidates are read and confirmed; the
+    It stops at the first match past ``limit`` (the newest ``limit`` are what is shown; counting
+    every match would read every matching payload: ``limit=None`` does). With the search index
+    (``archive/index.py``) only its candidates are read and confirmed, in the output's order; the
     answer is the same as scanning every payload (``use_index=False``), which is what a text the
     index cannot answer, or a home it cannot be kept in, gets.
     """
     if not text.strip():
         raise KeeperError("search text is empty")
     t0 = time.perf_counter()
-    candidates = _candidates(store, text) if use_index else None
-    result = _scan(store, text, filters, limit, candidates)
+    result = SearchResult()
+    chosen = _indexed(store, text, filters, limit, result) if use_index else None
+    if chosen is None:
+        result.scanned = _count(store, filters)
+        chosen = filters.scan(store, payloads=True)
+    _confirm(result, chosen, text, limit)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-#: Above this share of the archive the index's candidates are read faster by streaming every
-#: payload than one by one (bench/archive_search.py: 'kubernetes', 96% of the sessions).
-STREAM_SHARE = 0.25
+#: Candidates read from the archive per query, at most: the first batch is ``limit`` + 1 (all a
+#: common word needs), each next one twice the last.
+BATCH = 1024
 
 
-def _candidates(store: Archive, text: str) -> set[int] | None:
-    """The index's candidates for ``text``; None: scan every payload (the index cannot answer
-    the text or be kept here, or it narrows too little to be worth reading entry by entry)."""
+def _indexed(
+    store: Archive, text: str, filters: Filters, limit: int | None, result: SearchResult
+) -> Iterator | None:
+    """The index's candidates for ``text`` with their payloads, newest first (and ``result.scanned``);
+    None: scan every payload (the index cannot answer the text or be kept here)."""
     if not indexable(text):
         return None
     index = open_index(store, searchable_fields)
     if index is None:
         return None
+    where = filters.where()
     try:
-        found = index.candidates(store, text)
+        found = index.ordered(store, text, where)
+        result.scanned = _count(store, filters) if filters.newest else index.count(filters.where(order=False))
     except sqlite3.OperationalError:  # locked by another search's refresh, a full disk: scan
         return None
     finally:
         index.close()
-    return None if len(found) > STREAM_SHARE * index.held else found
+    return _read(store, found, filters.keep(store), size=min(BATCH, (limit or BATCH) + 1))
 
 
-def _found(result: SearchResult, payload: dict, entry: Entry, text: str, limit: int | None) -> None:
-    hit = match_payload(payload, entry, text)
-    if hit is None:
-        return
-    result.total += 1
-    if limit is None or len(result.hits) < limit:
-        result.hits.append(hit)
+def _read(store: Archive, entries: list[int], keep: Callable[[Entry], bool] | None, size: int) -> Iterator:
+    """(entry, payload or None when damaged) of these entries, in their order, a batch at a time
+    (``size`` first, then growing): the search stops reading where it has its hits."""
+    i = 0
+    while i < len(entries):
+        batch = entries[i : i + size]
+        got = {e.entry: (e, raw) for e, raw in store.payloads(_among(batch), tuple(batch), keep=keep)}
+        yield from (got[entry] for entry in batch if entry in got)
+        i, size = i + size, min(BATCH, size * 2)
 
 
-def _chosen(store: Archive, filters: Filters, candidates: set[int] | None, result: SearchResult):
-    """(entry, payload or None when damaged) of the chosen entries, newest first: every payload
-    streamed, or, with the index's ``candidates``, only theirs, each read by its entry."""
-    if candidates is None:
-        for entry, raw in filters.scan(store, payloads=True):
-            result.scanned += 1
-            yield entry, raw
-        return
-    for entry in filters.scan(store):
-        result.scanned += 1
-        if entry.entry in candidates:
-            try:
-                yield entry, store.entry_bytes(entry.entry)
-            except ArchiveDamaged:
-                yield entry, None
+def _among(entries: list[int]) -> str:
+    return f"WHERE entry IN ({','.join('?' * len(entries))})"
 
 
-def _scan(
-    store: Archive, text: str, filters: Filters, limit: int | None, candidates: set[int] | None = None
-) -> SearchResult:
-    """The chosen payloads (of ``candidates`` only, when the index gave them) searched as bytes;
+def _count(store: Archive, filters: Filters) -> int:
+    """How many entries ``filters`` choose, without reading a payload."""
+    if filters.newest:
+        return sum(1 for _ in filters.scan(store))
+    where, params = filters.where(order=False)
+    sql = f"SELECT count(*) FROM archived_sessions {where}"
+    return sum(f.conn.execute(sql, params).fetchone()[0] for f in store.files)
+
+
+def _confirm(result: SearchResult, chosen: Iterator, text: str, limit: int | None) -> None:
+    """The chosen payloads searched as bytes, newest first, until the first match past ``limit``;
     only rows that may match are parsed."""
-    result = SearchResult()
     ascii_only = text.isascii()
     byte_needles = [n.encode("utf-8") for n in needles(text)]
     str_needles = needles(text)
-    for entry, raw in _chosen(store, filters, candidates, result):
+    for entry, raw in chosen:
         if raw is None:
             result.damaged.append(entry.session_id)
             continue
@@ -376,8 +388,14 @@ def _scan(
             hay_s = raw.decode("utf-8").lower()
             if not any(n in hay_s for n in str_needles):
                 continue
-        _found(result, json.loads(raw), entry, text, limit)
-    return result
+        hit = match_payload(orjson.loads(raw), entry, text)
+        if hit is None:
+            continue
+        result.total += 1
+        if limit is not None and result.total > limit:
+            result.complete = False
+            return
+        result.hits.append(hit)
 
 
 @dataclass

@@ -531,6 +531,19 @@ class Archive:
             row for f in self.files for row in f.conn.execute("SELECT entry, sha256 FROM archived_sessions")
         }
 
+    def fingerprint(self) -> str:
+        """What changes whenever entries are added or dropped, read from the indexes alone: each
+        file's count, sum and highest entry (entries never repeat, a payload never changes in
+        place), and the newest entry's sha256 (an archive put in the place of another)."""
+        parts = []
+        for f in self.files:
+            n, total, top = f.conn.execute(
+                "SELECT count(*), total(entry), max(entry) FROM archived_sessions"
+            ).fetchone()
+            sha = f.conn.execute("SELECT sha256 FROM archived_sessions WHERE entry = ?", (top,)).fetchone()
+            parts.append(f"{f.path.name}:{n}:{total:.0f}:{top}:{sha[0] if sha else ''}")
+        return " ".join(parts)
+
     def session_ids(self, like: str, limit: int) -> list[str]:
         """Archived ids matching a LIKE pattern (``\\`` escapes), at most ``limit`` per file."""
         sql = "SELECT DISTINCT session_id FROM archived_sessions WHERE session_id LIKE ? ESCAPE '\\' LIMIT ?"

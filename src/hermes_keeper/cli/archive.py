@@ -217,9 +217,14 @@ def search_cmd(profiles, text, filters, limit, as_json):
             snippet = cell(f"    {h.snippet}")
             snippet.highlight_words([text], style="bold yellow", case_sensitive=False)  # a terminal only
             out.print(snippet)
-        shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
         scanned = units.plural(r.scanned, "archived session")
-        click.echo(f"{prefix}{r.total} of {scanned} match{shown} ({units.took(r.seconds)})")
+        if r.complete:
+            click.echo(f"{prefix}{r.total} of {scanned} match ({units.took(r.seconds)})")
+        else:  # it stopped at the first match past --limit
+            shown = f"showing the newest {len(r.hits)} (--limit N shows more)"
+            click.echo(
+                f"{prefix}more than {len(r.hits)} of {scanned} match, {shown} ({units.took(r.seconds)})"
+            )
         if r.damaged:
             damaged = units.plural(len(r.damaged), "damaged row")
             click.echo(f"{prefix}{damaged} not searched (see `archive verify`)", err=True)
