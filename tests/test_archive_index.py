@@ -19,9 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hermes_keeper import demo
 from hermes_keeper.archive import index as ix
 from hermes_keeper.archive.query import Filters, search
 from hermes_keeper.archive.store import Archive, archive_paths
+from hermes_keeper.home import select_profiles
+from hermes_keeper.journal import read_journal
 from tests import archive_home as ah
 from tests.conftest import tiny_disk
 
@@ -329,3 +332,20 @@ def test_letters_that_fold_oddly_get_the_scans_answer(tmp_path, query):
     with Archive.for_home(keeper) as store:
         store.put([ah.payload(f"s{i}", "cli", 1.7e9 + i, texts=(t,)) for i, t in enumerate(texts)])
         _same(store, query)
+
+
+def test_the_nightly_run_leaves_the_archive_indexed(tmp_path, monkeypatch):
+    """The run brings the index up to date after it archived: the next search builds nothing."""
+    home = tmp_path / "home"
+    demo.build_home(home, demo.generate(1_790_000_000.0, sessions=60))
+    assert select_profiles(home)[0].run().prune.archived
+    done = [r for r in read_journal(home / "keeper") if r.get("action") == "archive_indexed"]
+    conn = sqlite3.connect(home / "keeper" / ix.INDEX_NAME)
+    assert done and done[-1]["entries"] == conn.execute("SELECT count(*) FROM doc").fetchone()[0] > 0
+    conn.close()
+    monkeypatch.setattr(ix.SearchIndex, "_add", lambda *a: pytest.fail("the search indexed again"))
+    store = Archive.for_home(home / "keeper")
+    try:
+        assert search(store, "the", Filters(), limit=1).hits
+    finally:
+        store.close()

@@ -324,6 +324,19 @@ def search(
 BATCH = 1024
 
 
+def refresh_index(store: Archive) -> int | None:
+    """Bring the archive's search index up to date; the entries it added (None: no index can be
+    kept here). The nightly run does, after it archived, so a search after an upgrade (a first
+    build: ~40 s at 50,000 sessions, docs/search.md) or a big prune does not wait for it."""
+    index = open_index(store, searchable_fields)
+    if index is None:
+        return None
+    try:
+        return index.refresh(store)
+    finally:
+        index.close()
+
+
 def _indexed(
     store: Archive, text: str, filters: Filters, limit: int | None, result: SearchResult
 ) -> Iterator | None:

@@ -9,11 +9,14 @@ compact.
 from __future__ import annotations
 
 import signal
+import sqlite3
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_keeper import units
+from hermes_keeper.archive.query import refresh_index
 from hermes_keeper.archive.retention import apply_retention
 from hermes_keeper.archive.store import Archive, archive_exists
 from hermes_keeper.backup.snapshot import apply_rotation, backup_dir, keeper_bytes, take_backup
@@ -365,8 +368,30 @@ def _apply_steps(ctx: RunContext, plan: Plan, res: RunResult, progress: Progress
     if plan.archive_retention is not None:  # after the prune: its new entries are not touched
         res.archive_retention = apply_retention(profile, plan.archive_retention, journal)
     ctx.stop.check()
+    _index_archive(profile, journal)
+    ctx.stop.check()
     if policy.compact and res.prune.pruned:
         res.compact = compact_run(ctx).to_dict()
+
+
+def _index_archive(profile: Place, journal: Journal | None) -> None:
+    """The archive's search index brought up to date (journaled); a failure only says so: the
+    index is a cache, and the next search builds what it lacks."""
+    if not archive_exists(profile.keeper_dir):
+        return
+    t0 = time.perf_counter()
+    try:
+        store = Archive.for_home(profile.keeper_dir)
+        try:
+            added = refresh_index(store)
+        finally:
+            store.close()
+    except (sqlite3.Error, OSError) as exc:
+        if journal:
+            journal.write("archive_index_failed", error=str(exc))
+        return
+    if journal and added:
+        journal.write("archive_indexed", entries=added, seconds=round(time.perf_counter() - t0, 2))
 
 
 def _count_removed(res: RunResult, done: list[tuple[int, int]]) -> None:
