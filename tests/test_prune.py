@@ -471,3 +471,12 @@ def test_deletes_are_budgeted_transactions_and_sessions_end_whole_or_gone(tmp_pa
         assert whole or gone, f"{sid} left in part: {len(after.get(sid, ()))}/{len(original[sid])}"
         assert whole == (sid == target)
     assert result.messages_deleted == sum(len(original[s]) for s in planned if s != target)
+
+
+def test_a_session_with_no_numeric_stamp_counts_as_idle_since_the_epoch():
+    """An old schema (no ``last_activity_at``), reopened (``ended_at`` NULL), its messages stamped in
+    text: nothing to compare with the plan's time, so nothing newer than it; the deleter's re-check
+    goes on by its other reasons (reopened, here) instead of failing on ``max()`` of nothing."""
+    payload = {"messages": [{"timestamp": "2026-01-01T00:00:00"}, {"timestamp": None}, {}]}
+    assert prune._activity((None,), payload) == 0.0
+    assert prune._activity((None, 5.0), {"messages": [{"timestamp": 7}]}) == 7

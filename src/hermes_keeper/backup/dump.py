@@ -31,6 +31,7 @@ from typing import IO
 
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.sqlite.connect import connect_ro
+from hermes_keeper.sqlite.schema import quote_ident
 
 MAGIC = "-- hermes-keeper state dump 1"
 #: FTS5's shadow tables; what 'rebuild' makes again is not dumped.
@@ -57,10 +58,6 @@ class Layout:
     views: list[str] = field(default_factory=list)
     rebuilt: list[str] = field(default_factory=list)  # FTS5 indexes 'rebuild' makes again
     last: list[str] = field(default_factory=list)  # CREATE INDEX / TRIGGER
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def layout(conn: sqlite3.Connection) -> Layout | None:
@@ -139,12 +136,12 @@ def _real(v: float) -> str:
 def _columns(conn: sqlite3.Connection, table: str) -> tuple[bool, bool, list[str]]:
     """Whether ``table`` has a rowid, whether it is its own to keep (no INTEGER PRIMARY KEY names
     it), and the columns a plain INSERT takes (generated ones are computed)."""
-    info = conn.execute(f"PRAGMA table_xinfo({_q(table)})").fetchall()
+    info = conn.execute(f"PRAGMA table_xinfo({quote_ident(table)})").fetchall()
     cols = [r[1] for r in info if r[6] == 0]
     pks = [r for r in info if r[5]]
     aliased = len(pks) == 1 and pks[0][2].upper() == "INTEGER"
     try:
-        conn.execute(f"SELECT rowid FROM {_q(table)} LIMIT 0")
+        conn.execute(f"SELECT rowid FROM {quote_ident(table)} LIMIT 0")
     except sqlite3.OperationalError:  # WITHOUT ROWID
         return False, False, cols
     return True, not aliased, cols
@@ -167,11 +164,11 @@ class _Rows:
     def lines(self, conn: sqlite3.Connection) -> Iterator[tuple[int, str]]:
         """(rowid, INSERT) in rowid order (a WITHOUT ROWID table: its key's; rowid 0). Read with
         the connection's text factory :class:`_Text`."""
-        cols = ",".join(c if c == "rowid" else _q(c) for c in self.names)
-        head = f"{self.verb} INTO {_q(self.table)}({cols}) VALUES("
+        cols = ",".join(c if c == "rowid" else quote_ident(c) for c in self.names)
+        head = f"{self.verb} INTO {quote_ident(self.table)}({cols}) VALUES("
         key, order = ("rowid", " ORDER BY rowid") if self.has_rowid else ("0", "")
-        picked = ", ".join(c if c == "rowid" else _q(c) for c in self.names)
-        for row in conn.execute(f"SELECT {key}, {picked} FROM {_q(self.table)}{order}"):
+        picked = ", ".join(c if c == "rowid" else quote_ident(c) for c in self.names)
+        for row in conn.execute(f"SELECT {key}, {picked} FROM {quote_ident(self.table)}{order}"):
             yield row[0], head + ",".join(map(_literal, row[1:])) + ");\n"
 
 
@@ -227,14 +224,14 @@ def statements(conn: sqlite3.Connection, shape: Layout) -> Iterator[str]:
     for sql in shape.views:
         yield sql + ";\n"
     for name in shape.rebuilt:
-        yield f"INSERT INTO {_q(name)}({_q(name)}) VALUES('rebuild');\n"
+        yield f"INSERT INTO {quote_ident(name)}({quote_ident(name)}) VALUES('rebuild');\n"
     for sql in shape.last:
         yield sql + ";\n"
     yield "COMMIT;\n"
     if wal:
         yield "PRAGMA journal_mode=WAL;\n"
     for table in shape.rows:
-        yield f"-- rows {_q(table)} {counts[table]}\n"
+        yield f"-- rows {quote_ident(table)} {counts[table]}\n"
 
 
 def dumpable(db: Path) -> bool:
@@ -318,7 +315,7 @@ def _checked(conn: sqlite3.Connection, expected: dict[str, int]) -> dict[str, in
         raise KeeperError(f"the loaded dump fails integrity_check: {problems[0]}")
     shape = layout(conn)
     for name in shape.rebuilt if shape else []:
-        conn.execute(f"INSERT INTO {_q(name)}({_q(name)}) VALUES('integrity-check')")
+        conn.execute(f"INSERT INTO {quote_ident(name)}({quote_ident(name)}) VALUES('integrity-check')")
     got = {}
     for quoted, n in expected.items():
         got[quoted] = conn.execute(f"SELECT count(*) FROM {quoted}").fetchone()[0]

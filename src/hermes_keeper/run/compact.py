@@ -39,7 +39,7 @@ from hermes_keeper.sqlite.holders import (
     long_reads_stall_hermes,
     refuse_during_maintenance,
 )
-from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect, quote_ident
 from hermes_keeper.sqlite.walreset import WalGuard, keep_out, wal_guard
 from hermes_keeper.sqlite.writer import Budget, Writer
 
@@ -232,22 +232,18 @@ ESTIMATE_PREFIX = "vacuum-estimate-"
 COPY_STEP_MS, COPY_FIRST_ROWS, COPY_MAX_ROWS = 20.0, 200, 100_000
 
 
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _copy_table(src: sqlite3.Connection, out: sqlite3.Connection, table: str) -> None:
     """Every row of ``table``, in key order, by reads of about :data:`COPY_STEP_MS` each."""
-    t = _ident(table)
+    t = quote_ident(table)
     info = src.execute(f"PRAGMA table_info({t})").fetchall()
     marks = ",".join("?" * len(info))
     try:  # the rows there now: what Hermes adds meanwhile is not waited for
         top = src.execute(f"SELECT max(rowid) FROM {t}").fetchall()[0][0] or 0
         keys, end = ["rowid"], f"rowid <= {int(top)}"
     except sqlite3.OperationalError:  # WITHOUT ROWID: its primary key orders it
-        keys, end = [_ident(r[1]) for r in sorted((r for r in info if r[5]), key=lambda r: r[5])], "1"
+        keys, end = [quote_ident(r[1]) for r in sorted((r for r in info if r[5]), key=lambda r: r[5])], "1"
     key, order = f"({', '.join(keys)})", ", ".join(keys)
-    cols = ", ".join(_ident(r[1]) for r in info)
+    cols = ", ".join(quote_ident(r[1]) for r in info)
     last, rows = None, COPY_FIRST_ROWS
     while True:
         after = "" if last is None else f"AND {key} > ({','.join('?' * len(keys))})"

@@ -308,7 +308,7 @@ def _layout(conn: sqlite3.Connection) -> tuple[dict[str, list[str]], list[str]]:
         elif re.match(r"\s*CREATE\s+VIRTUAL\s", sql or "", re.I):
             tables[name] = _virtual_columns(sql)
         else:
-            tables[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})")]
+            tables[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({quote_ident(name)})")]
     return tables, triggers
 
 
@@ -357,7 +357,7 @@ def generation(version: int | None) -> str:
 def _foreign_references(conn: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
     out = []
     for name in sorted(set(tables) - FOLLOWED_REFERENCES):
-        for fk in conn.execute(f"PRAGMA foreign_key_list({_quote(name)})"):
+        for fk in conn.execute(f"PRAGMA foreign_key_list({quote_ident(name)})"):
             if fk[2] in ("sessions", "messages"):
                 out.append(f"{name}.{fk[3]} -> {fk[2]}.{fk[4] or 'rowid'}")
     return out
@@ -417,5 +417,6 @@ def _malformed_reason(exc: sqlite3.Error) -> str:
     return f"database is malformed: {text}"
 
 
-def _quote(name: str) -> str:
+def quote_ident(name: str) -> str:
+    """``name`` as an SQL identifier, whatever it holds (a ``"`` doubled)."""
     return '"' + name.replace('"', '""') + '"'
