@@ -4,7 +4,6 @@ rebuild, and a dump cut short or altered."""
 
 from __future__ import annotations
 
-import io
 import sqlite3
 import time
 from pathlib import Path
@@ -87,10 +86,11 @@ def everything(path: Path) -> dict:
 
 
 def round_trip(db: Path, out: Path) -> tuple[bytes, dict]:
-    buf = io.BytesIO()
-    dump.write_dump(db, buf)
-    rows = dump.load_dump(io.BytesIO(buf.getvalue()), out)
-    return buf.getvalue(), rows
+    """Dump ``db`` into a folder beside ``out``, load it into ``out``: the dump's files joined, the rows."""
+    folder = out.with_suffix(".sql.d")
+    dump.write_dump(db, folder)
+    rows = dump.load_dump(folder, out)
+    return b"".join(p.read_bytes() for p in sorted(folder.iterdir())), rows
 
 
 def test_a_dump_loads_back_to_the_same_rows_values_and_search(tmp_path):
@@ -142,7 +142,7 @@ def test_an_index_the_dump_cannot_rebuild_makes_the_push_send_pages(tmp_path, sq
     c.close()
     assert not dump.dumpable(tmp_path / "state.db")
     with pytest.raises(KeeperError, match="send the page copy"):
-        dump.write_dump(tmp_path / "state.db", io.BytesIO())
+        dump.write_dump(tmp_path / "state.db", tmp_path / "dump")
 
 
 def test_a_dump_cut_short_altered_or_foreign_is_refused(tmp_path):
@@ -157,10 +157,16 @@ def test_a_dump_cut_short_altered_or_foreign_is_refused(tmp_path):
         "before its COMMIT": b"".join(line for line in lines if line != b"COMMIT;\n"),
     }
     for i, (why, bad) in enumerate(cases.items()):
+        (tmp_path / f"bad{i}.sql").write_bytes(bad)
         with pytest.raises(KeeperError, match=why):
-            dump.load_dump(io.BytesIO(bad), tmp_path / f"bad{i}.db")
+            dump.load_dump(tmp_path / f"bad{i}.sql", tmp_path / f"bad{i}.db")
     with pytest.raises(KeeperError, match="loads only into a new file"):
-        dump.load_dump(io.BytesIO(text), tmp_path / "ok.db")
+        dump.load_dump(tmp_path / "ok.sql.d", tmp_path / "ok.db")
+    link = tmp_path / "linked.sql.d"
+    link.mkdir()
+    (link / "0-head.sql").symlink_to(tmp_path / "ok.sql.d" / "0-head.sql")
+    with pytest.raises(KeeperError, match="cannot read this part"):
+        dump.load_dump(link, tmp_path / "linked.db")
 
 
 @pytest.mark.parametrize("spec", ["0.13.0", "0.19.0", IOT])
@@ -191,3 +197,58 @@ def test_every_hermes_reads_a_loaded_dump_as_its_own(tmp_path, spec):
     before, after = hermes.run(home, ops), hermes.run(new, ops)
     assert after == before and len(before[0]) > 50 and before[2]
     assert set(after[3].values()) == {"ok"}
+
+
+def small_home_db(path: Path, sessions: list[tuple[str, str, float]]) -> None:
+    c = sqlite3.connect(path, isolation_level=None)
+    c.executescript(
+        """
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL);
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, content TEXT, timestamp REAL
+        );
+        CREATE VIRTUAL TABLE messages_fts USING fts5(content);
+        CREATE TRIGGER ai AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER ad AFTER DELETE ON messages BEGIN DELETE FROM messages_fts WHERE rowid = old.id; END;
+        """
+    )
+    for sid, source, t in sessions:
+        c.execute("INSERT INTO sessions VALUES (?, ?, ?)", (sid, source, t))
+        for i in range(3):
+            c.execute(
+                "INSERT INTO messages (session_id, content, timestamp) VALUES (?, ?, ?)",
+                (sid, f"{sid} {i}", t + i),
+            )
+    c.close()
+
+
+def test_a_night_changes_few_files_of_the_dump(tmp_path):
+    """A prune takes a source's sessions idle longest: their day's file goes whole; a day's new
+    sessions make a new file; every other day's file is byte for byte what restic already holds."""
+    day = 86400.0
+    t0 = 1_790_000_000.0
+    db = tmp_path / "state.db"
+    small_home_db(db, [(f"{src}{d}", src, t0 + d * day) for d in range(5) for src in ("cli", "cron")])
+    dump.write_dump(db, tmp_path / "a")
+    c = sqlite3.connect(db)
+    c.execute("DELETE FROM messages WHERE session_id = 'cron0'")  # the prune
+    c.execute("DELETE FROM sessions WHERE id = 'cron0'")
+    c.execute("INSERT INTO sessions VALUES ('cli5', 'cli', ?)", (t0 + 5 * day,))  # the day
+    c.execute(
+        "INSERT INTO messages (session_id, content, timestamp) VALUES ('cli5', 'new', ?)", (t0 + 5 * day,)
+    )
+    c.commit()
+    c.close()
+    dump.write_dump(db, tmp_path / "b")
+    a = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    b = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in (tmp_path / "b").iterdir())
+    gone, new = set(a) - set(b), set(b) - set(a)
+    assert [n[: len("2-2026-09-21-cron")] for n in gone] == ["2-2026-09-21-cron"]
+    assert [n[: len("2-2026-09-26-cli")] for n in new] == ["2-2026-09-26-cli"]
+    changed = {n for n in set(a) & set(b) if a[n] != b[n]}
+    assert changed == {"1-tables.sql", "3-tail.sql"}  # the sessions table, the row counts
+    assert len([n for n in b if n.startswith("2-")]) == 10
+    assert dump.load_dump(tmp_path / "b", tmp_path / "b.db")['"messages"'] == 28

@@ -65,7 +65,7 @@ def run_summary(home: Path, env=None) -> dict:
     return json.loads(res.stdout)["profiles"][0]
 
 
-def round_trip(hermes: Hermes, home: Path, toml: str, env=None, sent: str = "state.sql") -> None:
+def round_trip(hermes: Hermes, home: Path, toml: str, env=None, sent: str = "state.sql.d") -> None:
     """Run (prune + push), wipe the home, restore onto a fresh folder from the repository alone.
     ``sent``: how state.db went (the dump, or the page copy where no dump can go)."""
     (home / "keeper.toml").write_text(toml)
@@ -243,13 +243,16 @@ def _wait_for_lock(repo: Path) -> None:
 
 
 SHIM = """#!{python}
-import os, signal, subprocess, sys
+import os, signal, subprocess, sys, time
 args = sys.argv[1:]
-if "--stdin" not in args:
+if "backup" not in args or not any("kind=state" in a for a in args):
     os.execv({restic!r}, [{restic!r}, *args])
-proc = subprocess.Popen([{restic!r}, *args], stdin=subprocess.PIPE)
-proc.stdin.write(sys.stdin.buffer.read({cut}))  # part of state.db, then restic dies
-proc.stdin.flush()
+# The state copy's backup, slowed to 1 KiB/s: killed once it holds the repository's lock, with
+# part of the copy sent; then this restic dies too, as a killed push does.
+proc = subprocess.Popen([{restic!r}, "--limit-upload", "1", *args])
+locks, deadline = os.path.join({repo!r}, "locks"), time.monotonic() + 60
+while proc.poll() is None and not os.listdir(locks) and time.monotonic() < deadline:
+    time.sleep(0.01)
 proc.kill()
 proc.wait()
 os.kill(os.getpid(), signal.SIGKILL)
@@ -261,7 +264,7 @@ def test_a_push_killed_midway_loses_nothing_and_the_next_run_sends_it(tmp_path, 
     repo, pw = local_offsite(home, tmp_path)
     shim = tmp_path / "bin" / "restic"
     shim.parent.mkdir()
-    shim.write_text(SHIM.format(python=sys.executable, restic=shutil.which("restic"), cut=1 << 20))
+    shim.write_text(SHIM.format(python=sys.executable, restic=shutil.which("restic"), repo=repo))
     shim.chmod(0o755)
     env = {"PATH": f"{shim.parent}:{os.environ['PATH']}"}
     ran = run_summary(home, env)

@@ -1,35 +1,37 @@
-"""A logical copy of ``state.db`` for a deduplicating store: its rows as SQL, its indexes rebuilt on load.
+"""A logical copy of ``state.db`` for a deduplicating store: SQL files of its rows, indexes rebuilt on load.
 
 A page copy defeats restic's content-defined chunking however it is taken: on the bench a day of
 Hermes alone (its FTS5 ``optimize`` every 1,000 writes rewrites the whole index, ~3/4 of the file)
-changed half the pages and 44-52 of 64 one-MiB regions. The rows themselves barely move: new
-messages come at the end of their table, pruned ones leave from the start. So the off-host copy
-is the database as SQL text, every table in a fixed order and every row in rowid order, without
-the FTS5 indexes' derived data (``_data``, ``_idx``, ``_docsize``): what restic sends the next
-night is what changed. Loading runs the same schema, the rows, then ``'rebuild'`` on each FTS5
-index (from its own ``_content`` or its content table, exactly what Hermes indexed), then the
-triggers, and checks the row counts the dump ends with.
+changed half the pages and 44-52 of 64 one-MiB regions. The rows themselves barely change: a
+night adds a day's messages and removes the sessions idle longest. So the off-host copy is the
+database as SQL, in files laid out so that those are whole files (:func:`statements`), without the
+FTS5 indexes' derived data (``_data``, ``_idx``, ``_docsize``). Loading runs the same schema, the
+rows, then ``'rebuild'`` on each FTS5 index (from its own ``_content`` or its content table:
+exactly what Hermes indexed), then the triggers, and checks the row counts the dump ends with.
 
 Only what this can rebuild is dumped this way: FTS5 indexes with built-in tokenizers and a content
 to rebuild from. Anything else (Hermes's CJK index, whose tokenizer is a library in the home; a
 contentless index; another virtual table module) is :func:`layout` ``None``: the caller sends the
 page copy instead.
 
-The text loads in the sqlite3 shell too (``sqlite3 new.db < state.sql``).
+The files, in name order, load in the sqlite3 shell too (``cat state.sql.d/* | sqlite3 new.db``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
+import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import open_private, private_dir
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.schema import quote_ident
 
@@ -149,89 +151,139 @@ def _columns(conn: sqlite3.Connection, table: str) -> tuple[bool, bool, list[str
 
 @dataclass(frozen=True)
 class _Rows:
-    """How one table's rows are read and written (:func:`_columns` decided on text names)."""
+    """How one table's rows are read and written (:func:`_columns` decided on text names), and
+    the order they go in: ``key``, SQL over the row ``t`` and ``join``."""
 
     table: str
     verb: str
-    has_rowid: bool
     names: list[str]  # the INSERT's columns: ``rowid`` first where it is the table's own
+    key: tuple[str, ...] = ("0",)
+    join: str = ""
+    prefix: str = ""  # a WITH the key needs
 
     @classmethod
-    def of(cls, conn: sqlite3.Connection, table: str, verb: str = "INSERT") -> _Rows:
+    def of(cls, conn: sqlite3.Connection, table: str, verb: str = "INSERT", **order) -> _Rows:
         has_rowid, own, cols = _columns(conn, table)
-        return cls(table, verb, has_rowid, (["rowid"] if own else []) + cols)
+        order = order or ({"key": ("t.rowid",)} if has_rowid else {})
+        return cls(table, verb, (["rowid"] if own else []) + cols, **order)
 
-    def lines(self, conn: sqlite3.Connection) -> Iterator[tuple[int, str]]:
-        """(rowid, INSERT) in rowid order (a WITHOUT ROWID table: its key's; rowid 0). Read with
-        the connection's text factory :class:`_Text`."""
+    def lines(self, conn: sqlite3.Connection) -> Iterator[tuple[tuple, str]]:
+        """(key, INSERT) in key order. Read with the connection's text factory :class:`_Text`."""
         cols = ",".join(c if c == "rowid" else quote_ident(c) for c in self.names)
         head = f"{self.verb} INTO {quote_ident(self.table)}({cols}) VALUES("
-        key, order = ("rowid", " ORDER BY rowid") if self.has_rowid else ("0", "")
-        picked = ", ".join(c if c == "rowid" else quote_ident(c) for c in self.names)
-        for row in conn.execute(f"SELECT {key}, {picked} FROM {quote_ident(self.table)}{order}"):
-            yield row[0], head + ",".join(map(_literal, row[1:])) + ");\n"
+        picked = ", ".join("t.rowid" if c == "rowid" else f"t.{quote_ident(c)}" for c in self.names)
+        n = len(self.key)
+        order = ", ".join(str(i) for i in range(1, n + 1))
+        source = f"{quote_ident(self.table)} AS t{self.join} ORDER BY {order}"
+        for row in conn.execute(f"{self.prefix}SELECT {', '.join(self.key)}, {picked} FROM {source}"):
+            yield row[:n], head + ",".join(map(_literal, row[n:])) + ");\n"
 
 
-def _groups(conn: sqlite3.Connection, shape: Layout) -> list[list[_Rows]]:
-    """The tables in dump order; ``messages`` with each FTS5 index's copy of its text (``_content``,
-    keyed by the message's id as Hermes's triggers index them), merged row by row.
+#: Each session's newest message and source: the order, and the files, of the messages part.
+LAST = (
+    "WITH last(sid, ts, src) AS (SELECT session_id, coalesce(max(CAST(timestamp AS REAL)), 0.0),"
+    " (SELECT source FROM sessions WHERE id = session_id) FROM messages GROUP BY session_id) "
+)
+#: Where a row goes: the UTC day of its session's newest message, the session's source, then that
+#: message's time, the session and the row.
+_KEY = (
+    "CAST(coalesce(last.ts, 0.0) / 86400 AS INTEGER)",
+    "CAST(coalesce(last.src, '') AS TEXT)",
+    "coalesce(last.ts, 0.0)",
+    "CAST(coalesce({m}.session_id, '') AS TEXT)",
+    "t.rowid",
+)
 
-    Hermes writes messages as they come: a prune's rows leave near the start and a day's come at
-    the end. Merged, a message's text and its two index copies sit together, so each of those is
-    one change in the dump, not three (each change costs restic about one chunk, ~1 MiB).
-    (Rows grouped by session were measured worse: retention differs by source, so each source's
-    expired sessions made a run of their own in the middle.)"""
+
+def _by_activity(m: str) -> dict:
+    """The order of a row whose message is ``m`` (:data:`_KEY`)."""
+    key = tuple(k.format(m=m) for k in _KEY)
+    return {"key": key, "join": f" LEFT JOIN last ON last.sid = {m}.session_id", "prefix": LAST}
+
+
+def _groups(conn: sqlite3.Connection, shape: Layout) -> tuple[list[_Rows], list[_Rows]]:
+    """The tables dumped whole, in schema order; and ``messages`` with each FTS5 index's copy of
+    its text (``_content``, keyed by the message's id as Hermes's triggers index them), whose rows
+    go merged into the day files (:func:`statements`). No messages table with sessions to group
+    by: every table whole."""
     verb = {t: "REPLACE" if t in shape.replaced else "INSERT" for t in shape.rows}
-    merged = ["messages", *(f"{t}_content" for t in shape.rebuilt)] if "messages" in shape.rows else []
-    merged = [t for t in merged if t in shape.rows]
-    groups = [[_Rows.of(conn, t, verb[t]) for t in merged]] if merged else []
-    return groups + [[_Rows.of(conn, t, verb[t])] for t in shape.rows if t not in merged]
+    merged = [t for t in ("messages", *(f"{t}_content" for t in shape.rebuilt)) if t in shape.rows]
+    cols = {t: {r[1] for r in conn.execute(f"PRAGMA table_xinfo({t})")} for t in ("messages", "sessions")}
+    if not ({"session_id", "timestamp"} <= cols["messages"] and {"id", "source"} <= cols["sessions"]):
+        merged = []
+    content = _by_activity("m")
+    content["join"] = " LEFT JOIN messages AS m ON m.id = t.rowid" + content["join"]
+    orders = {t: _by_activity("t") if t == "messages" else content for t in merged}
+    whole = [_Rows.of(conn, t, verb[t]) for t in shape.rows if t not in merged]
+    return whole, [_Rows.of(conn, t, verb[t], **orders[t]) for t in merged]
 
 
-def _tagged(i: int, rows: _Rows, conn: sqlite3.Connection) -> Iterator[tuple[int, int, str, str]]:
-    """``rows``' lines keyed for :func:`heapq.merge`: by rowid, then by the table's place."""
+def _day_file(key: tuple) -> str:
+    """The file of the rows of one day and source: ``2-2026-11-23-cli-<hash>.sql``; sorted by name,
+    the files are in load order. A day past year 9999 (millisecond stamps) keeps its number."""
+    day, src = max(0, int(key[0])), bytes(key[1]).decode("utf-8", "replace")
+    when = time.strftime("%Y-%m-%d", time.gmtime(day * 86400)) if day < 2_932_897 else f"d{day}"
+    word = re.sub(r"[^a-z0-9]+", "-", src.lower()).strip("-")[:24] or "none"
+    return f"2-{when}-{word}-{hashlib.sha256(src.encode()).hexdigest()[:8]}.sql"
+
+
+def _tagged(i: int, rows: _Rows, conn: sqlite3.Connection) -> Iterator[tuple[tuple, int, str, str]]:
+    """``rows``' lines keyed for :func:`heapq.merge`: by their key, then by the table's place."""
     return ((key, i, rows.table, line) for key, line in rows.lines(conn))
 
 
-def statements(conn: sqlite3.Connection, shape: Layout) -> Iterator[str]:
-    """The dump of ``conn`` (read in one transaction by the caller) as SQL statements."""
+HEAD, TABLES, TAIL = "0-head.sql", "1-tables.sql", "3-tail.sql"
+
+
+def statements(conn: sqlite3.Connection, shape: Layout) -> Iterator[tuple[str, str]]:
+    """The dump of ``conn`` (read in one transaction by the caller): (file, SQL) in load order.
+
+    Hermes's messages go in one file per day (of their session's newest message) and source,
+    each message beside its index copies. restic pays about one ~1 MiB chunk for each place a
+    file changes, so a night should change few places: the sessions a prune takes are those idle
+    longest per source, whole files here that simply go; a day's new messages make new files;
+    only a session active again moves, out of its old day. (In one stream in rowid order, the
+    sessions a prune took were holes all over: 46% of the dump a night on the bench.)"""
     p = {k: conn.execute(f"PRAGMA {k}").fetchone()[0] for k in ("page_size", "auto_vacuum", "user_version")}
     app = conn.execute("PRAGMA application_id").fetchone()[0]
     wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    groups = _groups(conn, shape)
+    whole, merged = _groups(conn, shape)
     seq = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone()
     sequence = _Rows.of(conn, "sqlite_sequence") if seq else None
-    yield f"{MAGIC}: load with `hermes-keeper restore --from offsite` or `sqlite3 NEW.db < state.sql`\n"
-    yield f"PRAGMA page_size={p['page_size']};\nPRAGMA auto_vacuum={p['auto_vacuum']};\n"
-    yield f"PRAGMA user_version={p['user_version']};\nPRAGMA application_id={app};\nBEGIN;\n"
+    yield HEAD, f"{MAGIC}: load with `hermes-keeper restore --from offsite` or `cat * | sqlite3 NEW.db`\n"
+    yield HEAD, f"PRAGMA page_size={p['page_size']};\nPRAGMA auto_vacuum={p['auto_vacuum']};\n"
+    yield HEAD, f"PRAGMA user_version={p['user_version']};\nPRAGMA application_id={app};\nBEGIN;\n"
     for sql in shape.first:
-        yield sql + ";\n"
-    counts = {}
+        yield HEAD, sql + ";\n"
+    counts = dict.fromkeys(shape.rows, 0)
     conn.text_factory = _Text
     try:
-        for group in groups:
-            for rows in group:
-                counts[rows.table] = 0
-            streams = [_tagged(i, rows, conn) for i, rows in enumerate(group)]
-            for _key, _i, table, line in heapq.merge(*streams):
-                counts[table] += 1
-                yield line
+        for rows in whole:
+            for _key, line in rows.lines(conn):
+                counts[rows.table] += 1
+                yield TABLES, line
+        for key, _i, table, line in heapq.merge(*(_tagged(i, rows, conn) for i, rows in enumerate(merged))):
+            counts[table] += 1
+            yield _day_file(key), line
         if sequence:
-            yield "DELETE FROM sqlite_sequence;\n"  # the rows above moved it; the original may be higher
-            yield from (line for _key, line in sequence.lines(conn))
+            yield (
+                TAIL,
+                "DELETE FROM sqlite_sequence;\n",
+            )  # the rows above moved it; the original may be higher
+            yield from ((TAIL, line) for _key, line in sequence.lines(conn))
     finally:
         conn.text_factory = str
     for sql in shape.views:
-        yield sql + ";\n"
+        yield TAIL, sql + ";\n"
     for name in shape.rebuilt:
-        yield f"INSERT INTO {quote_ident(name)}({quote_ident(name)}) VALUES('rebuild');\n"
+        yield TAIL, f"INSERT INTO {quote_ident(name)}({quote_ident(name)}) VALUES('rebuild');\n"
     for sql in shape.last:
-        yield sql + ";\n"
-    yield "COMMIT;\n"
+        yield TAIL, sql + ";\n"
+    yield TAIL, "COMMIT;\n"
     if wal:
-        yield "PRAGMA journal_mode=WAL;\n"
+        yield TAIL, "PRAGMA journal_mode=WAL;\n"
     for table in shape.rows:
-        yield f"-- rows {quote_ident(table)} {counts[table]}\n"
+        yield TAIL, f"-- rows {quote_ident(table)} {counts[table]}\n"
 
 
 def dumpable(db: Path) -> bool:
@@ -243,29 +295,48 @@ def dumpable(db: Path) -> bool:
         conn.close()
 
 
-def write_dump(db: Path, out: IO[bytes]) -> int:
-    """Write the dump of ``db`` (a snapshot nobody writes: a backup's copy) to ``out``; its bytes."""
+def write_dump(db: Path, folder: Path) -> int:
+    """Write the dump of ``db`` (a snapshot nobody writes: a backup's copy) as files (0600) in the
+    new folder ``folder``; its bytes."""
     conn = connect_ro(db)
     try:
         shape = layout(conn)
         if shape is None:
             raise KeeperError(f"{db}: an index the keeper cannot rebuild (send the page copy)")
+        private_dir(folder)
         conn.execute("BEGIN")
-        written = 0
-        buf: list[bytes] = []
-        for stmt in statements(conn, shape):
-            buf.append(stmt.encode())
-            if len(buf) >= 512:
-                written += out.write(b"".join(buf)) or 0
-                buf.clear()
-        written += out.write(b"".join(buf)) or 0
+        written, done, out, name = 0, set(), None, None
+        try:
+            for part, stmt in statements(conn, shape):
+                if part != name:
+                    if part in done:  # each file is written once, in one go
+                        raise KeeperError(f"the dump came out of order at {part}")
+                    if out:
+                        out.close()
+                    done.add(name := part)
+                    out = os.fdopen(open_private(folder / part, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb")
+                written += out.write(stmt.encode())
+        finally:
+            if out:
+                out.close()
         conn.execute("COMMIT")
         return written
     finally:
         conn.close()
 
 
-def _statements_in(src: IO[bytes]) -> Iterator[str]:
+def _lines(src: Path) -> Iterator[bytes]:
+    """The lines of a dump: its files in name order (a folder), or the one file."""
+    for path in sorted(src.iterdir()) if src.is_dir() else [src]:
+        try:
+            fh = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+        except OSError as exc:  # a link in a fetched copy is never followed
+            raise KeeperError(f"{path}: cannot read this part of the dump ({exc.strerror})") from exc
+        with fh:
+            yield from fh
+
+
+def _statements_in(src: Iterator[bytes]) -> Iterator[str]:
     """The statements of a dump, one at a time (a text may span lines: only a line ending in
     ``;`` can end a statement, and sqlite3 says whether it does)."""
     parts: list[str] = []
@@ -282,16 +353,17 @@ def _statements_in(src: IO[bytes]) -> Iterator[str]:
         raise KeeperError("the dump ends inside a statement: it was cut short")
 
 
-def load_dump(src: IO[bytes], db: Path) -> dict[str, int]:
-    """Build a new database at ``db`` from a dump; checks it (integrity, each index, the row
-    counts) and returns the rows per table. Raises :class:`KeeperError` on a bad dump."""
+def load_dump(src: Path, db: Path) -> dict[str, int]:
+    """Build a new database at ``db`` from a dump (its folder, or one file of it all); checks it
+    (integrity, each index, the row counts) and returns the rows per table. Raises
+    :class:`KeeperError` on a bad dump."""
     if db.exists():
         raise KeeperError(f"{db} exists: a dump loads only into a new file")
     conn = sqlite3.connect(db, isolation_level=None)
     expected: dict[str, int] = {}
     try:
         first = True
-        for stmt in _statements_in(src):
+        for stmt in _statements_in(_lines(src)):
             if first and not stmt.startswith(MAGIC):
                 raise KeeperError("not a hermes-keeper state dump")
             first = False

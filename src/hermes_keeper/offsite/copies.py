@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,14 +55,14 @@ from hermes_keeper.place import Place
 
 TAG = "hermes-keeper"
 STATE, ARCHIVE, REPORT = "state", "archive", "report"
-STATE_NAME, DUMP_NAME, REPORT_NAME = "state.db", "state.sql", "report.json"
+STATE_NAME, DUMP_NAME, REPORT_NAME = "state.db", "state.sql.d", "report.json"
 #: Reports kept per host and profile (``restic forget --keep-last``): the fleet reads the newest.
 REPORTS_KEPT = 30
 #: The private folder (under ``keeper/``) a restore or pull fetches into; removed afterwards.
 WORK = ".offsite-work"
 PUSHED, FAILED, CHECKED = "offsite_push", "offsite_failed", "offsite_checked"
 CHUNK = 1 << 20
-#: Free space left after opening a backup to dump it (else the page copy goes instead).
+#: Free space left after opening a backup and dumping it (else the page copy goes instead).
 DUMP_ROOM = 256 << 20
 
 
@@ -194,17 +195,17 @@ def _feed(record: BackupRecord):
 
 
 def _send_state(place: Place, restic: Restic, host: str, record: BackupRecord, res: PushResult) -> dict:
-    """The backup as ``state.sql`` where it can go so (opened from a copy in ``keeper/``), else
-    as ``state.db``; restic's summary."""
+    """The backup as the folder ``state.sql.d`` where it can go so (:mod:`backup.dump`, made from
+    a copy in ``keeper/``), else as ``state.db``; restic's summary."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.created_at))
     with workspace(place) as work:
-        name, feed = STATE_NAME, _feed(record)
-        if shutil.disk_usage(work).free > record.raw_bytes + DUMP_ROOM:
+        name, args, feed = STATE_NAME, ("--stdin", "--stdin-filename", STATE_NAME), _feed(record)
+        if shutil.disk_usage(work).free > 2 * record.raw_bytes + DUMP_ROOM:
             decompress_to(record, work / STATE_NAME)
             if dump.dumpable(work / STATE_NAME):
-                name, feed = DUMP_NAME, (lambda fh: dump.write_dump(work / STATE_NAME, fh))
-        args = ("--stdin", "--stdin-filename", name, "--time", stamp)
-        out = _backup(restic, host, place.name, STATE, *args, feed=feed)
+                dump.write_dump(work / STATE_NAME, work / DUMP_NAME)
+                name, args, feed = DUMP_NAME, (DUMP_NAME,), None
+        out = _backup(restic, host, place.name, STATE, *args, "--time", stamp, feed=feed, cwd=work)
     res.state, res.backup, res.state_file = out.get("snapshot_id"), record.name, name
     res.newest = max(res.newest or 0, int(record.created_at))
     return out
@@ -333,11 +334,10 @@ def restore_state(
     with workspace(place) as work:
         restic.run("restore", copy.id, "--target", str(work / "fetched"))
         fetched = Place(place.name, work / "fetched", work / "fetched")
-        if fetched.fs.regular(DUMP_NAME):
+        if (st := fetched.fs.lstat(DUMP_NAME)) is not None and stat.S_ISDIR(st.st_mode):
             fetched = Place(place.name, work / "loaded", work / "loaded")
             HomeFS(work).private_dir("loaded")
-            with open(work / "fetched" / DUMP_NAME, "rb") as src:
-                dump.load_dump(src, fetched.home / STATE_NAME)
+            dump.load_dump(work / "fetched" / DUMP_NAME, fetched.home / STATE_NAME)
         HomeFS(fetched.home).chmod(STATE_NAME, mode=FILE_MODE)
         record = take_backup(fetched, work / "backup")  # sha256 and quick_check, as any backup
         result = restore_backup(place, record, force=force, journal=journal)
