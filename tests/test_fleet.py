@@ -4,6 +4,7 @@ host's newest report is three days old; a third repository opens with another pa
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
@@ -20,10 +21,11 @@ from hermes_keeper.archive.store import Archive
 from hermes_keeper.backup.snapshot import sha256_file
 from hermes_keeper.check import CRITICAL, OK, UNKNOWN
 from hermes_keeper.cli import main
+from hermes_keeper.errors import TryLater
 from hermes_keeper.home import Fleet, Home
 from hermes_keeper.journal import read_journal
 from hermes_keeper.model.policy import config_problems, effective_policy
-from hermes_keeper.offsite import copies
+from hermes_keeper.offsite import cache, copies
 from hermes_keeper.offsite.restic import Restic
 from tests.offsite_repo import free_port, init_repository, moto_s3, offsite_toml, restic
 
@@ -321,6 +323,17 @@ def test_a_tampered_cache_file_is_fetched_again(synced):
     row = next(r for r in res.rows if (r.host, r.profile) == ("a", "work"))
     assert (row.fetched, row.repaired) == (1, 1)
     assert sha256_file(db) == good
+
+
+def test_one_sync_at_a_time_per_cache(synced):
+    fleet_, _ = synced
+    fd = os.open(fleet_.cache_dir / cache.LOCK_NAME, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a sync in progress
+        with pytest.raises(TryLater, match="another fleet sync is updating"):
+            fleet_.sync()
+    finally:
+        os.close(fd)
 
 
 def test_a_repository_that_fails_keeps_its_cache_and_the_others_sync(fleet_of, tmp_path):

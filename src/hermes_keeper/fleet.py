@@ -242,11 +242,12 @@ class Fleet:
         root.parent.mkdir(parents=True, exist_ok=True)
         private_dir(root)
         rows: list[SyncRow] = []
-        for restic in self.repositories:
-            try:
-                rows += cache.sync_repository(restic, root, verify)
-            except KeeperError as exc:
-                rows.append(SyncRow(restic.repository, None, None, error=str(exc)))
+        with cache.sync_lock(root):
+            for restic in self.repositories:
+                try:
+                    rows += cache.sync_repository(restic, root, verify)
+                except KeeperError as exc:
+                    rows.append(SyncRow(restic.repository, None, None, error=str(exc)))
         return FleetSync(rows, time.perf_counter() - t0)
 
     def archives(self, host: str | None = None, profile: str | None = None) -> list[CachedArchive]:

@@ -17,12 +17,15 @@ renamed into place only when restic succeeded: a failed sync leaves the cache as
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
 import time
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,12 +33,13 @@ from hermes_keeper.archive.index import open_index
 from hermes_keeper.archive.query import searchable_fields
 from hermes_keeper.archive.store import ARCHIVE_NAME, Archive, archive_exists
 from hermes_keeper.backup.snapshot import sha256_file
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.fs import FILE_MODE, SQLITE_SIDES, HomeFS
 from hermes_keeper.offsite.copies import ARCHIVE, TAG, OffsiteCopy
 from hermes_keeper.offsite.restic import Restic
 
 SYNC_NAME = "sync.json"
+LOCK_NAME = "sync.lock"
 SYNC_FORMAT = 1
 #: The private folder (in a host's cache folder) restic restores into; cleared before and after.
 INCOMING = ".incoming"
@@ -47,6 +51,24 @@ def default_root() -> Path:
     """``$XDG_CACHE_HOME/hermes-keeper/fleet`` (else ``~/.cache/...``)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "hermes-keeper" / "fleet"
+
+
+@contextmanager
+def sync_lock(root: Path) -> Iterator[None]:
+    """One sync at a time per cache (a nightly one and a hand-run one would clear each other's
+    restore folder): an flock on ``<cache>/sync.lock``. Searches take no lock: a file is only
+    ever replaced whole, by a rename."""
+    fd = HomeFS(root).open_private(LOCK_NAME)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TryLater(
+                f"another fleet sync is updating {root}; nothing changed, try again later"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def repository_key(repository: str) -> str:
