@@ -327,7 +327,7 @@ def test_a_tampered_cache_file_is_fetched_again(synced):
 
 def test_one_sync_at_a_time_per_cache(synced):
     fleet_, _ = synced
-    fd = os.open(fleet_.cache_dir / cache.LOCK_NAME, os.O_RDWR)
+    fd = os.open(fleet_.cache_dir / cache.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # a sync in progress
         with pytest.raises(TryLater, match="another fleet sync is updating"):
