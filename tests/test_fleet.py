@@ -384,6 +384,12 @@ def test_the_cli_search_json_is_archive_searchs_with_host_and_profile(fleet_of, 
     heads = [line for line in narrowed.output.splitlines() if not line.startswith(" ")]
     assert {line.split(":")[0] for line in heads} == {"a/work"}
     assert sid in narrowed.output
+    assert [f.result.total for f in fleet_.search(text, source="no-such-source")] == [0, 0, 0]
+    since = fleet_.search(
+        text, "a", "work", source=rows[("a", "work")]["hits"][0]["session"]["source"], since=0
+    )
+    assert since[0].result.total >= 1
+    assert fleet_.search(text, "a", "work", since=time.time() + DAY)[0].result.total == 0
 
 
 def test_the_cli_show_and_export_are_archive_show_and_export(fleet_of, synced, tmp_path):

@@ -277,7 +277,8 @@ class Fleet:
         """``archive search`` of every cached archive (by host, profile), each with its index."""
         filters = filters or ALL
         if source is not None or since is not None:
-            filters = replace(filters, sources=(source,) if source else filters.sources, since=since)
+            sources = (source,) if source is not None else filters.sources
+            filters = replace(filters, sources=sources, since=since if since is not None else filters.since)
         found = []
         for a in self.archives(host, profile):
             with a.open() as store:
