@@ -415,8 +415,8 @@ def test_the_cli_show_and_export_are_archive_show_and_export(fleet_of, synced, t
     assert {p.name for p in (tmp_path / "md").iterdir()} == {"a", "b"}
 
 
-def test_the_cli_sync_says_each_host_and_the_repository_it_cannot_read(fleet_of, tmp_path):
-    where = ("--config", fleet_of["operator"], "--cache", tmp_path / "cache")
+def test_the_cli_sync_says_each_host_and_the_repository_it_cannot_read(fleet_of, synced):
+    where = ("--config", fleet_of["operator"], "--cache", synced[0].cache_dir)
     res = invoke("fleet", "sync", *where, env=fleet_of["env"] | {"COLUMNS": "80"})
     assert res.exit_code == 1, res.output
     assert all(len(line) <= 80 for line in res.stdout.splitlines()), res.stdout
