@@ -256,13 +256,16 @@ class Fleet:
         return [a for a in found if host in (None, a.host) and profile in (None, a.profile)]
 
     def _one(self, host: str, profile: str | None) -> CachedArchive:
-        found = self.archives(host, profile)
-        if len(found) != 1:
-            names = ", ".join(f"{a.host}/{a.profile}" for a in self.archives(host)) or "none (`fleet sync`)"
+        """The one cached archive ``host`` (and ``profile``) names, or a one-line refusal."""
+        found, known = self.archives(host, profile), ", ".join(a.profile for a in self.archives(host))
+        if len(found) == 1:
+            return found[0]
+        if found:
             raise KeeperError(
-                f"{host}/{profile or '*'} names {len(found)} cached archives (cached for {host}: {names})"
+                f"host {host} has {len(found)} cached profiles ({known}): name one with --profile"
             )
-        return found[0]
+        had = f"its cached profiles: {known}" if known else "none cached: run `fleet sync`"
+        raise KeeperError(f"no cached archive of {host}{'/' + profile if profile else ''} ({had})")
 
     def search(
         self,
