@@ -151,10 +151,11 @@ def report(work: Path, repo: str, pw: Path, sample: list[dict], hosts: int) -> N
     t_first, first = timed(fleet.sync)
     first = first.totals()
     t_same, same = timed(fleet.sync)
-    changed = work / "hosts" / "h07"
+    name = f"h{min(7, hosts - 1):02d}"  # one host of the fleet archives 50 more sessions
+    changed = work / "hosts" / name
     with Archive(changed / "archive.db") as store:
-        store.put([own(sample[1], f"h07-night-{i}", f"night {i}") for i in range(50)])
-    push(Restic(repo, str(pw)), changed, "h07")
+        store.put([own(sample[1], f"{name}-night-{i}", f"night {i}") for i in range(50)])
+    push(Restic(repo, str(pw)), changed, name)
     t_night, night = timed(fleet.sync)
     night = night.totals()
     print(f"{'step':<34}{'time':>9}{'files':>8}{'bytes':>12}")
