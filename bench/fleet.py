@@ -101,11 +101,13 @@ def timed(fn) -> tuple[float, object]:
 
 
 def child_rss(repo: str, pw: Path, cache: Path) -> tuple[float, float]:
-    """Peak RSS (MB) of one sync in a fresh process: the keeper's Python, and its largest restic."""
+    """Peak RSS (MB) of one sync in a fresh process: the keeper's Python (its own ``VmHWM``:
+    ``ru_maxrss`` would count this bench's memory, copied at the fork), and restic's largest run."""
     code = (
         "import resource; from hermes_keeper.fleet import Fleet;"
         f"Fleet([{repo!r}], cache_dir={str(cache)!r}).sync();"
-        "print(*(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))"
+        "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')).split()[1];"
+        "print(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
     src = str(Path(__file__).resolve().parent.parent / "src")
     env = os.environ | {"PYTHONPATH": src, "RESTIC_PASSWORD_FILE": str(pw)}
