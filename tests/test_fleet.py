@@ -312,13 +312,20 @@ def test_a_second_sync_fetches_nothing_then_only_what_one_host_changed(fleet_of,
     assert (hit.archive.host, hit.result.hits[0].entry.session_id) == ("b", sid)
 
 
-def test_a_tampered_cache_file_is_fetched_again(synced):
+def test_a_tampered_cache_file_is_said_by_search_and_fetched_again(fleet_of, synced):
     fleet_, _ = synced
     db = cached_db(fleet_, "a", "work")
     good = sha256_file(db)
     with open(db, "r+b") as fh:
-        fh.seek(200)
-        fh.write(b"tampered")
+        fh.write(b"tampered")  # over SQLite's header
+    where = ("--config", fleet_of["operator"], "--cache", fleet_.cache_dir)
+    said = invoke("fleet", "search", "the", *where, "--json")
+    assert said.exit_code == 1, said.output
+    doc = json.loads(said.stdout)
+    jsonschema.validate(doc, schema("fleet-search"))
+    rows = {(r["host"], r["profile"]): r for r in doc["profiles"]}
+    assert "cannot open the archive" in rows[("a", "work")]["error"]
+    assert rows[("a", "default")]["total"] > 0 and rows[("b", "default")]["total"] > 0  # the others searched
     res = fleet_.sync()
     row = next(r for r in res.rows if (r.host, r.profile) == ("a", "work"))
     assert (row.fetched, row.repaired) == (1, 1)

@@ -165,16 +165,21 @@ class FleetSync:
 
 @dataclass
 class FleetSearch:
-    """One cached archive's answer to a search: ``archive search``'s, with its host and profile."""
+    """One cached archive's answer to a search: ``archive search``'s, with its host and profile;
+    or, ``result`` None, why that archive could not be searched (the others still are)."""
 
     archive: CachedArchive
-    result: SearchResult
+    result: SearchResult | None
+    error: str | None = None
 
     def to_dict(self) -> dict:
         where = {"host": self.archive.host, "profile": self.archive.profile}
+        head = where | {"repository": self.archive.repository, "snapshot": self.archive.snapshot}
+        if self.result is None:
+            return head | {"error": self.error}
         doc = self.result.to_dict()
         doc["hits"] = [h | where for h in doc["hits"]]
-        return where | {"repository": self.archive.repository, "snapshot": self.archive.snapshot} | doc
+        return head | doc
 
 
 class Fleet:
@@ -282,10 +287,15 @@ class Fleet:
         if source is not None or since is not None:
             sources = (source,) if source is not None else filters.sources
             filters = replace(filters, sources=sources, since=since if since is not None else filters.since)
+        if not text.strip():
+            raise KeeperError("search text is empty")
         found = []
         for a in self.archives(host, profile):
-            with a.open() as store:
-                found.append(FleetSearch(a, search(store, text, filters, limit=limit)))
+            try:
+                with a.open() as store:
+                    found.append(FleetSearch(a, search(store, text, filters, limit=limit)))
+            except KeeperError as exc:  # a cached file gone bad: `fleet sync --verify` fetches it again
+                found.append(FleetSearch(a, None, str(exc)))
         return found
 
     def show(self, host: str, session_id: str, profile: str | None = None) -> tuple[CachedArchive, dict]:

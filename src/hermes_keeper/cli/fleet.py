@@ -201,10 +201,13 @@ def search_cmd(fleet, host, profile, text, filters, limit, as_json):
     found = fleet.search(text, host, profile, filters, limit)
     if as_json:
         emit_json([f.to_dict() for f in found])
-        return
+        sys.exit(1 if any(f.error for f in found) else 0)
     out = console()
     for f in found:
         r, prefix = f.result, f"{f.archive.host}/{f.archive.profile}: "
+        if r is None:
+            click.echo(term(f"hermes-keeper: {prefix}{f.error}"), err=True)
+            continue
         for h in r.hits:
             more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
             head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
@@ -217,6 +220,7 @@ def search_cmd(fleet, host, profile, text, filters, limit, as_json):
         click.echo(f"{prefix}{r.total} of {scanned} match{shown} ({units.took(r.seconds)})")
     if not found:
         click.echo("no cached archive (run `fleet sync`)", err=True)
+    sys.exit(1 if any(f.error for f in found) else 0)
 
 
 @fleet.command(

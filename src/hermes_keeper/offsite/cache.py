@@ -304,8 +304,8 @@ def cached(root: Path, repository: str) -> list[CachedArchive]:
     for host, _ in fs.entries(key) or []:
         for profile, _ in fs.entries(key, host) or [] if fs.plain_dir(key, host) else []:
             doc = HostCache.read(fs, (key, host, profile))
-            if doc.get("format") == SYNC_FORMAT and doc.get("repository") == repository:
-                folder = fs.path(key, host, profile)
+            folder = fs.path(key, host, profile)
+            if doc.get("repository") == repository and archive_exists(folder):
                 out.append(
                     CachedArchive(
                         repository, doc["host"], doc["profile"], folder, doc["snapshot"], doc["time"]
