@@ -332,6 +332,23 @@ def test_a_tampered_cache_file_is_said_by_search_and_fetched_again(fleet_of, syn
     assert sha256_file(db) == good
 
 
+def test_a_full_cache_disk_is_that_hosts_error_and_the_others_sync(fleet_of, tmp_path, monkeypatch):
+    fetch = cache.HostCache.fetch
+
+    def full(self, restic, snapshot, names):
+        if self.parts[-1] == "work":
+            raise OSError(28, "No space left on device")
+        return fetch(self, restic, snapshot, names)
+
+    monkeypatch.setattr(cache.HostCache, "fetch", full)
+    policy = effective_policy(fleet_of["operator"].parent, "", fleet_of["operator"])
+    res = Fleet(policy.fleet["repositories"][:1], policy, tmp_path).sync()
+    assert [(r.host, r.profile, r.fetched, r.error) for r in res.rows] == [
+        ("a", "default", 1, None),
+        ("a", "work", 0, "cache: [Errno 28] No space left on device"),
+    ]
+
+
 def test_one_sync_at_a_time_per_cache(synced):
     fleet_, _ = synced
     fd = os.open(fleet_.cache_dir / cache.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)

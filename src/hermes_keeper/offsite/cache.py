@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import sqlite3
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -248,6 +249,8 @@ class HostCache:
             if index is not None:
                 try:
                     index.refresh(store)
+                except sqlite3.OperationalError:  # a full disk: the index is a cache, a search builds it
+                    pass
                 finally:
                     index.close()
 
@@ -293,8 +296,9 @@ def sync_repository(restic: Restic, root: Path, verify: bool = False) -> list[Sy
     for copy, tree in newest_archives(restic):
         try:
             rows.append(sync_archive(restic, root, copy, tree, verify))
-        except KeeperError as exc:
-            rows.append(SyncRow(restic.repository, copy.host, copy.profile, copy.short_id, error=str(exc)))
+        except (KeeperError, OSError) as exc:  # OSError: the cache's disk (full, read-only)
+            why = str(exc) if isinstance(exc, KeeperError) else f"cache: {exc}"
+            rows.append(SyncRow(restic.repository, copy.host, copy.profile, copy.short_id, error=why))
     return rows
 
 
