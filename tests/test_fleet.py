@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sqlite3
 import stat
 import time
 from importlib.resources import files
@@ -17,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_keeper import demo, fleet
+from hermes_keeper.archive.index import SearchIndex
 from hermes_keeper.archive.store import Archive
 from hermes_keeper.backup.snapshot import sha256_file
 from hermes_keeper.check import CRITICAL, OK, UNKNOWN
@@ -347,6 +349,21 @@ def test_a_full_cache_disk_is_that_hosts_error_and_the_others_sync(fleet_of, tmp
         ("a", "default", 1, None),
         ("a", "work", 0, "cache: [Errno 28] No space left on device"),
     ]
+
+
+def test_an_index_that_cannot_be_written_at_sync_is_left_to_the_search(fleet_of, tmp_path, monkeypatch):
+    def full(self, store):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    policy = effective_policy(fleet_of["operator"].parent, "", fleet_of["operator"])
+    fleet_ = Fleet(policy.fleet["repositories"][:1], policy, tmp_path)
+    with monkeypatch.context() as mp:
+        mp.setattr(SearchIndex, "refresh", full)
+        res = fleet_.sync()
+    assert [(r.profile, r.fetched, r.error) for r in res.rows] == [("default", 1, None), ("work", 1, None)]
+    sid, text = a_work_session(fleet_of)
+    [found] = fleet_.search(text, "a", "work")
+    assert sid in [h.entry.session_id for h in found.result.hits]
 
 
 def test_one_sync_at_a_time_per_cache(synced):
