@@ -127,7 +127,7 @@ def main() -> None:
         sample = payloads(work, 2, seed=99)
         pw = work / "pw"
         pw.write_text("bench\n")
-        repos = {k: str(work / f"repo{k}") for k in (5, args.hosts)}
+        repos = {k: str(work / f"repo{k}") for k in (min(5, args.hosts), args.hosts)}
         for repo in repos.values():
             subprocess.run(["restic", "init", "-q", "-r", repo, "--password-file", str(pw)], check=True)
         t0 = time.perf_counter()
