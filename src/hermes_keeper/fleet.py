@@ -277,12 +277,13 @@ class Fleet:
         text: str,
         host: str | None = None,
         profile: str | None = None,
-        filters: Filters | None = None,
-        limit: int | None = 50,
         source: str | None = None,
         since: float | None = None,
+        limit: int | None = 50,
+        filters: Filters | None = None,
     ) -> list[FleetSearch]:
-        """``archive search`` of every cached archive (by host, profile), each with its index."""
+        """``archive search`` of every cached archive (by host, profile), each with its index;
+        ``filters`` as ``archive search``'s (``source`` and ``since`` narrow them)."""
         filters = filters or ALL
         if source is not None or since is not None:
             sources = (source,) if source is not None else filters.sources

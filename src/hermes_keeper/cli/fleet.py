@@ -198,7 +198,7 @@ def sync_cmd(fleet, verify, as_json):
 def search_cmd(fleet, host, profile, text, filters, limit, as_json):
     """Cached archived sessions whose messages contain TEXT (case-insensitive), on every host
     (as `archive search`; `fleet sync` first)."""
-    found = fleet.search(text, host, profile, filters, limit)
+    found = fleet.search(text, host, profile, limit=limit, filters=filters)
     if as_json:
         emit_json([f.to_dict() for f in found])
         sys.exit(1 if any(f.error for f in found) else 0)
