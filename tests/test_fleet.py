@@ -356,10 +356,10 @@ def test_an_index_that_cannot_be_written_at_sync_is_left_to_the_search(fleet_of,
         raise sqlite3.OperationalError("database or disk is full")
 
     policy = effective_policy(fleet_of["operator"].parent, "", fleet_of["operator"])
-    fleet_ = Fleet(policy.fleet["repositories"][:1], policy, tmp_path)
+    fleet_ = Fleet(policy.fleet["repositories"][:1], policy)
     with monkeypatch.context() as mp:
         mp.setattr(SearchIndex, "refresh", full)
-        res = fleet_.sync()
+        res = fleet_.sync(cache_dir=tmp_path)  # then the cache this fleet reads
     assert [(r.profile, r.fetched, r.error) for r in res.rows] == [("default", 1, None), ("work", 1, None)]
     sid, text = a_work_session(fleet_of)
     [found] = fleet_.search(text, "a", "work")

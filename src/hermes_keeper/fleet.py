@@ -240,10 +240,13 @@ class Fleet:
 
     def sync(self, cache_dir: str | os.PathLike | None = None, verify: bool = False) -> FleetSync:
         """Bring the newest archive of every host and profile into the cache, only the files that
-        changed since the last sync (``verify``: also re-hash every cached file). A repository
-        that cannot be read is its row's error; its old cache stays, the others sync."""
+        changed since the last sync (``verify``: also re-hash every cached file); ``cache_dir``
+        is then this fleet's cache. A repository that cannot be read is its row's error; its old
+        cache stays, the others sync."""
         t0 = time.perf_counter()
-        root = Path(cache_dir).expanduser() if cache_dir else self.cache_dir
+        if cache_dir:
+            self.cache_dir = Path(cache_dir).expanduser()
+        root = self.cache_dir
         root.parent.mkdir(parents=True, exist_ok=True)
         private_dir(root)
         rows: list[SyncRow] = []
