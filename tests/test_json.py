@@ -97,6 +97,13 @@ def test_every_command_on_the_demo_home_matches_its_schema(home, tmp_path, monke
     assert [(r["profile"], r["run"]["pruned"] > 0) for r in fleet["profiles"]] == [("default", True)]
     assert res.exit_code == fleet["code"]
     seen.add(fleet["command"])
+    cache = ["--config", str(home / "keeper.toml"), "--cache", str(tmp_path / "fleet-cache")]
+    for args in (["sync"], ["search", "the"], ["show", "old-machine", sid]):
+        res = runner.invoke(main, ["fleet", *args, *cache, "--json"])
+        doc = json.loads(res.stdout)
+        jsonschema.validate(doc, schema(doc["command"]))
+        assert res.exit_code == 0 and doc["profiles"][0]["host"] == "old-machine", res.output
+        seen.add(doc["command"])
     with_json = {" ".join(w) for w, cmd in _commands() if any(p.name == "as_json" for p in cmd.params)}
     assert seen == with_json  # every command with --json is here, and has its schema
 

@@ -10,15 +10,23 @@ reporting (CRITICAL); a repository that cannot be read is one UNKNOWN row, the o
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from hermes_keeper import __version__, units
+from hermes_keeper.archive.export import ExportResult, write_export, write_markdown
+from hermes_keeper.archive.query import ALL, Filters, SearchResult, resolve_id, search
+from hermes_keeper.archive.store import ArchiveDamaged
 from hermes_keeper.check import CRITICAL, STATUS, UNKNOWN, check_profile, worst
 from hermes_keeper.errors import KeeperError
+from hermes_keeper.fs import private_dir
 from hermes_keeper.model.policy import Policy
+from hermes_keeper.offsite import cache
 from hermes_keeper.offsite import copies as offsite
+from hermes_keeper.offsite.cache import CachedArchive, SyncRow
 from hermes_keeper.offsite.restic import Restic
 from hermes_keeper.place import Place
 
@@ -128,14 +136,68 @@ def _row(repo: str, snaps: list[offsite.OffsiteCopy], doc: dict | None, stale: f
     return row
 
 
+@dataclass
+class FleetSync:
+    """What ``fleet sync`` did: a row per host and profile, and one per repository it could not read."""
+
+    rows: list[SyncRow]
+    seconds: float = 0.0
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{r.host}/{r.profile}: {r.error}" if r.host else r.error for r in self.rows if r.error]
+
+    def totals(self) -> dict:
+        """The counts over the fleet (``--json`` has them beside the rows)."""
+        ok = [r for r in self.rows if not r.error]
+        return {
+            "hosts": len({(r.repository, r.host) for r in self.rows if r.host}),
+            "archives": len(ok),
+            "files_fetched": sum(r.fetched for r in ok),
+            "bytes_fetched": sum(r.fetched_bytes for r in ok),
+            "files_unchanged": sum(r.unchanged for r in ok),
+            "files_repaired": sum(r.repaired for r in ok),
+            "files_removed": sum(r.removed for r in ok),
+            "errors": len(self.rows) - len(ok),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class FleetSearch:
+    """One cached archive's answer to a search: ``archive search``'s, with its host and profile;
+    or, ``result`` None, why that archive could not be searched (the others still are)."""
+
+    archive: CachedArchive
+    result: SearchResult | None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        where = {"host": self.archive.host, "profile": self.archive.profile}
+        head = where | {"repository": self.archive.repository, "snapshot": self.archive.snapshot}
+        if self.result is None:
+            return head | {"error": self.error}
+        doc = self.result.to_dict()
+        doc["hits"] = [h | where for h in doc["hits"]]
+        return head | doc
+
+
 class Fleet:
-    """Many hosts' keepers, seen through the restic repositories they push to (``fleet status``).
+    """Many hosts' keepers, seen through the restic repositories they push to (``fleet status``),
+    and their archives through a local cache of them (``fleet sync``, ``search``, ``show``, ``export``).
 
     ``repositories``: restic repository strings (default: ``[fleet] repositories``, else
     ``[offsite] repository``); ``policy`` gives those, ``stale_after`` and the password the
-    repositories open with (``[fleet]``'s, else ``[offsite]``'s, else restic's environment)."""
+    repositories open with (``[fleet]``'s, else ``[offsite]``'s, else restic's environment);
+    ``cache_dir``: where the archives are kept (default ``~/.cache/hermes-keeper/fleet``)."""
 
-    def __init__(self, repositories: Sequence[str] | None = None, policy: Policy | None = None):
+    def __init__(
+        self,
+        repositories: Sequence[str] | None = None,
+        policy: Policy | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ):
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else cache.default_root()
         self.policy = policy or Policy()
         fleet, off = self.policy.fleet, self.policy.offsite
         if repositories is None:
@@ -175,6 +237,110 @@ class Fleet:
                 continue
             rows.append(_row(restic.repository, groups[key], doc, self.stale_after_s, now))
         return rows
+
+    def sync(self, cache_dir: str | os.PathLike | None = None, verify: bool = False) -> FleetSync:
+        """Bring the newest archive of every host and profile into the cache, only the files that
+        changed since the last sync (``verify``: also re-hash every cached file); ``cache_dir``
+        is then this fleet's cache. A repository that cannot be read is its row's error; its old
+        cache stays, the others sync."""
+        t0 = time.perf_counter()
+        if cache_dir:
+            self.cache_dir = Path(cache_dir).expanduser()
+        root = self.cache_dir
+        root.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(root)
+        rows: list[SyncRow] = []
+        with cache.sync_lock(root):
+            for restic in self.repositories:
+                try:
+                    rows += cache.sync_repository(restic, root, verify)
+                except KeeperError as exc:
+                    rows.append(SyncRow(restic.repository, None, None, error=str(exc)))
+        return FleetSync(rows, time.perf_counter() - t0)
+
+    def archives(self, host: str | None = None, profile: str | None = None) -> list[CachedArchive]:
+        """The cached archives (as the last sync left them) of ``host`` and ``profile`` (None: all)."""
+        found = [a for r in self.repositories for a in cache.cached(self.cache_dir, r.repository)]
+        return [a for a in found if host in (None, a.host) and profile in (None, a.profile)]
+
+    def _one(self, host: str, profile: str | None) -> CachedArchive:
+        """The one cached archive ``host`` (and ``profile``) names, or a one-line refusal."""
+        found, known = self.archives(host, profile), ", ".join(a.profile for a in self.archives(host))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise KeeperError(
+                f"host {host} has {len(found)} cached profiles ({known}): name one with --profile"
+            )
+        had = f"its cached profiles: {known}" if known else "none cached: run `fleet sync`"
+        raise KeeperError(f"no cached archive of {host}{'/' + profile if profile else ''} ({had})")
+
+    def search(
+        self,
+        text: str,
+        host: str | None = None,
+        profile: str | None = None,
+        source: str | None = None,
+        since: float | None = None,
+        limit: int | None = 50,
+        filters: Filters | None = None,
+    ) -> list[FleetSearch]:
+        """``archive search`` of every cached archive (by host, profile), each with its index;
+        ``filters`` as ``archive search``'s (``source`` and ``since`` narrow them)."""
+        filters = filters or ALL
+        if source is not None or since is not None:
+            sources = (source,) if source is not None else filters.sources
+            filters = replace(filters, sources=sources, since=since if since is not None else filters.since)
+        if not text.strip():
+            raise KeeperError("search text is empty")
+        found = []
+        for a in self.archives(host, profile):
+            try:
+                with a.open() as store:
+                    found.append(FleetSearch(a, search(store, text, filters, limit=limit)))
+            except KeeperError as exc:  # a cached file gone bad: `fleet sync --verify` fetches it again
+                found.append(FleetSearch(a, None, str(exc)))
+        return found
+
+    def show(self, host: str, session_id: str, profile: str | None = None) -> tuple[CachedArchive, dict]:
+        """One cached session's payload (``archive show``): ID, a unique prefix of it, or ``#N``."""
+        a = self._one(host, profile)
+        with a.open() as store:
+            entry = resolve_id(store, session_id)
+            try:
+                return a, store.get_entry(entry.entry)
+            except ArchiveDamaged as exc:
+                raise KeeperError(f"archive row damaged: {exc}") from None
+
+    def export(
+        self,
+        output: str | os.PathLike | None = None,
+        filters: Filters | None = None,
+        host: str | None = None,
+        profile: str | None = None,
+        fmt: str = "hermes-jsonl",
+        split: bool = False,
+    ) -> list[tuple[CachedArchive, ExportResult, list[Path]]]:
+        """``archive export`` of the cached archives: Hermes's JSONL to stdout (each archive in turn)
+        or to ``output`` (one archive), or ``fmt="markdown"``: ``output/<host>/<profile>/<id>.md``."""
+        chosen = self.archives(host, profile)
+        if not chosen:
+            raise KeeperError("no cached archive matches (run `fleet sync`; see `fleet search`)")
+        if fmt != "markdown" and output and len(chosen) > 1:
+            raise KeeperError(
+                f"{len(chosen)} cached archives match: name one with --host/--profile, or export to stdout"
+            )
+        done = []
+        for a in chosen:
+            with a.open() as store:
+                if fmt == "markdown":
+                    folder = Path(output) / cache.folder_name(a.host) / cache.folder_name(a.profile)
+                    folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    res, paths = write_markdown(store, folder, filters or ALL)
+                else:
+                    res, paths = write_export(store, Path(output) if output else None, filters or ALL, split)
+            done.append((a, res, paths))
+        return done
 
 
 def overall(rows: list[FleetRow]) -> int:

@@ -1,26 +1,72 @@
-"""``fleet status``: every host's keeper, read from the restic repositories it reports to."""
+"""``fleet status|sync|search|show|export``: every host's keeper, read from the restic repositories
+it reports to, and its archive through the local cache ``fleet sync`` keeps."""
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from hermes_keeper import units
+from hermes_keeper.archive import hermes_import
+from hermes_keeper.archive.query import render_conversation, when
 from hermes_keeper.check import STATUS
+from hermes_keeper.cli.archive import _damaged_exit, filter_options
 from hermes_keeper.cli.check import NagiosCommand
 from hermes_keeper.cli.options import HelpGroup, emit_json, examples, json_option, metrics_to, textfile_option
-from hermes_keeper.cli.render import console, print_table, table
-from hermes_keeper.fleet import FleetRow, status_line
+from hermes_keeper.cli.render import busy, console, print_table, table
+from hermes_keeper.cli.text import cell, term
+from hermes_keeper.fleet import FleetRow, FleetSync, status_line
 from hermes_keeper.home import Fleet, resolve_root
 from hermes_keeper.model.policy import CONFIG_NAME, effective_policy
 
 
-@click.group(cls=HelpGroup, epilog=examples("fleet status", "fleet status --config ~/fleet.toml --json"))
+@click.group(
+    cls=HelpGroup,
+    epilog=examples(
+        "fleet status", "fleet sync --config ~/fleet.toml", 'fleet search "invoice" --host alpha'
+    ),
+)
 def fleet():
-    """The hosts that push to restic repositories ([fleet] repositories), as their reports say."""
+    """The hosts that push to restic repositories ([fleet] repositories): their reports, and
+    their archives through a local cache (fleet sync)."""
+
+
+def config_options(fn):
+    """``--config`` (the file with [fleet]) and ``--cache`` (the archives' cache); passes ``fleet: Fleet``."""
+
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="The file with [fleet] repositories (default: <home>/keeper.toml).",
+    )
+    @click.option(
+        "--cache",
+        "cache_dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        metavar="DIR",
+        help="The archives' cache (default: ~/.cache/hermes-keeper/fleet).",
+    )
+    @functools.wraps(fn)
+    def wrapper(*args, config_path, cache_dir, **kwargs):
+        path = Path(config_path) if config_path else resolve_root() / CONFIG_NAME
+        fleet = Fleet(policy=effective_policy(path.parent, "", path), cache_dir=cache_dir)
+        return fn(*args, fleet=fleet, **kwargs)
+
+    return wrapper
+
+
+def host_options(fn):
+    """``--host`` and ``--profile``: which cached archives (default: every one)."""
+    fn = click.option("--profile", default=None, metavar="NAME", help="Only this profile.")(fn)
+    return click.option("--host", default=None, metavar="NAME", help="Only this host.")(fn)
 
 
 def _pruned(r: FleetRow) -> str:
@@ -93,3 +139,155 @@ def status(config_path, as_json, textfile):
     else:
         _show(rows, now)
     sys.exit(code)
+
+
+def _show_sync(res: FleetSync) -> None:
+    for r in res.rows:
+        if r.error:
+            click.echo(term(f"{r.host}/{r.profile}: {r.error}" if r.host else r.error), err=True)
+            continue
+        got = f"fetched {units.plural(r.fetched, 'file')} ({units.size(r.fetched_bytes)})"
+        more = [f"{r.unchanged} unchanged"] + [
+            f"{n} {w}" for n, w in ((r.repaired, "repaired"), (r.removed, "removed")) if n
+        ]
+        click.echo(term(f"{r.host}/{r.profile} {r.snapshot}: {got}, {', '.join(more)}"))
+    t = res.totals()
+    hosts = f"{units.plural(t['hosts'], 'host')}, {units.plural(t['archives'], 'archive')}"
+    click.echo(
+        f"{hosts}: fetched {units.plural(t['files_fetched'], 'file')}"
+        f" ({units.size(t['bytes_fetched'])}), {t['files_unchanged']} unchanged"
+        f" ({units.took(res.seconds)})" + (f"; {units.plural(t['errors'], 'error')}" if t["errors"] else "")
+    )
+
+
+@fleet.command(
+    "sync",
+    epilog=examples("fleet sync", "fleet sync --config ~/fleet.toml --json", "fleet sync --verify"),
+)
+@config_options
+@click.option(
+    "--verify", is_flag=True, help="Also re-hash every cached file (else: those whose size or mtime moved)."
+)
+@json_option
+def sync_cmd(fleet, verify, as_json):
+    """Bring the newest archive of every host and profile into the local cache: only the files
+    whose content changed since the last sync, restored and verified by restic.
+
+    A repository or host that fails is one line on stderr (its old cache stays); the others
+    sync. Exit 1 when any failed.
+    """
+    with busy("syncing the fleet's archives"):
+        res = fleet.sync(verify=verify)
+    if as_json:
+        emit_json([r.to_dict() for r in res.rows], **res.totals())
+    else:
+        _show_sync(res)
+    sys.exit(1 if res.errors else 0)
+
+
+@fleet.command(
+    "search",
+    epilog=examples('fleet search "invoice"', "fleet search walrus --host alpha --since 90d --json"),
+)
+@config_options
+@host_options
+@click.argument("text")
+@filter_options
+@click.option("--limit", default=50, show_default=True, metavar="N", help="Sessions to show per archive.")
+@json_option
+def search_cmd(fleet, host, profile, text, filters, limit, as_json):
+    """Cached archived sessions whose messages contain TEXT (case-insensitive), on every host
+    (as `archive search`; `fleet sync` first)."""
+    found = fleet.search(text, host, profile, limit=limit, filters=filters)
+    if as_json:
+        emit_json([f.to_dict() for f in found])
+        sys.exit(1 if any(f.error for f in found) else 0)
+    out = console()
+    for f in found:
+        r, prefix = f.result, f"{f.archive.host}/{f.archive.profile}: "
+        if r is None:
+            click.echo(term(f"hermes-keeper: {prefix}{f.error}"), err=True)
+            continue
+        for h in r.hits:
+            more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
+            head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
+            click.echo(term(f"{head} {h.role}{' inactive' if h.inactive else ''}{more}"))
+            snippet = cell(f"    {h.snippet}")
+            snippet.highlight_words([text], style="bold yellow", case_sensitive=False)
+            out.print(snippet)
+        shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
+        scanned = units.plural(r.scanned, "archived session")
+        click.echo(f"{prefix}{r.total} of {scanned} match{shown} ({units.took(r.seconds)})")
+    if not found:
+        click.echo("no cached archive (run `fleet sync`)", err=True)
+    sys.exit(1 if any(f.error for f in found) else 0)
+
+
+@fleet.command(
+    "show",
+    epilog=examples(
+        "fleet show alpha 20260105_093000_ab12cd", "fleet show alpha 20260105 --profile work --full"
+    ),
+)
+@config_options
+@click.argument("host", metavar="HOST")
+@click.argument("session_id", metavar="ID")
+@click.option("--profile", default=None, metavar="NAME", help="The host's profile (when it has several).")
+@click.option("--json", "as_json", is_flag=True, help="The raw archived payload.")
+@click.option("--full", is_flag=True, help="Unfold tool calls, tool results and long messages.")
+@click.option("--inactive", "show_all", is_flag=True, help="Also rewound/compacted (inactive) messages.")
+def show_cmd(fleet, host, session_id, profile, as_json, full, show_all):
+    """One cached archived conversation of HOST, as `archive show` (ID, a unique prefix, #N)."""
+    a, payload = fleet.show(host, session_id, profile)
+    if as_json:
+        emit_json([{"profile": a.profile, "host": a.host, "archived": payload}])
+        return
+    for line in render_conversation(payload, full=full, inactive=show_all):
+        click.echo(term(line))
+
+
+@fleet.command(
+    "export",
+    epilog=examples(
+        "fleet export --host alpha --since 30d -o alpha.jsonl",
+        "fleet export --format markdown --since 90d -o ~/fleet-conversations",
+    ),
+)
+@config_options
+@host_options
+@click.argument("session_ids", nargs=-1, metavar="[ID]...")
+@filter_options
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["hermes-jsonl", "markdown"]),
+    default="hermes-jsonl",
+    show_default=True,
+    help="hermes-jsonl: Hermes's import format; markdown: DIR/<host>/<profile>/<id>.md.",
+)
+@click.option("-o", "--output", type=click.Path(), default=None, help="File (one archive), or folder.")
+@click.option("--split", is_flag=True, help="With -o: FILE-001.jsonl, ... each one Hermes import call.")
+def export_cmd(fleet, host, profile, session_ids, filters, fmt, output, split):
+    """Cached archived sessions as `archive export` writes them: every host's to stdout, one
+    host's to -o FILE (--host/--profile), or --format markdown into -o DIR by host and profile."""
+    if split and not output:
+        raise click.UsageError("--split needs -o FILE")
+    if fmt == "markdown" and (not output or split):
+        raise click.UsageError("--format markdown writes one file per session: give -o DIR (no --split)")
+    filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
+    with busy("exporting cached archived sessions"):
+        done = fleet.export(output, filters, host, profile, fmt, split)
+    damaged = []
+    for a, res, paths in done:
+        where = ", ".join(map(str, paths)) if paths else "stdout"
+        n, m = units.plural(res.sessions, "session"), units.plural(res.messages, "message")
+        click.echo(
+            term(f"{a.host}/{a.profile}: exported {n} ({m}) to {output if fmt == 'markdown' else where}"),
+            err=True,
+        )
+        damaged += res.damaged
+    if fmt != "markdown":
+        click.echo(
+            f"import into Hermes: HERMES_HOME=... <hermes python> {hermes_import.__file__} FILE", err=True
+        )
+    _damaged_exit(damaged)
