@@ -246,8 +246,8 @@ def test_a_night_changes_few_files_of_the_dump(tmp_path):
     b = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in (tmp_path / "b").iterdir())
     gone, new = set(a) - set(b), set(b) - set(a)
-    assert [n[: len("2-2026-09-21-cron")] for n in gone] == ["2-2026-09-21-cron"]
-    assert [n[: len("2-2026-09-26-cli")] for n in new] == ["2-2026-09-26-cli"]
+    assert [n[: len("2-2026-09-21T14-cron")] for n in gone] == ["2-2026-09-21T14-cron"]
+    assert [n[: len("2-2026-09-26T14-cli")] for n in new] == ["2-2026-09-26T14-cli"]
     changed = {n for n in set(a) & set(b) if a[n] != b[n]}
     assert changed == {"1-tables.sql", "3-tail.sql"}  # the sessions table, the row counts
     assert len([n for n in b if n.startswith("2-")]) == 10

@@ -2,16 +2,17 @@
 
 Each push sends two restic snapshots, tagged ``hermes-keeper``, ``profile=<name>`` and
 ``kind=state`` or ``kind=archive``, under ``--host`` (``[offsite] host``, else the hostname):
-the newest local backup of ``state.db`` as ``state.sql`` (:mod:`backup.dump`: its rows in a
-fixed order, so restic's chunking finds the night before's; ``state.db``, the page copy, where
-the dump cannot carry an index or the disk has no room to open the backup), dated by restic
+the newest local backup of ``state.db`` as the folder ``state.sql.d`` (:mod:`backup.dump`: SQL
+files of its rows laid out so that a night changes few of them, and restic's chunking finds the
+rest; ``state.db``, the page copy, where the dump cannot carry an index or the disk has no room
+to make it), dated by restic
 ``--time`` as the backup was taken, and the archive files as they are (the run holds the
 keeper lock: nobody writes them).
 A backup already in the repository is not sent again, so a push that failed is caught
 up by the next. Rotation is ``restic forget`` with the local rules, grouped by tags (state and
 archive apart); ``restic check --read-data-subset`` runs every ``[offsite] check_every``.
 
-A restore fetches ``state.sql`` (loaded into a new database) or ``state.db`` into a private
+A restore fetches ``state.sql.d`` (loaded into a new database) or ``state.db`` into a private
 folder, takes an ordinary verified backup of it there and hands that to
 :func:`backup.restore.restore_backup`: the same checks, the same safety copy. A pull adds
 the archive files this home lacks and never overwrites one it has.
@@ -156,7 +157,7 @@ class PushResult:
 
     state: str | None = None
     backup: str | None = None  # the local backup it sent
-    state_file: str | None = None  # as state.sql (a dump) or state.db (the page copy)
+    state_file: str | None = None  # as state.sql.d (the dump) or state.db (the page copy)
     archive: str | None = None
     added_bytes: int = 0  # what restic stored that the repository did not hold (both kinds)
     state_added_bytes: int = 0
