@@ -9,6 +9,7 @@ and cut a snippet, until the first match past the limit. Measured in bench/archi
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sqlite3
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta
 import orjson
 
 from hermes_keeper import units
-from hermes_keeper.archive.index import indexable, open_index
+from hermes_keeper.archive.index import SearchIndex, indexable, open_index
 from hermes_keeper.archive.payload import RawText, decode_value
 from hermes_keeper.archive.store import Archive, ArchiveDamaged, Entry
 from hermes_keeper.errors import KeeperError
@@ -352,21 +353,28 @@ def _indexed(
         found = index.ordered(store, text, where)
         result.scanned = _count(store, filters) if filters.newest else index.count(filters.where(order=False))
     except sqlite3.OperationalError:  # locked by another search's refresh, a full disk: scan
+        index.close()
         return None
+    return _read(index, store, found, filters.keep(store), size=min(BATCH, (limit or BATCH) + 1))
+
+
+def _read(
+    index: SearchIndex,
+    store: Archive,
+    entries: Iterator[int],
+    keep: Callable[[Entry], bool] | None,
+    size: int,
+) -> Iterator:
+    """(entry, payload or None when damaged) of these entries, in their order, a batch at a time
+    (``size`` first, then growing): the search stops reading where it has its hits. The index
+    is closed when the search is done with it."""
+    try:
+        while batch := list(itertools.islice(entries, size)):
+            got = {e.entry: (e, raw) for e, raw in store.payloads(_among(batch), tuple(batch), keep=keep)}
+            yield from (got[entry] for entry in batch if entry in got)
+            size = min(BATCH, size * 2)
     finally:
         index.close()
-    return _read(store, found, filters.keep(store), size=min(BATCH, (limit or BATCH) + 1))
-
-
-def _read(store: Archive, entries: list[int], keep: Callable[[Entry], bool] | None, size: int) -> Iterator:
-    """(entry, payload or None when damaged) of these entries, in their order, a batch at a time
-    (``size`` first, then growing): the search stops reading where it has its hits."""
-    i = 0
-    while i < len(entries):
-        batch = entries[i : i + size]
-        got = {e.entry: (e, raw) for e, raw in store.payloads(_among(batch), tuple(batch), keep=keep)}
-        yield from (got[entry] for entry in batch if entry in got)
-        i, size = i + size, min(BATCH, size * 2)
 
 
 def _among(entries: list[int]) -> str:
