@@ -11,11 +11,13 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sqlite3
 from pathlib import Path
 
+from hermes_keeper.fs import HomeFS
 from hermes_keeper.run import survey
 from hermes_keeper.run.survey import SessionRow, runtime_leases, safe_filename_component, shown
-from hermes_keeper.sqlite.schema import SchemaInfo
+from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from tests.hermes_env import hermes_python
 
 GONE_PID = 99_999_999  # above any pid_max: provably not running
@@ -125,3 +127,175 @@ def test_schema_protections_name_what_the_schema_has():
         "activity column for ages",
         "conversation generations, never deleted",
     ]
+
+
+def listed(files) -> list[tuple]:
+    return [(f.path.name, f.kind, f.size, f.session_id, f.symlink) for f in files]
+
+
+def test_scan_files_names_each_file_and_its_session(tmp_path):
+    home = tmp_path / "home"
+    assert survey.scan_files(HomeFS(home), {"s1"}) == []  # no sessions/ at all
+    folder = home / "sessions"
+    (folder / "saved" / "sub").mkdir(parents=True)
+    (folder / "cache").mkdir()
+    odd = "a/b"  # an id Hermes sanitises in file names: a_b_c14cddc033f6
+    files = {
+        "sessions.json": 2,
+        "request_dump_s1_20260101_000000.json": 3,
+        "request_dump_a_b_c14cddc033f6_20260101_000000_000001.json": 4,
+        "request_dump_gone_20260101_000000.json": 5,
+        "request_dump_s1_bad.json": 6,
+        "session_s1.json": 7,
+        "session_zzz.json": 8,
+        "s1.jsonl": 9,
+        "s2.json": 10,
+        "other.jsonl": 11,
+        "notes.txt": 12,
+        "saved/one": 13,
+        "saved/sub/two": 14,
+        "cache/x": 15,
+        "cache/y": 16,
+    }
+    for name, size in files.items():
+        (folder / name).write_bytes(b"x" * size)
+    (folder / "saved" / "link").symlink_to(folder / "notes.txt")
+    (folder / "s3.jsonl").symlink_to(folder / "notes.txt")
+    found = survey.scan_files(HomeFS(home), {"s1", "s2", "s3", odd})
+    assert listed(found) == [
+        ("cache", "other", 31, None, False),
+        ("notes.txt", "other", 12, None, False),
+        ("other.jsonl", "transcript", 11, None, False),
+        ("request_dump_a_b_c14cddc033f6_20260101_000000_000001.json", "request_dump", 4, odd, False),
+        ("request_dump_gone_20260101_000000.json", "request_dump", 5, None, False),
+        ("request_dump_s1_20260101_000000.json", "request_dump", 3, "s1", False),
+        ("request_dump_s1_bad.json", "transcript", 6, None, False),
+        ("s1.jsonl", "transcript", 9, "s1", False),
+        ("s2.json", "transcript", 10, "s2", False),
+        ("s3.jsonl", "transcript", len(str(folder / "notes.txt")), "s3", True),
+        ("link", "saved", len(str(folder / "notes.txt")), None, True),
+        ("one", "saved", 13, None, False),
+        ("two", "saved", 14, None, False),
+        ("session_s1.json", "snapshot", 7, "s1", False),
+        ("session_zzz.json", "snapshot", 8, None, False),
+        ("sessions.json", "routing", 2, None, False),
+    ]
+    assert [f.orphan for f in found if f.kind != "saved"] == [
+        False,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+        True,
+        False,
+    ]
+    assert found[0].mtime == os.lstat(folder / "cache").st_mtime
+    assert found[1].mtime == os.lstat(folder / "notes.txt").st_mtime
+    assert found[-4].path == folder / "saved" / "sub" / "two"
+
+
+def test_scan_files_through_a_moved_sessions_folder_marks_every_file_as_linked(tmp_path):
+    home, moved = tmp_path / "home", tmp_path / "bigdisk"
+    (moved / "saved").mkdir(parents=True)
+    (moved / "saved" / "one").write_bytes(b"x")
+    (moved / "s1.jsonl").write_bytes(b"xy")
+    home.mkdir()
+    (home / "sessions").symlink_to(moved, target_is_directory=True)
+    assert listed(survey.scan_files(HomeFS(home), {"s1"})) == [
+        ("s1.jsonl", "transcript", 2, "s1", True),
+        ("saved", "other", os.lstat(moved / "saved").st_size, None, True),
+    ]
+
+
+BASE = (
+    "id TEXT PRIMARY KEY, source TEXT, started_at REAL, ended_at REAL, end_reason TEXT,"
+    " parent_session_id TEXT, title TEXT"
+)
+OLDEST = {
+    "id": "s1",
+    "source": "cli",
+    "started_at": 1.0,
+    "ended_at": None,
+    "end_reason": None,
+    "parent_session_id": None,
+    "title": "t",
+    "archived": 0,
+    "pinned": 0,
+    "hidden": 0,
+    "auto_archived": 0,
+    "session_key": None,
+    "model_config": None,
+    "last_activity_at": None,
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "cost_usd": 0,
+    "handoff_state": None,
+    "message_count": None,
+    "profile_name": None,
+    "user_id": None,
+    "chat_id": None,
+    "chat_type": None,
+    "thread_id": None,
+}
+
+
+def database(tmp_path: Path, *ddl: str) -> tuple[sqlite3.Connection, SchemaInfo]:
+    conn = sqlite3.connect(tmp_path / "state.db")
+    for statement in ddl:
+        conn.execute(statement)
+    conn.commit()
+    return conn, inspect(tmp_path / "state.db")
+
+
+def test_select_sessions_fills_what_an_old_schema_lacks(tmp_path):
+    conn, info = database(
+        tmp_path,
+        f"CREATE TABLE sessions ({BASE})",
+        "INSERT INTO sessions VALUES ('s1', 'cli', 1.0, NULL, NULL, NULL, 't')",
+    )
+    assert survey._select_sessions(conn, info) == [OLDEST]
+    assert survey._routed_from_db(conn, info) == set()
+
+
+def test_select_sessions_reads_every_column_a_new_schema_has(tmp_path):
+    cols = "archived, pinned, hidden, auto_archived, session_key, model_config, last_activity_at, "
+    cols += "input_tokens, output_tokens, actual_cost_usd, estimated_cost_usd, handoff_state, "
+    cols += "message_count, profile_name, user_id, chat_id, chat_type, thread_id"
+    conn, info = database(
+        tmp_path,
+        f"CREATE TABLE sessions ({BASE}, {cols})",
+        "INSERT INTO sessions VALUES ('s1', 'telegram', 1.0, 2.0, 'reset', 'p', 't', 1, 1, 1, 1, 'k', '{}',"
+        " 3.0, 10, 20, NULL, 0.5, 'done', 4, 'work', 'u', 'c', 'dm', 'th')",
+        "INSERT INTO sessions (id, actual_cost_usd, estimated_cost_usd) VALUES ('s2', 0.25, 0.5)",
+        "CREATE TABLE gateway_routing (key TEXT, entry_json TEXT)",
+        """INSERT INTO gateway_routing VALUES ('a', '{"session_id": "s1"}'), ('b', '{"session_id": "s9"}'),
+           ('c', 'not json'), ('d', NULL)""",
+    )
+    first, second = survey._select_sessions(conn, info)
+    assert first == {
+        **OLDEST,
+        **dict(source="telegram", ended_at=2.0, end_reason="reset", parent_session_id="p"),
+        **dict(archived=1, pinned=1, hidden=1, auto_archived=1, session_key="k", model_config="{}"),
+        **dict(last_activity_at=3.0, input_tokens=10, output_tokens=20, cost_usd=0.5),
+        **dict(handoff_state="done", message_count=4, profile_name="work"),
+        **dict(user_id="u", chat_id="c", chat_type="dm", thread_id="th"),
+    }
+    assert (second["id"], second["cost_usd"]) == ("s2", 0.25)  # the actual cost first
+    assert survey._routed_from_db(conn, info) == {"s1", "s9"}
+
+
+def test_one_cost_column_alone_is_no_cost(tmp_path):
+    conn, info = database(
+        tmp_path,
+        f"CREATE TABLE sessions ({BASE}, estimated_cost_usd REAL)",
+        "INSERT INTO sessions VALUES ('s1', 'cli', 1.0, NULL, NULL, NULL, 't', 0.5)",
+        "CREATE TABLE gateway_routing (key TEXT)",  # no entry_json: nothing read from it
+    )
+    assert survey._select_sessions(conn, info)[0]["cost_usd"] == 0
+    assert survey._routed_from_db(conn, info) == set()
