@@ -14,6 +14,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.run import survey
 from hermes_keeper.run.survey import SessionRow, runtime_leases, safe_filename_component, shown
@@ -299,3 +301,28 @@ def test_one_cost_column_alone_is_no_cost(tmp_path):
     )
     assert survey._select_sessions(conn, info)[0]["cost_usd"] == 0
     assert survey._routed_from_db(conn, info) == set()
+
+
+def test_routed_from_sessions_json_or_why_not(tmp_path):
+    path = tmp_path / "sessions.json"
+    assert survey.routed_from_sessions_json(tmp_path) == set()  # no mirror: routes nothing
+    path.write_text(
+        json.dumps({"a": {"session_id": "s1"}, "b": {"session_id": "s2"}, "_meta": {"session_id": "m"}})
+    )
+    assert survey.routed_from_sessions_json(tmp_path) == {"s1", "s2"}
+    for body, why in (
+        (b"[1]", f"{path} is not a JSON object"),
+        (b"{cut", f"{path} unreadable (JSONDecodeError)"),
+        (b'{"a": "\xff"}', f"{path} unreadable (UnicodeDecodeError)"),
+    ):
+        path.write_bytes(body)
+        with pytest.raises(survey.RoutingUnknown) as unknown:
+            survey.routed_from_sessions_json(tmp_path)
+        assert str(unknown.value) == why
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(survey.RoutingUnknown) as unknown:
+        survey.routed_from_sessions_json(tmp_path)
+    assert str(unknown.value) == (
+        f"{path} is a symlink (to {tmp_path / 'elsewhere.json'}); the keeper does not read it"
+    )
