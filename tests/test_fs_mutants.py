@@ -447,3 +447,11 @@ def test_root_refuses_a_home_another_user_owns(tmp_path, monkeypatch):
     owned_by(monkeypatch, {home: 65534})
     monkeypatch.setattr(os, "geteuid", lambda: 65534)  # not root: its own business
     HomeFS(home).require_owner()
+
+
+def test_link_names_a_symlink_swapped_in_never_what_it_points_to(home, precious, monkeypatch):
+    (home / "keeper" / "x").write_text("mine")
+    after_lstat(monkeypatch, "x", swap_for(home, "x", lambda p: p.symlink_to(precious)))
+    HomeFS(home).link("keeper", "x", to="y", sync=False)
+    assert (home / "keeper" / "y").is_symlink()  # a second name for the link itself
+    assert os.stat(precious).st_nlink == 1  # the file outside gained no name in the home
