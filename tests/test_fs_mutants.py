@@ -455,3 +455,56 @@ def test_link_names_a_symlink_swapped_in_never_what_it_points_to(home, precious,
     HomeFS(home).link("keeper", "x", to="y", sync=False)
     assert (home / "keeper" / "y").is_symlink()  # a second name for the link itself
     assert os.stat(precious).st_nlink == 1  # the file outside gained no name in the home
+
+
+def test_folder_outside_the_home_keeps_a_keeper_named_folders_mode(home, tmp_path):
+    shared = tmp_path / "shared" / "keeper"  # a --dest that only happens to be called keeper
+    shared.mkdir(parents=True)
+    os.chmod(shared, 0o755)
+    assert HomeFS(home).folder(shared) == shared and mode(shared) == 0o755
+    os.chmod(home / "keeper", 0o755)
+    alias = tmp_path / "alias"
+    alias.symlink_to(home, target_is_directory=True)  # the home by another name: walked from the home
+    assert HomeFS(home).folder(alias / "keeper" / "exports") == home / "keeper" / "exports"
+    assert (mode(home / "keeper"), mode(home / "keeper" / "exports")) == (0o700, 0o700)
+
+
+def test_check_export_target_refuses_hermes_and_keeper_files_of_any_home(
+    home, tmp_path, precious, monkeypatch
+):
+    (home / "state.db").write_bytes(b"")
+    (home / "keeper" / "archive").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert fs.check_export_target("out.md") == tmp_path / "out.md"  # absent: made absolute
+    assert fs.check_export_target(precious) == precious  # an existing regular file: overwritten
+    assert fs.check_export_target(home / "notes.md") == home / "notes.md"
+    assert fs.check_export_target(home / "sub" / "state.db") == home / "sub" / "state.db"
+    for target in (
+        "state.db",
+        "state.db-wal",
+        "keeper.lock",
+        "gateway.pid",
+        "keeper/x.md",
+        "keeper/archive/x.md",
+    ):
+        with pytest.raises(KeeperError) as no:
+            fs.check_export_target(home / target)
+        assert str(no.value) == (
+            f"export target {home / target} is a file of the Hermes home {home}; "
+            "choose another file, nothing changed"
+        )
+    alias = tmp_path / "alias"
+    alias.symlink_to(home, target_is_directory=True)
+    with pytest.raises(KeeperError, match=f"is a file of the Hermes home {home};"):
+        fs.check_export_target(alias / "state.db")  # the home by another name
+    (tmp_path / "link.md").symlink_to(precious)
+    os.mkfifo(tmp_path / "fifo")
+    for name, what in (
+        ("link.md", f"is a symlink (to {precious})"),
+        ("fifo", "is a FIFO (named pipe), not a regular file"),
+    ):
+        with pytest.raises(KeeperError) as no:
+            fs.check_export_target(tmp_path / name)
+        assert (
+            str(no.value) == f"export target {tmp_path / name} {what}; choose another file, nothing changed"
+        )
