@@ -508,3 +508,14 @@ def test_check_export_target_refuses_hermes_and_keeper_files_of_any_home(
         assert (
             str(no.value) == f"export target {tmp_path / name} {what}; choose another file, nothing changed"
         )
+
+
+def test_sqlite_file_refuses_a_side_file_with_a_second_name(home, precious):
+    (home / "keeper" / "index.db").write_bytes(b"")
+    os.link(precious, home / "keeper" / "index.db-wal")
+    with pytest.raises(KeeperError) as no:
+        HomeFS(home).sqlite_file("keeper", "index.db", create=True)
+    assert str(no.value).startswith(
+        f"{home / 'keeper' / 'index.db-wal'} is a hard link (2 names for one file"
+    )
+    assert mode(precious) == 0o644
