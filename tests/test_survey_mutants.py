@@ -11,12 +11,16 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
+from hermes_keeper import demo
 from hermes_keeper.fs import HomeFS
+from hermes_keeper.home import select_profiles
 from hermes_keeper.run import survey
 from hermes_keeper.run.survey import SessionRow, runtime_leases, safe_filename_component, shown
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
@@ -326,3 +330,93 @@ def test_routed_from_sessions_json_or_why_not(tmp_path):
     assert str(unknown.value) == (
         f"{path} is a symlink (to {tmp_path / 'elsewhere.json'}); the keeper does not read it"
     )
+
+
+NOW = 1_780_000_000.0
+
+
+@pytest.fixture(scope="module")
+def small_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("survey") / "home"
+    demo.build_home(home, demo.generate(NOW, sessions=12, messages_per_session=4, words_per_message=5))
+    (home / "keeper").mkdir()  # where the statistics cache may be kept
+    conn = sqlite3.connect(home / "state.db")
+    with conn:
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('empty', 'cli', ?)", (NOW - 60,))
+    conn.close()
+    return home
+
+
+def watch_stats(monkeypatch) -> list[tuple[str, bool]]:
+    """Which statistics reader ran, and inside the survey's read transaction or not."""
+    seen: list[tuple[str, bool]] = []
+    for name in ("message_stats", "message_stats_in_steps"):
+        real = getattr(survey, name)
+
+        def read(conn, *args, _real=real, _name=name, **kwargs):
+            seen.append((_name, conn.in_transaction))
+            return _real(conn, *args, **kwargs)
+
+        monkeypatch.setattr(survey, name, read)
+    return seen
+
+
+def test_a_rollback_journal_database_has_its_statistics_read_outside_the_snapshot(
+    small_home, tmp_path, monkeypatch
+):
+    delete = Path(shutil.copytree(small_home, tmp_path / "delete"))
+    conn = sqlite3.connect(delete / "state.db")
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    conn.close()
+    seen = watch_stats(monkeypatch)
+    wal = survey.survey_database(select_profiles(small_home, env={})[0], now=NOW)
+    assert seen == [("message_stats", True)]  # one snapshot: Hermes's commits go on beside it
+    seen.clear()
+    stepped = survey.survey_database(select_profiles(delete, env={})[0], now=NOW)
+    assert seen == [("message_stats_in_steps", False)]  # no reader holding every commit meanwhile
+    assert stepped.sessions == wal.sessions and stepped.message_total == wal.message_total > 0
+    assert wal.sessions["empty"].messages == 0 and wal.sessions["empty"].recent_messages == (0, 0)
+    for side in ("", "-wal", "-shm", "-journal"):  # another database's cache, if the other test made it
+        (delete / "keeper" / f"stats.db{side}").unlink(missing_ok=True)
+    cached = survey.survey_database(select_profiles(delete, env={})[0], now=NOW, cached=True)
+    assert cached.sessions == wal.sessions and (delete / "keeper" / "stats.db").exists()
+    assert not (small_home / "keeper" / "stats.db").exists()  # fresh unless asked: the plan deletes on them
+
+
+def test_survey_profile_hands_each_argument_on(small_home, monkeypatch):
+    profile = select_profiles(small_home, env={})[0]
+    info = inspect(profile.db_path)
+    holders: list = []
+    scanned = []
+    monkeypatch.setattr(survey, "scan_folders", lambda fs, check, budget: scanned.append((check, budget)))
+
+    def db_check():
+        return None
+
+    seen = watch_stats(monkeypatch)
+    taken = survey.survey_profile(profile, info, NOW, holders, db_check, 0.25)
+    assert (taken.schema, taken.taken_at, taken.holders, scanned) == (info, NOW, holders, [(db_check, 0.25)])
+    assert taken.schema is info and taken.holders is holders and seen == [("message_stats", True)]
+    seen.clear()
+    cached = survey.survey_profile(profile, now=NOW, holders=[], cached=True)
+    assert seen == [] and (small_home / "keeper" / "stats.db").exists()  # through the cache
+    assert cached.sessions == taken.sessions
+    later = survey.survey_database(profile)
+    assert abs(later.taken_at - time.time()) < 60 and later.schema.schema_version == info.schema_version
+
+
+def test_guard_rows_record_a_protection_they_cannot_read(tmp_path):
+    conn = sqlite3.connect(tmp_path / "state.db")
+    conn.execute("CREATE TABLE compression_locks (session_id TEXT, expires_at REAL)")
+    conn.execute("INSERT INTO compression_locks VALUES ('s', 1.0)")
+    unreadable: list[str] = []
+    tables = {"compression_locks": ["session_id", "expires_at"], "gone": ["a"]}
+    info = schema(tables)
+    columns = ("session_id", "holder", "expires_at")
+    assert survey._guard_rows(conn, info, "compression_locks", columns, unreadable) == []
+    assert survey._guard_rows(conn, info, "compression_locks", ("session_id", "expires_at"), unreadable) == [
+        ("s", 1.0)
+    ]
+    assert survey._guard_rows(conn, info, "gone", ("a",), unreadable) == []  # listed, then dropped
+    assert survey._guard_rows(conn, info, "absent", ("a",), unreadable) == []  # not in this schema: fine
+    assert unreadable == ["compression_locks (unexpected columns)", "gone (no such table: gone)"]
