@@ -420,3 +420,65 @@ def test_guard_rows_record_a_protection_they_cannot_read(tmp_path):
     assert survey._guard_rows(conn, info, "gone", ("a",), unreadable) == []  # listed, then dropped
     assert survey._guard_rows(conn, info, "absent", ("a",), unreadable) == []  # not in this schema: fine
     assert unreadable == ["compression_locks (unexpected columns)", "gone (no such table: gone)"]
+
+
+PROTECTION_TABLES = (
+    "CREATE TABLE compression_locks (session_id TEXT, holder TEXT, expires_at REAL)",
+    "INSERT INTO compression_locks VALUES ('s1', 'h1', 100.0)",
+    "CREATE TABLE session_turn_leases (conversation_id TEXT, holder TEXT, expires_at REAL)",
+    "INSERT INTO session_turn_leases VALUES ('root', 'h2', 200.0)",
+    "CREATE TABLE state_meta (key, value TEXT)",
+    """INSERT INTO state_meta VALUES ('last_auto_prune', '1700000000'), ('loop:s5', '{"status": "active"}'),
+       ('heartbeat:s6', ''), ('heartbeat:s7', '{"status": "done"}'), ('heartbeat:s9', '{cut'),
+       ('loopy:s8', '{}'), (5, 'x')""",
+    "CREATE TABLE gateway_heartbeats (started_at, last_heartbeat)",
+    "INSERT INTO gateway_heartbeats VALUES (10.0, 20.0), (NULL, 'junk')",
+    "CREATE TABLE telegram_dm_topic_bindings (session_id TEXT)",
+    "INSERT INTO telegram_dm_topic_bindings VALUES ('t1'), (NULL), ('')",
+    "CREATE TABLE async_delegations (origin_session, origin_session_id, parent_session_id, delivery_state)",
+    """INSERT INTO async_delegations VALUES ('d1', NULL, NULL, 'pending'), (NULL, 'd2', NULL, 'queued'),
+       (NULL, NULL, 'd3', 'running'), ('x1', 'x2', 'x3', 'delivered'), ('y1', 'y2', 'y3', 'failed'),
+       ('z1', 'z2', 'z3', 'expired')""",
+)
+
+
+def test_read_protections_reads_each_table_exactly(tmp_path):
+    conn, info = database(tmp_path, *PROTECTION_TABLES)
+    taken = survey.Survey(None, info, NOW)
+    around = survey._read_protections(conn, taken)
+    assert around == survey._Around(
+        routed=set(),
+        locks={"s1": ("h1", 100.0)},
+        turns={"root": ("h2", 200.0)},
+        topic={"t1"},
+        pending={"d1", "d2", "d3"},
+        last_auto_prune=1_700_000_000.0,
+        scheduled={"s5", "s9"},  # active, or unreadable: counted live as Hermes counts it
+    )
+    assert taken.heartbeats == [(10.0, 20.0), (0.0, 0.0)] and taken.unreadable == []
+
+
+def test_read_protections_of_tables_without_their_columns(tmp_path):
+    conn, info = database(
+        tmp_path,
+        "CREATE TABLE state_meta (key TEXT)",
+        "CREATE TABLE async_delegations (origin_session TEXT)",
+        "INSERT INTO async_delegations VALUES ('d1')",
+        "CREATE TABLE session_turn_leases (conversation_id TEXT)",
+        "CREATE TABLE gateway_heartbeats (started_at REAL)",
+    )
+    taken = survey.Survey(None, info, NOW)
+    around = survey._read_protections(conn, taken)
+    assert (around.last_auto_prune, around.scheduled, around.pending, around.turns) == (
+        None,
+        set(),
+        set(),
+        {},
+    )
+    assert taken.unreadable == [
+        "session_turn_leases (unexpected columns)",
+        "gateway_heartbeats (unexpected columns)",
+    ]
+    (tmp_path / "bare").mkdir()
+    conn, info = database(tmp_path / "bare", "CREATE TABLE sessions (id TEXT)")  # no state_meta at all
+    assert survey._read_protections(conn, survey.Survey(None, info, NOW)).last_auto_prune is None
