@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,12 @@ import pytest
 from hermes_keeper import demo
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import select_profiles
+from hermes_keeper.model.gateway import Peer
 from hermes_keeper.run import survey
 from hermes_keeper.run.survey import SessionRow, runtime_leases, safe_filename_component, shown
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from tests.hermes_env import hermes_python
+from tests.sessions import session
 
 GONE_PID = 99_999_999  # above any pid_max: provably not running
 
@@ -482,3 +485,56 @@ def test_read_protections_of_tables_without_their_columns(tmp_path):
     (tmp_path / "bare").mkdir()
     conn, info = database(tmp_path / "bare", "CREATE TABLE sessions (id TEXT)")  # no state_meta at all
     assert survey._read_protections(conn, survey.Survey(None, info, NOW)).last_auto_prune is None
+
+
+def test_each_session_row_carries_its_columns_and_statistics(tmp_path):
+    home = tmp_path / "home"
+    parent = session("p", NOW - 7200, source="telegram", key="agent:main:telegram:dm:1", ended=False)
+    child = session("c", NOW - 3600, end="reset")
+    links = {"_delegate_from": "d", "_branched_from": "b", "_reset_from": "r"}
+    child.update(kwargs={"parent_session_id": "p", "model_config": links}, title="child")
+    demo.build_home(home, demo.DemoSpec(NOW, sessions=[parent, child]))
+    conn = sqlite3.connect(home / "state.db")
+    with conn:
+        for column in ("pinned INTEGER", "hidden INTEGER", "auto_archived INTEGER", "last_activity_at REAL"):
+            conn.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
+        conn.execute(
+            "UPDATE sessions SET archived = 1, pinned = 1, hidden = 1, auto_archived = 2,"
+            " last_activity_at = ?, input_tokens = 5, output_tokens = 6,"
+            " actual_cost_usd = 0.5, estimated_cost_usd = 0.25,"
+            " handoff_state = 'done', profile_name = 'work', message_count = 7 WHERE id = 'c'",
+            (NOW - 60,),
+        )
+        conn.execute("UPDATE sessions SET message_count = 'x', input_tokens = NULL WHERE id = 'p'")
+        conn.execute("UPDATE messages SET timestamp = '2026-01-01' WHERE role = 'user'")  # text: odd stamps
+        conn.execute(
+            "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at)"
+            " VALUES ('c', 'h', ?, ?)",
+            (NOW, NOW + 60),
+        )
+    conn.close()
+    taken = survey.survey_database(select_profiles(home, env={})[0], now=NOW)
+    assert (taken.message_total, taken.odd_message_stamps) == (4, (2, 0, 0))
+    got = {
+        sid: replace(row, first_message_at=None, last_message_at=None) for sid, row in taken.sessions.items()
+    }
+    stats = dict(messages=2, content_bytes=18, recent_messages=(2, 2), recent_bytes=(18, 18))
+    assert got == {
+        "p": SessionRow(
+            **dict(id="p", source="telegram", started_at=NOW - 7200, session_key="agent:main:telegram:dm:1"),
+            **stats,
+            first_message_id=1,
+            peer=Peer("telegram", "", "", "", ""),
+        ),
+        "c": SessionRow(
+            **dict(id="c", source="cli", started_at=NOW - 3600, ended_at=NOW - 1800, end_reason="reset"),
+            **dict(parent_id="p", title="child", archived=True, pinned=True, hidden=True, auto_archived=True),
+            **dict(delegate_from="d", branched_from="b", reset_from="r"),
+            **stats,
+            first_message_id=3,
+            last_activity_at=NOW - 60,
+            **dict(input_tokens=5, output_tokens=6, cost_usd=0.5, lease_expires_at=NOW + 60),
+            **dict(handoff_state="done", message_count=7, profile_name="work"),
+            peer=Peer("cli", "", "", "", ""),
+        ),
+    }
