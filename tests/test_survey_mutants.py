@@ -538,3 +538,32 @@ def test_each_session_row_carries_its_columns_and_statistics(tmp_path):
             peer=Peer("cli", "", "", "", ""),
         ),
     }
+
+
+def test_what_beside_the_database_could_not_be_read_is_said(small_home, tmp_path):
+    home = Path(shutil.copytree(small_home, tmp_path / "home"))
+    (home / "sessions").mkdir(exist_ok=True)
+    (home / "sessions" / "sessions.json").write_text("[1]")
+    write_leases(home, b"{cut")
+    (home / "keeper" / "kept.json").write_text("{cut")
+    conn = sqlite3.connect(home / "state.db")
+    with conn:
+        conn.execute(
+            "INSERT OR REPLACE INTO state_meta (key, value) VALUES ('last_auto_prune', ?)", (NOW - 99,)
+        )
+    conn.close()
+    taken = survey.survey_database(select_profiles(home, env={})[0], now=NOW)
+    assert taken.routing_problem == f"{home / 'sessions' / 'sessions.json'} is not a JSON object"
+    assert taken.unreadable == ["runtime/active_sessions.json", "keeper/kept.json is not JSON"]
+    assert (taken.auto_prune.last_run, taken.auto_prune.origin) == (
+        NOW - 99,
+        "Hermes's default for schema 22",
+    )
+    leased, kept = sorted(taken.sessions)[:2]
+    write_leases(home, [{"session_id": leased, "pid": os.getpid()}])
+    (home / "keeper" / "kept.json").write_text(json.dumps({kept: NOW + 5}))
+    (home / "sessions" / "sessions.json").unlink()
+    again = survey.survey_database(select_profiles(home, env={})[0], now=NOW)
+    assert (again.routing_problem, again.unreadable) == (None, [])
+    assert again.sessions[leased].runtime_lease and again.sessions[kept].restored_until == NOW + 5
+    assert not taken.sessions[leased].runtime_lease and taken.sessions[kept].restored_until is None
