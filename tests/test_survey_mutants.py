@@ -25,6 +25,7 @@ from hermes_keeper.home import select_profiles
 from hermes_keeper.model.gateway import Peer
 from hermes_keeper.run import survey
 from hermes_keeper.run.survey import SessionRow, runtime_leases, safe_filename_component, shown
+from hermes_keeper.sqlite.holders import _own_pid_namespace
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from tests.hermes_env import hermes_python
 from tests.sessions import session
@@ -433,7 +434,7 @@ PROTECTION_TABLES = (
     "CREATE TABLE state_meta (key, value TEXT)",
     """INSERT INTO state_meta VALUES ('last_auto_prune', '1700000000'), ('loop:s5', '{"status": "active"}'),
        ('heartbeat:s6', ''), ('heartbeat:s7', '{"status": "done"}'), ('heartbeat:s9', '{cut'),
-       ('loopy:s8', '{}'), (5, 'x')""",
+       ('loopy:s8', '{}'), (5, 'x'), ('loop:agent:main:1', '{}')""",
     "CREATE TABLE gateway_heartbeats (started_at, last_heartbeat)",
     "INSERT INTO gateway_heartbeats VALUES (10.0, 20.0), (NULL, 'junk')",
     "CREATE TABLE telegram_dm_topic_bindings (session_id TEXT)",
@@ -456,7 +457,7 @@ def test_read_protections_reads_each_table_exactly(tmp_path):
         topic={"t1"},
         pending={"d1", "d2", "d3"},
         last_auto_prune=1_700_000_000.0,
-        scheduled={"s5", "s9"},  # active, or unreadable: counted live as Hermes counts it
+        scheduled={"s5", "s9", "agent:main:1"},  # active or unreadable: live, as Hermes counts them
     )
     assert taken.heartbeats == [(10.0, 20.0), (0.0, 0.0)] and taken.unreadable == []
 
@@ -507,6 +508,9 @@ def test_each_session_row_carries_its_columns_and_statistics(tmp_path):
         )
         conn.execute("UPDATE sessions SET message_count = 'x', input_tokens = NULL WHERE id = 'p'")
         conn.execute("UPDATE messages SET timestamp = '2026-01-01' WHERE role = 'user'")  # text: odd stamps
+        conn.execute("CREATE TABLE session_turn_leases (conversation_id TEXT, holder TEXT, expires_at REAL)")
+        dead = f"pid={GONE_PID}:pidns={_own_pid_namespace()}"  # a holder proven gone
+        conn.execute("INSERT INTO session_turn_leases VALUES ('p', ?, ?)", (dead, NOW + 30))
         conn.execute(
             "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at)"
             " VALUES ('c', 'h', ?, ?)",
@@ -524,6 +528,7 @@ def test_each_session_row_carries_its_columns_and_statistics(tmp_path):
             **dict(id="p", source="telegram", started_at=NOW - 7200, session_key="agent:main:telegram:dm:1"),
             **stats,
             first_message_id=1,
+            **dict(turn_lease_expires_at=NOW + 30, turn_lease_holder_dead=True),  # held by its lineage's root
             peer=Peer("telegram", "", "", "", ""),
         ),
         "c": SessionRow(
@@ -532,7 +537,7 @@ def test_each_session_row_carries_its_columns_and_statistics(tmp_path):
             **dict(delegate_from="d", branched_from="b", reset_from="r"),
             **stats,
             first_message_id=3,
-            last_activity_at=NOW - 60,
+            last_activity_at=NOW - 60,  # a delegate: a lineage of its own, not under p's turn lease
             **dict(input_tokens=5, output_tokens=6, cost_usd=0.5, lease_expires_at=NOW + 60),
             **dict(handoff_state="done", message_count=7, profile_name="work"),
             peer=Peer("cli", "", "", "", ""),
