@@ -166,20 +166,24 @@ def test_scan_files_names_each_file_and_its_session(tmp_path):
         "saved/sub/two": 14,
         "cache/x": 15,
         "cache/y": 16,
+        "request_dump_a b_20260101_000000.json": 17,  # the raw id, as older Hermes named dumps
+        "s.1.jsonl": 18,
     }
     for name, size in files.items():
         (folder / name).write_bytes(b"x" * size)
     (folder / "saved" / "link").symlink_to(folder / "notes.txt")
     (folder / "s3.jsonl").symlink_to(folder / "notes.txt")
-    found = survey.scan_files(HomeFS(home), {"s1", "s2", "s3", odd})
+    found = survey.scan_files(HomeFS(home), {"s1", "s2", "s3", odd, "a b", "s.1"})
     assert listed(found) == [
         ("cache", "other", 31, None, False),
         ("notes.txt", "other", 12, None, False),
         ("other.jsonl", "transcript", 11, None, False),
+        ("request_dump_a b_20260101_000000.json", "request_dump", 17, "a b", False),
         ("request_dump_a_b_c14cddc033f6_20260101_000000_000001.json", "request_dump", 4, odd, False),
         ("request_dump_gone_20260101_000000.json", "request_dump", 5, None, False),
         ("request_dump_s1_20260101_000000.json", "request_dump", 3, "s1", False),
         ("request_dump_s1_bad.json", "transcript", 6, None, False),
+        ("s.1.jsonl", "transcript", 18, "s.1", False),
         ("s1.jsonl", "transcript", 9, "s1", False),
         ("s2.json", "transcript", 10, "s2", False),
         ("s3.jsonl", "transcript", len(str(folder / "notes.txt")), "s3", True),
@@ -190,24 +194,17 @@ def test_scan_files_names_each_file_and_its_session(tmp_path):
         ("session_zzz.json", "snapshot", 8, None, False),
         ("sessions.json", "routing", 2, None, False),
     ]
-    assert [f.orphan for f in found if f.kind != "saved"] == [
-        False,
-        False,
-        True,
-        False,
-        True,
-        False,
-        True,
-        False,
-        False,
-        False,
-        False,
-        True,
-        False,
+    orphans = [f.path.name for f in found if f.orphan]  # a transcript, dump or snapshot of no session
+    assert orphans == [
+        "other.jsonl",
+        "request_dump_gone_20260101_000000.json",
+        "request_dump_s1_bad.json",
+        "session_zzz.json",
     ]
     assert found[0].mtime == os.lstat(folder / "cache").st_mtime
     assert found[1].mtime == os.lstat(folder / "notes.txt").st_mtime
     assert found[-4].path == folder / "saved" / "sub" / "two"
+    assert found[-4].mtime == os.lstat(folder / "saved" / "sub" / "two").st_mtime
 
 
 def test_scan_files_through_a_moved_sessions_folder_marks_every_file_as_linked(tmp_path):
@@ -572,3 +569,63 @@ def test_what_beside_the_database_could_not_be_read_is_said(small_home, tmp_path
     assert (again.routing_problem, again.unreadable) == (None, [])
     assert again.sessions[leased].runtime_lease and again.sessions[kept].restored_until == NOW + 5
     assert not taken.sessions[leased].runtime_lease and taken.sessions[kept].restored_until is None
+
+
+def test_add_session_reads_odd_rows_and_says_which_may_be_routed():
+    """One row at a time, as the survey hands it on: no source, a start that is not a time, a
+    schema without chat identity; and, with the routing mirror unreadable, the rows a gateway
+    could route to (a key, or a messaging source) kept as maybe routed."""
+    around = survey._Around(set(), {}, {}, set(), set(), None, leased=set(), scheduled={"k"})
+    old = survey.Survey(None, schema({"sessions": ["id", "source"]}), NOW, routing_problem="unreadable")
+    msgs = survey.Stats(messages=3, inactive=1, first_at=NOW - 50, last_at=NOW - 5, first_id=9)
+    rows = {
+        "k": dict(OLDEST, id="k", source=None, started_at="junk", session_key="agent:main:cli:1"),
+        "t": dict(OLDEST, id="t", source="telegram"),
+        "c": dict(OLDEST, id="c", source="cli"),
+    }
+    for row in rows.values():
+        survey._add_session(old, row, msgs, around)
+    k, t, c = (old.sessions[i] for i in "ktc")
+    assert (k.source, k.started_at, k.peer, k.live_schedule, t.live_schedule) == (
+        "unknown",
+        0.0,
+        None,
+        True,
+        False,
+    )
+    assert (k.inactive_messages, k.first_message_at, k.last_message_at, k.first_message_id) == (
+        1,
+        NOW - 50,
+        NOW - 5,
+        9,
+    )
+    assert [k.maybe_routed, t.maybe_routed, c.maybe_routed] == [True, True, False]
+    assert old.message_total == 9
+    readable = survey.Survey(None, schema({"sessions": ["id", "source", "chat_id"]}), NOW)
+    survey._add_session(readable, rows["t"], msgs, around)
+    assert not readable.sessions["t"].maybe_routed and readable.sessions["t"].peer == Peer(
+        "telegram", "", "", "", ""
+    )
+
+
+def test_recovery_fences_are_set_on_the_rows_a_later_reset_passes_over():
+    chat = Peer("telegram", "u", "c", "dm", "")
+    rows = [
+        SessionRow("a", "telegram", 100.0, session_key="K"),  # fenced by b's reset of its key
+        SessionRow("b", "telegram", 200.0, ended_at=300.0, end_reason="session_reset", session_key="K"),
+        SessionRow("c", "telegram", 100.0, peer=chat),  # fenced by d's reset of its chat
+        SessionRow("d", "telegram", 150.0, ended_at=400.0, end_reason="session_reset", peer=chat),
+    ]
+    later = {"a": (True, False), "b": (True, False), "c": (False, True), "d": (False, True)}  # the resets too
+    for version, fenced in ((31, later), (30, {})):
+        taken = survey.Survey(None, SchemaInfo("state.db", "ok", schema_version=version), NOW)
+        taken.sessions = {r.id: r for r in rows}
+        survey._add_recovery_fences(taken)
+        assert {
+            sid: (r.fenced_by_key, r.fenced_by_chat)
+            for sid, r in taken.sessions.items()
+            if r.fenced_by_key or r.fenced_by_chat
+        } == fenced
+        assert [
+            replace(r, fenced_by_key=False, fenced_by_chat=False) for r in taken.sessions.values()
+        ] == rows
