@@ -402,6 +402,7 @@ def test_survey_profile_hands_each_argument_on(small_home, monkeypatch):
     cached = survey.survey_profile(profile, now=NOW, holders=[], cached=True)
     assert seen == [] and (small_home / "keeper" / "stats.db").exists()  # through the cache
     assert cached.sessions == taken.sessions
+    assert survey.survey_profile(profile, now=NOW).holders == []  # found when not given: none here
     later = survey.survey_database(profile)
     assert abs(later.taken_at - time.time()) < 60 and later.schema.schema_version == info.schema_version
 
@@ -467,6 +468,7 @@ def test_read_protections_of_tables_without_their_columns(tmp_path):
         "INSERT INTO async_delegations VALUES ('d1')",
         "CREATE TABLE session_turn_leases (conversation_id TEXT)",
         "CREATE TABLE gateway_heartbeats (started_at REAL)",
+        "CREATE TABLE compression_locks (session_id TEXT)",
     )
     taken = survey.Survey(None, info, NOW)
     around = survey._read_protections(conn, taken)
@@ -477,6 +479,7 @@ def test_read_protections_of_tables_without_their_columns(tmp_path):
         {},
     )
     assert taken.unreadable == [
+        "compression_locks (unexpected columns)",
         "session_turn_leases (unexpected columns)",
         "gateway_heartbeats (unexpected columns)",
     ]
