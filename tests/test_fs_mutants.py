@@ -268,8 +268,8 @@ def test_chmod_and_chown_by_name_never_follow_a_symlink_swapped_in(home, preciou
     for owner in (None, (4242, 4243)):
         (keeper / "y").write_text("mine")
         after_lstat(monkeypatch, "y", swap_for(home, "y", lambda p: p.symlink_to(precious)))
-        with pytest.raises(ValueError, match="cannot use dir_fd and follow_symlinks"):
-            hfs.chmod("keeper", "y", mode=0o777, owner=owner)  # Linux cannot chmod a symlink itself
+        with pytest.raises(KeeperError, match="y is a symlink .*does not follow or replace it"):
+            hfs.chmod("keeper", "y", mode=0o777, owner=owner)
         st = os.stat(precious)
         assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o644, 0), owner
         os.unlink(keeper / "y")
@@ -280,8 +280,8 @@ def test_sqlite_file_tightens_by_name_never_through_a_symlink_swapped_in(home, p
     (keeper / "index.db").write_text("")
     os.chmod(keeper / "index.db", 0o644)
     after_lstat(monkeypatch, "index.db", swap_for(home, "index.db", lambda p: p.symlink_to(precious)))
-    with pytest.raises(ValueError, match="cannot use dir_fd and follow_symlinks"):
-        HomeFS(home).sqlite_file("keeper", "index.db", create=True)  # Linux cannot chmod a symlink itself
+    with pytest.raises(KeeperError, match="index.db is a symlink .*does not follow or replace it"):
+        HomeFS(home).sqlite_file("keeper", "index.db", create=True)
     assert mode(precious) == 0o644
 
 

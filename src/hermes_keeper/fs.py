@@ -59,6 +59,20 @@ def _refuse(path: Path, st: os.stat_result) -> KeeperError:
     )
 
 
+def _chmod_at(dfd: int, name: str, mode: int, path: Path) -> None:
+    """chmod ``name`` in the folder ``dfd``, never through a symlink. One swapped in after the
+    check is refused as any symlink is: Linux cannot chmod a symlink itself, and Python says so
+    with a ValueError (``cannot use dir_fd and follow_symlinks together``), not the keeper's line."""
+    try:
+        os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
+    except (ValueError, NotImplementedError) as exc:
+        raise _refuse(path, os.lstat(name, dir_fd=dfd)) from exc
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+        raise _refuse(path, os.lstat(name, dir_fd=dfd)) from exc
+
+
 def _linked(path: Path, st: os.stat_result) -> KeeperError | None:
     """The refusal of a keeper file with more than one name (a hard link: its other name may be
     outside the home, and writing, truncating or chmod-ing it would change that file too)."""
@@ -286,7 +300,7 @@ class HomeFS:
                 if linked := _linked(self.path(*folder, name + side), st):
                     raise linked
                 if create and _loose(st, FILE_MODE):
-                    os.chmod(name + side, FILE_MODE, dir_fd=dfd, follow_symlinks=False)
+                    _chmod_at(dfd, name + side, FILE_MODE, self.path(*folder, name + side))
         return self.path(*parts)
 
     def rename(self, *parts: str, to: str, sync: bool = True) -> None:
@@ -327,7 +341,7 @@ class HomeFS:
         with self._folder(folder) as dfd:
             if owner is not None:
                 os.chown(name, *owner, dir_fd=dfd, follow_symlinks=False)
-            os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
+            _chmod_at(dfd, name, mode, self.path(*parts))
 
     def sync(self, *parts: str) -> None:
         """fsync the folder ``parts`` (the home when none): its renames and links survive a power cut."""
