@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -426,6 +427,16 @@ def test_the_cli_search_json_is_archive_searchs_with_host_and_profile(fleet_of, 
     assert {line.split(":")[0] for line in heads} == {"a/work"}
     assert sid in narrowed.output
     assert [f.result.total for f in fleet_.search(text, source="no-such-source")] == [0, 0, 0]
+    # The text too is archive search's, line for line, a word past --limit included ("more than").
+    took = re.compile(r" \(\d+(\.\d+)?m?s\)$")
+    lines = [
+        [took.sub("", line.removeprefix("a/work: ")) for line in res.output.splitlines()]
+        for res in (
+            invoke("fleet", "search", "the", "--limit", "1", *where, "--host", "a", "--profile", "work"),
+            invoke("archive", "search", "the", "--limit", "1", "--home", home, "--profile", "work"),
+        )
+    ]
+    assert lines[0] == lines[1] and "more than 1 of" in lines[0][-1], lines
     since = fleet_.search(
         text, "a", "work", source=rows[("a", "work")]["hits"][0]["session"]["source"], since=0
     )

@@ -16,6 +16,7 @@ from hermes_keeper import units
 from hermes_keeper.archive import hermes_import
 from hermes_keeper.archive.query import (
     Filters,
+    SearchResult,
     parse_when,
     render_conversation,
     when,
@@ -189,6 +190,29 @@ def show(profiles, session_id, as_json, full, show_all):
         click.echo(term(line))
 
 
+def echo_search(r: SearchResult, text: str, prefix: str = "") -> None:
+    """One archive's search result: a line and a snippet a hit, then how many matched (the fleet's
+    search prints each host's so too)."""
+    out = console()
+    for h in r.hits:
+        more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
+        inactive = " inactive" if h.inactive else ""
+        head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
+        click.echo(term(f"{head} {h.role}{inactive}{more}"))
+        snippet = cell(f"    {h.snippet}")
+        snippet.highlight_words([text], style="bold yellow", case_sensitive=False)  # a terminal only
+        out.print(snippet)
+    scanned = units.plural(r.scanned, "archived session")
+    if r.complete:
+        click.echo(f"{prefix}{r.total} of {scanned} match ({units.took(r.seconds)})")
+    else:  # it stopped at the first match past --limit
+        shown = f"showing the newest {len(r.hits)} (--limit N shows more)"
+        click.echo(f"{prefix}more than {len(r.hits)} of {scanned} match, {shown} ({units.took(r.seconds)})")
+    if r.damaged:
+        damaged = units.plural(len(r.damaged), "damaged row")
+        click.echo(f"{prefix}{damaged} not searched (see `archive verify`)", err=True)
+
+
 @archive.command(
     "search",
     epilog=examples('archive search "walrus" --since 90d', "archive search invoice --source telegram --json"),
@@ -206,28 +230,8 @@ def search_cmd(profiles, text, filters, limit, as_json):
         emit_json([outcome_row(o) for o in outcomes])
         _exit_if_failed(outcomes)
         return
-    out = console()
     for p, r in results:
-        prefix = f"{p.name}: " if len(profiles) > 1 else ""
-        for h in r.hits:
-            more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
-            inactive = " inactive" if h.inactive else ""
-            head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
-            click.echo(term(f"{head} {h.role}{inactive}{more}"))
-            snippet = cell(f"    {h.snippet}")
-            snippet.highlight_words([text], style="bold yellow", case_sensitive=False)  # a terminal only
-            out.print(snippet)
-        scanned = units.plural(r.scanned, "archived session")
-        if r.complete:
-            click.echo(f"{prefix}{r.total} of {scanned} match ({units.took(r.seconds)})")
-        else:  # it stopped at the first match past --limit
-            shown = f"showing the newest {len(r.hits)} (--limit N shows more)"
-            click.echo(
-                f"{prefix}more than {len(r.hits)} of {scanned} match, {shown} ({units.took(r.seconds)})"
-            )
-        if r.damaged:
-            damaged = units.plural(len(r.damaged), "damaged row")
-            click.echo(f"{prefix}{damaged} not searched (see `archive verify`)", err=True)
+        echo_search(r, text, f"{p.name}: " if len(profiles) > 1 else "")
     _exit_if_failed(outcomes)
 
 

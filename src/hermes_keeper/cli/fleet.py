@@ -13,13 +13,13 @@ import click
 
 from hermes_keeper import units
 from hermes_keeper.archive import hermes_import
-from hermes_keeper.archive.query import render_conversation, when
+from hermes_keeper.archive.query import render_conversation
 from hermes_keeper.check import STATUS
-from hermes_keeper.cli.archive import _damaged_exit, filter_options
+from hermes_keeper.cli.archive import _damaged_exit, echo_search, filter_options
 from hermes_keeper.cli.check import NagiosCommand
 from hermes_keeper.cli.options import HelpGroup, emit_json, examples, json_option, metrics_to, textfile_option
 from hermes_keeper.cli.render import busy, console, print_table, table
-from hermes_keeper.cli.text import cell, term
+from hermes_keeper.cli.text import term
 from hermes_keeper.fleet import FleetRow, FleetSync, status_line
 from hermes_keeper.home import Fleet, resolve_root
 from hermes_keeper.model.policy import CONFIG_NAME, effective_policy
@@ -202,22 +202,11 @@ def search_cmd(fleet, host, profile, text, filters, limit, as_json):
     if as_json:
         emit_json([f.to_dict() for f in found])
         sys.exit(1 if any(f.error for f in found) else 0)
-    out = console()
     for f in found:
-        r, prefix = f.result, f"{f.archive.host}/{f.archive.profile}: "
-        if r is None:
-            click.echo(term(f"hermes-keeper: {prefix}{f.error}"), err=True)
-            continue
-        for h in r.hits:
-            more = f" (+{h.matches - 1} more)" if h.matches > 1 else ""
-            head = f"{prefix}{h.entry.session_id} [{h.entry.source}] {when(h.timestamp)}"
-            click.echo(term(f"{head} {h.role}{' inactive' if h.inactive else ''}{more}"))
-            snippet = cell(f"    {h.snippet}")
-            snippet.highlight_words([text], style="bold yellow", case_sensitive=False)
-            out.print(snippet)
-        shown = f", showing the newest {len(r.hits)}" if r.total > len(r.hits) else ""
-        scanned = units.plural(r.scanned, "archived session")
-        click.echo(f"{prefix}{r.total} of {scanned} match{shown} ({units.took(r.seconds)})")
+        if f.result is None:
+            click.echo(term(f"hermes-keeper: {f.archive.host}/{f.archive.profile}: {f.error}"), err=True)
+        else:
+            echo_search(f.result, text, f"{f.archive.host}/{f.archive.profile}: ")
     if not found:
         click.echo("no cached archive (run `fleet sync`)", err=True)
     sys.exit(1 if any(f.error for f in found) else 0)
