@@ -127,6 +127,7 @@ def test_next_run_says_what_it_resumed(home):
 #: ``python -c CTRL_C_IN_REPORT ARGS...``: the keeper with Ctrl-C arriving as its report starts.
 CTRL_C_IN_REPORT = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as on a terminal, even if started by `cmd &`
 from hermes_keeper import home
 build = home.build_report
 def interrupted(*args, **kwargs):
