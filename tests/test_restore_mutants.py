@@ -23,6 +23,7 @@ from hermes_keeper.backup.restore import SAFETY_PREFIX, SIDECARS, restore_backup
 from hermes_keeper.backup.snapshot import MANIFEST, take_backup
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
+from tests.kill_after import leave_hot_journal
 
 NOW = time.gmtime(1_790_000_000)  # 2026-09-21T14:13:20Z
 BASE = SAFETY_PREFIX + "20260921T141320Z"
@@ -50,14 +51,18 @@ def test_a_safety_name_taken_by_a_file_or_a_sidecar_alone_is_numbered_on(profile
     assert restore_mod._safety_name(fs) == BASE + "-4"
 
 
-def test_the_restored_file_keeps_the_owner_and_mode_of_the_one_it_replaces(profile):
-    """Hermes may run as another user than the keeper (root here): its file stays its own."""
+@pytest.mark.parametrize("euid", [0, 1000])
+def test_the_restored_file_keeps_the_owner_and_mode_of_the_one_it_replaces(profile, monkeypatch, euid):
+    """Hermes may run as another user than the keeper: as root, its file stays its own; as a
+    user (``os.geteuid`` faked), no chown is tried (it would fail) and the file is the keeper's."""
     record = take_backup(profile)
     os.chown(profile.db_path, 1234, 2345)
     os.chmod(profile.db_path, 0o640)
+    monkeypatch.setattr(restore_mod.os, "geteuid", lambda: euid)
     restore_backup(profile, record)
     st = os.stat(profile.db_path)
-    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1234, 2345, 0o640)
+    owner = (1234, 2345) if euid == 0 else (os.getuid(), os.getgid())
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (*owner, 0o640)
 
 
 def test_a_backup_the_manifest_does_not_know_is_refused_naming_the_manifest(profile, tmp_path):
@@ -152,3 +157,26 @@ def test_a_commit_after_a_finished_checkpoint_still_stops_the_swap(profile, tmp_
     finally:
         other.close()
     assert _count(profile.db_path, "SELECT count(*) FROM sessions") == 0
+
+
+def test_a_hot_journal_is_rolled_back_so_the_safety_copy_is_whole_alone(profile, tmp_path):
+    record = take_backup(profile)
+    sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
+    leave_hot_journal(profile.db_path)
+    res = restore_backup(profile, record)
+    assert not [p.name for p in profile.home.glob(f"{res.safety_copy}-*")]
+    alone = tmp_path / "alone.db"
+    shutil.copy(profile.home / res.safety_copy, alone)
+    assert _count(alone, "SELECT count(*) FROM sessions") == sessions  # the killed write undone
+
+
+def test_a_journal_left_without_its_state_db_is_set_aside_not_opened(profile):
+    record = take_backup(profile)
+    sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
+    leave_hot_journal(profile.db_path)
+    profile.db_path.unlink()
+    res = restore_backup(profile, record)
+    assert res.safety_copy is None and res.sessions == sessions
+    assert [p.name for p in profile.home.glob("state.db*-journal")] == [
+        p.name for p in profile.home.glob(SAFETY_PREFIX + "*-journal")
+    ]
