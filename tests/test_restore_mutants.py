@@ -180,3 +180,17 @@ def test_a_journal_left_without_its_state_db_is_set_aside_not_opened(profile):
     assert [p.name for p in profile.home.glob("state.db*-journal")] == [
         p.name for p in profile.home.glob(SAFETY_PREFIX + "*-journal")
     ]
+
+
+def test_a_hot_journal_that_cannot_be_rolled_back_is_refused_in_words(profile, monkeypatch):
+    record = take_backup(profile)
+    leave_hot_journal(profile.db_path)
+
+    def locked(db, **_):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(restore_mod, "connect_rw", locked)
+    said = f"{profile.db_path}: its -journal (a write Hermes did not finish) could not be rolled back"
+    with pytest.raises(KeeperError, match=re.escape(f"{said} (database is locked); start Hermes once")):
+        restore_backup(profile, record)
+    assert not list(profile.home.glob(SAFETY_PREFIX + "*"))
