@@ -20,6 +20,8 @@ from hermes_keeper.run.context import open_run
 TABLES = (
     "CREATE TABLE s (id TEXT PRIMARY KEY, n INTEGER)",
     "CREATE TABLE w (a TEXT, b INTEGER, v TEXT, PRIMARY KEY (b, a)) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX s_n ON s (n)",
+    "create unique index w_v on w (v, b)",  # SQLite keeps it as "CREATE UNIQUE INDEX w_v ..."
 )
 
 
@@ -46,6 +48,22 @@ def test_the_estimate_copy_holds_every_row_of_rowid_and_without_rowid_tables(tmp
     _db(tmp_path / "state.db", 1000)  # over the first read's 200 rows: several reads a table
     compact_mod._copy_rows(tmp_path / "state.db", tmp_path / "copy.db")
     assert _rows(tmp_path / "copy.db") == _rows(tmp_path / "state.db")
+
+
+def test_the_estimate_copy_has_the_indexes_none_of_them_unique(tmp_path):
+    """Its rows may be of different moments and repeat a unique value: the indexes are built
+    after the rows, each as a plain one."""
+    _db(tmp_path / "state.db", 50)
+    compact_mod._copy_rows(tmp_path / "state.db", tmp_path / "copy.db")
+    conn = sqlite3.connect(tmp_path / "copy.db")
+    try:
+        indexes = {r[1]: r[2] for t in ("s", "w") for r in conn.execute(f"PRAGMA index_list({t})")}
+    finally:
+        conn.close()
+    assert {name: unique for name, unique in indexes.items() if not name.startswith("sqlite_")} == {
+        "s_n": 0,
+        "w_v": 0,
+    }
 
 
 class _Reads:
