@@ -118,3 +118,17 @@ def test_a_runs_compact_beside_hermes_is_live_and_converts_within_the_policys_st
     assert res.live is True and res.holders
     assert res.auto_vacuum_after == "incremental", res.note
     assert [r["live"] for r in records] == [True]
+
+
+def test_fast_reads_grow_fourfold_up_to_the_most_rows_a_read(tmp_path, monkeypatch):
+    """Reads that take no time: each asks for four times the rows of the one before, up to
+    :data:`COPY_MAX_ROWS` (made 1000 here)."""
+    _db(tmp_path / "state.db", 3000)
+    monkeypatch.setattr(compact_mod.time, "perf_counter", lambda: 1024.0)
+    monkeypatch.setattr(compact_mod, "COPY_MAX_ROWS", 1000)
+    src, out = sqlite3.connect(tmp_path / "state.db"), sqlite3.connect(tmp_path / "copy.db")
+    out.execute(TABLES[0])
+    reads = _Reads(src)
+    compact_mod._copy_table(reads, out, "s")
+    assert reads.limits == [200, 800, 1000, 1000, 1000]
+    assert out.execute("SELECT count(*) FROM s").fetchone()[0] == 3000
