@@ -16,6 +16,7 @@ from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.model.policy import Policy
 from hermes_keeper.run import compact as compact_mod
 from hermes_keeper.run.context import open_run
+from hermes_keeper.sqlite.writer import Budget, Writer
 
 TABLES = (
     "CREATE TABLE s (id TEXT PRIMARY KEY, n INTEGER)",
@@ -132,3 +133,25 @@ def test_fast_reads_grow_fourfold_up_to_the_most_rows_a_read(tmp_path, monkeypat
     compact_mod._copy_table(reads, out, "s")
     assert reads.limits == [200, 800, 1000, 1000, 1000]
     assert out.execute("SELECT count(*) FROM s").fetchone()[0] == 3000
+
+
+def test_incremental_vacuum_frees_and_counts_every_free_page(tmp_path):
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.executemany("INSERT INTO t VALUES (?)", (("x" * 1000,) for _ in range(300)))
+    conn.execute("DELETE FROM t")
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    conn.close()
+    with Writer(db, Budget(pause_ms=0)) as w:
+        assert compact_mod._incremental(w) == free > 0
+    assert _count_free(db) == 0
+
+
+def _count_free(db):
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("PRAGMA freelist_count").fetchone()[0]
+    finally:
+        conn.close()
