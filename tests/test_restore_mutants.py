@@ -1,0 +1,196 @@
+"""``backup restore``'s edges, each where a one-token change (a mutant, ``tools/mutate.py``) would move it.
+
+``tests/test_backup_restore.py`` holds restore against real Hermes, kills and hot journals; these
+hold the details a surviving mutant of ``backup/restore.py`` changed: the safety copy's name and
+what it holds alone, a checkpoint that cannot finish, the restored file's owner, the words of a
+refusal; so that each one fails here or is explained as equivalent in ``docs/testing.md``.
+Homes built by ``demo`` (no Hermes), small.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import time
+
+import pytest
+
+from hermes_keeper import demo
+from hermes_keeper.backup import restore as restore_mod
+from hermes_keeper.backup.restore import SAFETY_PREFIX, SIDECARS, restore_backup
+from hermes_keeper.backup.snapshot import MANIFEST, take_backup
+from hermes_keeper.errors import KeeperError
+from hermes_keeper.home import select_profiles
+from tests.kill_after import leave_hot_journal
+
+NOW = time.gmtime(1_790_000_000)  # 2026-09-21T14:13:20Z
+BASE = SAFETY_PREFIX + "20260921T141320Z"
+
+
+@pytest.fixture
+def profile(tmp_path):
+    demo.build_home(tmp_path / "home", demo.generate(time.time(), sessions=4))
+    return select_profiles(tmp_path / "home")[0]
+
+
+@pytest.fixture
+def fixed_clock(monkeypatch):
+    monkeypatch.setattr(restore_mod.time, "gmtime", lambda *_: NOW)
+
+
+def test_a_safety_name_taken_by_a_file_or_a_sidecar_alone_is_numbered_on(profile, fixed_clock):
+    fs = profile.fs
+    assert restore_mod._safety_name(fs) == BASE
+    (profile.home / BASE).write_bytes(b"")
+    assert restore_mod._safety_name(fs) == BASE + "-2"
+    (profile.home / f"{BASE}-2{SIDECARS[1]}").write_bytes(b"")  # a -wal whose file is gone
+    assert restore_mod._safety_name(fs) == BASE + "-3"
+    (profile.home / f"{BASE}-3{SIDECARS[2]}").write_bytes(b"")
+    assert restore_mod._safety_name(fs) == BASE + "-4"
+
+
+@pytest.mark.parametrize("euid", [0, 1000])
+def test_the_restored_file_keeps_the_owner_and_mode_of_the_one_it_replaces(profile, monkeypatch, euid):
+    """Hermes may run as another user than the keeper: as root, its file stays its own; as a
+    user (``os.geteuid`` faked), no chown is tried (it would fail) and the file is the keeper's."""
+    record = take_backup(profile)
+    os.chown(profile.db_path, 1234, 2345)
+    os.chmod(profile.db_path, 0o640)
+    monkeypatch.setattr(restore_mod.os, "geteuid", lambda: euid)
+    restore_backup(profile, record)
+    st = os.stat(profile.db_path)
+    owner = (1234, 2345) if euid == 0 else (os.getuid(), os.getgid())
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (*owner, 0o640)
+
+
+def test_a_backup_the_manifest_does_not_know_is_refused_naming_the_manifest(profile, tmp_path):
+    record = take_backup(profile)
+    loose = tmp_path / "loose" / record.name
+    loose.parent.mkdir()
+    shutil.copy(record.path, loose)
+    with pytest.raises(KeeperError, match=re.escape(f"is not in {loose.parent / MANIFEST} (no sha256")):
+        restore_backup(profile, loose)
+
+
+def _count(db, sql="SELECT count(*) FROM messages"):
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _leave_a_wal(profile, tmp_path):
+    """A -wal with commits state.db does not have yet (a killed Hermes's): every message deleted."""
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    shutil.copy(profile.db_path, crashed / "state.db")
+    conn = sqlite3.connect(crashed / "state.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("DELETE FROM messages")
+    for name in ("state.db", "state.db-wal"):
+        shutil.copy(crashed / name, profile.home / name)
+    conn.close()
+
+
+def test_commits_left_in_a_wal_beside_state_db_are_in_the_safety_copy_alone(profile, tmp_path):
+    """The -wal is checkpointed before the swap: the safety copy is whole as one file, no -wal
+    of its own to keep beside it."""
+    record = take_backup(profile)
+    _leave_a_wal(profile, tmp_path)
+    res = restore_backup(profile, record)
+    assert not [p.name for p in profile.home.glob(f"{res.safety_copy}-*")]
+    alone = tmp_path / "alone.db"
+    shutil.copy(profile.home / res.safety_copy, alone)
+    assert _count(alone) == 0 and _count(profile.db_path) == res.messages > 0
+
+
+def test_a_wal_that_cannot_be_checkpointed_stops_a_forced_restore_before_the_swap(
+    profile, tmp_path, monkeypatch
+):
+    """A reader in the -wal (forced past the holder check) keeps TRUNCATE from finishing: refused,
+    state.db and its -wal as they were (no wait for the reader here: busy at once)."""
+    real = restore_mod.connect_rw
+    monkeypatch.setattr(restore_mod, "connect_rw", lambda db, **_: real(db, busy_timeout_s=0))
+    record = take_backup(profile)
+    _leave_a_wal(profile, tmp_path)
+    reader = sqlite3.connect(profile.db_path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM messages").fetchone()
+    try:
+        with pytest.raises(
+            KeeperError, match=re.escape(f"{profile.db_path}: its -wal could not be checkpointed")
+        ):
+            restore_backup(profile, record, force=True)
+    finally:
+        reader.close()
+    assert not list(profile.home.glob(SAFETY_PREFIX + "*"))
+    assert _count(profile.db_path) == 0  # its -wal's commits still there
+
+
+class _WriteOnClose:
+    """The checkpoint's connection, with a write of another connection landing as it closes (a
+    Hermes commit between the checkpoint and the look at the -wal)."""
+
+    def __init__(self, conn, other):
+        self.conn, self.other = conn, other
+
+    def execute(self, sql):
+        return self.conn.execute(sql)
+
+    def close(self):
+        self.conn.close()
+        self.other.execute("DELETE FROM sessions")
+
+
+def test_a_commit_after_a_finished_checkpoint_still_stops_the_swap(profile, tmp_path, monkeypatch):
+    _leave_a_wal(profile, tmp_path)
+    other = sqlite3.connect(profile.db_path, isolation_level=None)
+    real = restore_mod.connect_rw
+    monkeypatch.setattr(restore_mod, "connect_rw", lambda db, **kw: _WriteOnClose(real(db, **kw), other))
+    try:
+        with pytest.raises(KeeperError, match="its -wal could not be checkpointed"):
+            restore_mod._checkpoint(profile.db_path)
+    finally:
+        other.close()
+    assert _count(profile.db_path, "SELECT count(*) FROM sessions") == 0
+
+
+def test_a_hot_journal_is_rolled_back_so_the_safety_copy_is_whole_alone(profile, tmp_path):
+    record = take_backup(profile)
+    sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
+    leave_hot_journal(profile.db_path)
+    res = restore_backup(profile, record)
+    assert not [p.name for p in profile.home.glob(f"{res.safety_copy}-*")]
+    alone = tmp_path / "alone.db"
+    shutil.copy(profile.home / res.safety_copy, alone)
+    assert _count(alone, "SELECT count(*) FROM sessions") == sessions  # the killed write undone
+
+
+def test_a_journal_left_without_its_state_db_is_set_aside_not_opened(profile):
+    record = take_backup(profile)
+    sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
+    leave_hot_journal(profile.db_path)
+    profile.db_path.unlink()
+    res = restore_backup(profile, record)
+    assert res.safety_copy is None and res.sessions == sessions
+    assert [p.name for p in profile.home.glob("state.db*-journal")] == [
+        p.name for p in profile.home.glob(SAFETY_PREFIX + "*-journal")
+    ]
+
+
+def test_a_hot_journal_that_cannot_be_rolled_back_is_refused_in_words(profile, monkeypatch):
+    record = take_backup(profile)
+    leave_hot_journal(profile.db_path)
+
+    def locked(db, **_):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(restore_mod, "connect_rw", locked)
+    said = f"{profile.db_path}: its -journal (a write Hermes did not finish) could not be rolled back"
+    with pytest.raises(KeeperError, match=re.escape(f"{said} (database is locked); start Hermes once")):
+        restore_backup(profile, record)
+    assert not list(profile.home.glob(SAFETY_PREFIX + "*"))
