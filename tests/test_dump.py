@@ -4,6 +4,7 @@ rebuild, and a dump cut short or altered."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -167,6 +168,11 @@ def test_a_dump_cut_short_altered_or_foreign_is_refused(tmp_path):
     (link / "0-head.sql").symlink_to(tmp_path / "ok.sql.d" / "0-head.sql")
     with pytest.raises(KeeperError, match="cannot read this part"):
         dump.load_dump(link, tmp_path / "linked.db")
+    odd = tmp_path / "odd.sql.d"
+    odd.mkdir()
+    os.mkfifo(odd / "0-head.sql")  # a FIFO where a part should be: refused, never waited on
+    with pytest.raises(KeeperError, match="cannot read this part"):
+        dump.load_dump(odd, tmp_path / "odd.db")
 
 
 @pytest.mark.parametrize("spec", ["0.13.0", "0.19.0", IOT])

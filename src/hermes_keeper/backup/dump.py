@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import io
 import math
 import os
 import re
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_keeper.errors import KeeperError
-from hermes_keeper.fs import open_private, private_dir
+from hermes_keeper.fs import open_private, private_dir, read_regular
 from hermes_keeper.sqlite.connect import connect_ro
 from hermes_keeper.sqlite.schema import quote_ident
 
@@ -330,14 +331,14 @@ def write_dump(db: Path, folder: Path) -> int:
 
 
 def _lines(src: Path) -> Iterator[bytes]:
-    """The lines of a dump: its files in name order (a folder), or the one file."""
+    """The lines of a dump: its files in name order (a folder), or the one file. Read through the
+    filesystem door: a link, a folder or a FIFO in a fetched copy is refused, never followed."""
     for path in sorted(src.iterdir()) if src.is_dir() else [src]:
         try:
-            fh = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
-        except OSError as exc:  # a link in a fetched copy is never followed
-            raise KeeperError(f"{path}: cannot read this part of the dump ({exc.strerror})") from exc
-        with fh:
-            yield from fh
+            data = read_regular(path, follow=False)
+        except (KeeperError, OSError) as exc:
+            raise KeeperError(f"{path}: cannot read this part of the dump ({exc})") from exc
+        yield from io.BytesIO(data)
 
 
 def _statements_in(src: Iterator[bytes]) -> Iterator[str]:
