@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from filelock import FileLock
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".cache" / "mutmut"
 MUTMUT = "mutmut==3.8.1"
@@ -30,7 +32,9 @@ NOT_RUN = (": not checked", ": check was interrupted by user")
 
 def _venv() -> Path:
     python = VENV / "bin" / "python"
-    if not python.exists():
+    with FileLock(VENV.with_suffix(".lock")):
+        if python.exists():
+            return python
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", MUTMUT], check=True)
     return python
@@ -71,7 +75,8 @@ def main() -> int:
         archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(work)], input=archive.stdout, check=True)
         (work / ".cache").symlink_to(ROOT / ".cache")  # real Hermes for the tests that need it
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", ".[dev]"], cwd=work, check=True)
+        with FileLock(VENV.with_suffix(".lock")):  # runs side by side share the venv; one install at a time
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", ".[dev]"], cwd=work, check=True)
         with open(work / "pyproject.toml", "a", encoding="utf-8") as fh:
             tests = ", ".join(f'"{t}"' for t in args.tests)
             fh.write(
