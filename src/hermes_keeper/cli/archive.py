@@ -84,6 +84,34 @@ def filter_options(fn):
     return wrapper
 
 
+def export_options(markdown: str, output: str):
+    """``--format``, ``-o`` and ``--split`` of ``archive export`` and ``fleet export`` (``markdown`` and
+    ``output`` say where each writes); ``--split`` without ``-o`` is refused before any work."""
+
+    def decorate(fn):
+        @click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["hermes-jsonl", "markdown"]),
+            default="hermes-jsonl",
+            show_default=True,
+            help=f"hermes-jsonl: one file Hermes imports; markdown: {markdown}",
+        )
+        @click.option("-o", "--output", type=click.Path(), default=None, help=output)
+        @click.option(
+            "--split", is_flag=True, help="With -o: FILE-001.jsonl, ... each fitting one Hermes import call."
+        )
+        @functools.wraps(fn)
+        def wrapper(*args, split, output, **kwargs):
+            if split and not output:
+                raise click.UsageError("--split needs -o FILE")
+            return fn(*args, split=split, output=output, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
 def _warn_unmatched_sources(archives: list[ProfileArchive], filters: Filters, listed: list) -> None:
     """``--source crn``: a source no archived session has is said on stderr, with the one of the
     archive's sources it most likely meant (an empty list alone reads as "nothing archived")."""
@@ -296,23 +324,9 @@ def restore_cmd(profiles, session_ids, dry_run, force, as_json):
 @one_profile_options
 @click.argument("session_ids", nargs=-1, metavar="[ID]...")
 @filter_options
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["hermes-jsonl", "markdown"]),
-    default="hermes-jsonl",
-    show_default=True,
-    help="hermes-jsonl: one file Hermes imports; markdown: one readable .md per session into -o DIR.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(),
-    default=None,
-    help="File (0600; default stdout), or with --format markdown the folder (made 0700).",
-)
-@click.option(
-    "--split", is_flag=True, help="With -o: FILE-001.jsonl, ... each fitting one Hermes import call."
+@export_options(
+    markdown="one readable .md per session into -o DIR.",
+    output="File (0600; default stdout), or with --format markdown the folder (made 0700).",
 )
 def export_cmd(profiles, session_ids, filters, fmt, output, split):
     """One session per line, as Hermes's export_session returns it (importable by import_sessions),
@@ -321,8 +335,6 @@ def export_cmd(profiles, session_ids, filters, fmt, output, split):
     Import with Hermes's own code: HERMES_HOME=... <hermes python> hermes_import.py FILE
     (the path is printed after the export), or a --split file on the dashboard's Sessions page.
     """
-    if split and not output:
-        raise click.UsageError("--split needs -o FILE")
     filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
     if fmt == "markdown":
         _export_markdown(_one(profiles), output, filters, split)

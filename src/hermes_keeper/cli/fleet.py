@@ -15,7 +15,7 @@ from hermes_keeper import units
 from hermes_keeper.archive import hermes_import
 from hermes_keeper.archive.query import render_conversation
 from hermes_keeper.check import STATUS
-from hermes_keeper.cli.archive import _damaged_exit, echo_search, filter_options
+from hermes_keeper.cli.archive import _damaged_exit, echo_search, export_options, filter_options
 from hermes_keeper.cli.check import NagiosCommand
 from hermes_keeper.cli.options import HelpGroup, emit_json, examples, json_option, metrics_to, textfile_option
 from hermes_keeper.cli.render import busy, console, print_table, table
@@ -246,21 +246,10 @@ def show_cmd(fleet, host, session_id, profile, as_json, full, show_all):
 @host_options
 @click.argument("session_ids", nargs=-1, metavar="[ID]...")
 @filter_options
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["hermes-jsonl", "markdown"]),
-    default="hermes-jsonl",
-    show_default=True,
-    help="hermes-jsonl: Hermes's import format; markdown: DIR/<host>/<profile>/<id>.md.",
-)
-@click.option("-o", "--output", type=click.Path(), default=None, help="File (one archive), or folder.")
-@click.option("--split", is_flag=True, help="With -o: FILE-001.jsonl, ... each one Hermes import call.")
+@export_options(markdown="DIR/<host>/<profile>/<id>.md.", output="File (one archive), or folder.")
 def export_cmd(fleet, host, profile, session_ids, filters, fmt, output, split):
     """Cached archived sessions as `archive export` writes them: every host's to stdout, one
     host's to -o FILE (--host/--profile), or --format markdown into -o DIR by host and profile."""
-    if split and not output:
-        raise click.UsageError("--split needs -o FILE")
     if fmt == "markdown" and (not output or split):
         raise click.UsageError("--format markdown writes one file per session: give -o DIR (no --split)")
     filters = filters.addressed(tuple(session_ids)) if session_ids else replace(filters, newest=True)
