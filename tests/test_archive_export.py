@@ -168,3 +168,16 @@ def test_import_batches_respect_hermes_limits():
 )
 def test_too_big_for_hermes_import(session, reason):
     assert hermes_import.too_big(session) == reason
+
+
+@pytest.mark.parametrize("command", [["archive", "export"], ["fleet", "export"]])
+def test_split_without_a_file_is_refused_before_any_work(command, tmp_path):
+    """Both exports take --split from one place: without -o it is a usage error (2), and nothing
+    was read (the home here is not even a Hermes home, the fleet's file names no repository)."""
+    (tmp_path / "keeper.toml").write_text("")
+    where = (
+        ["--config", str(tmp_path / "keeper.toml")] if command[0] == "fleet" else ["--home", str(tmp_path)]
+    )
+    res = CliRunner().invoke(main, [*command, "--split", *where])
+    assert res.exit_code == 2, res.output
+    assert "--split needs -o FILE" in res.output

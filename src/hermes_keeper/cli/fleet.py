@@ -242,11 +242,12 @@ def show_cmd(fleet, host, session_id, profile, as_json, full, show_all):
         "fleet export --format markdown --since 90d -o ~/fleet-conversations",
     ),
 )
+# first, so that its usage errors come before the config is read
+@export_options(markdown="DIR/<host>/<profile>/<id>.md.", output="File (one archive), or folder.")
 @config_options
 @host_options
 @click.argument("session_ids", nargs=-1, metavar="[ID]...")
 @filter_options
-@export_options(markdown="DIR/<host>/<profile>/<id>.md.", output="File (one archive), or folder.")
 def export_cmd(fleet, host, profile, session_ids, filters, fmt, output, split):
     """Cached archived sessions as `archive export` writes them: every host's to stdout, one
     host's to -o FILE (--host/--profile), or --format markdown into -o DIR by host and profile."""
