@@ -16,11 +16,13 @@ import pytest
 from hermes_keeper.archive import restore
 from hermes_keeper.archive.payload import FORMAT
 from hermes_keeper.archive.store import ARCHIVED, PRUNED, RESTORED, Archive
-from hermes_keeper.errors import KeeperError
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.place import Place
 from hermes_keeper.run.survey import SessionRow
+from hermes_keeper.sqlite import writer
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
+from hermes_keeper.sqlite.walreset import WalGuard
 from hermes_keeper.sqlite.writer import Budget
 from tests import archive_home as ah
 from tests import upstream_home as up
@@ -804,9 +806,42 @@ def test_restore_sessions_plans_writes_and_journals(tmp_path):
     )
     assert done.transactions == 8 and done.max_txn_ms > 0
     assert _sql(home, "SELECT id, archived FROM sessions ORDER BY id") == [("c", 0), ("p", 0)]
-    records = [r for r in _records(home) if r["action"].startswith("restore")]
+    records = [r for r in _records(home) if r["action"] != "fts_merge"]  # merges: as many as the hold takes
     assert [(r["action"], r.get("refused"), r.get("sessions")) for r in records] == [
+        ("restore-refused", {"nobody": "not in the archive"}, None),  # the dry run wrote none
         ("restore-refused", {"nobody": "not in the archive"}, None),
-        ("restore-refused", {"nobody": "not in the archive"}, None),
+        ("fts_hold", None, None),  # the FTS merge hold, journaled with the restore
         ("restored", None, ["p", "c"]),
+        ("fts_restored", None, None),
     ]
+
+
+def test_restore_sessions_waits_out_hermes_maintenance_and_tells_of_a_hands_off(tmp_path, monkeypatch):
+    home = _home(tmp_path)
+    (home / "config.yaml").write_text("sessions:\n  auto_prune: false\n")
+    _archive(home, _payload("s", [1]))
+    place = Place("default", home, home)
+    _sql(home, "INSERT INTO state_meta VALUES ('fts_rebuild_progress', '1')")
+    assert [m["session_id"] for m in restore.restore_sessions(place, ["s"], dry_run=True).members] == ["s"]
+    with pytest.raises(TryLater) as later:
+        restore.restore_sessions(place, ["s"])
+    assert str(later.value) == (
+        "Hermes is rebuilding its search index (deferred FTS rebuild in state_meta); nothing changed,"
+        " run again later"
+    )
+    assert _sql(home, "SELECT count(*) FROM sessions") == [(0,)]
+    _sql(home, "DELETE FROM state_meta")
+    guard = WalGuard("3.40.1", vulnerable=True, wal=True, holders=("hermes (pid 1)",))
+    monkeypatch.setattr(writer, "wal_guard", lambda *a, **k: guard)
+    done = restore.restore_sessions(place, ["s"], budget=Budget(pause_ms=0))
+    assert (done.restored, done.warnings) == (["s"], [guard.note()])
+
+
+def test_restore_sessions_refuses_a_database_whose_timestamps_are_not_seconds(tmp_path):
+    home = _home(tmp_path)
+    _archive(home, _payload("s", [1]))
+    _sql(home, "INSERT INTO sessions (id, source, started_at) VALUES ('ms', 'cli', 1700000000000)")
+    with pytest.raises(
+        KeeperError, match="refusing to change a database whose timestamps are not unix seconds"
+    ):
+        restore.restore_sessions(Place("default", home, home), ["s"], dry_run=True)
