@@ -7,6 +7,7 @@ Written against the mutants ``tools/mutate.py src/hermes_keeper/archive/restore.
 from __future__ import annotations
 
 import base64
+import shutil
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -92,9 +93,23 @@ def test_session_row_for_a_schema_without_system_prompts_takes_the_text_inline()
 T0 = 1_700_000_000.0
 
 
-def _home(tmp_path) -> Path:
-    home = up.build(tmp_path / "home")
-    (home / "keeper").mkdir(mode=0o700)
+@pytest.fixture(scope="module")
+def schema31(tmp_path_factory) -> Path:
+    """One empty schema-31 state.db (as ``upstream_home.build`` makes it, without its sync a table),
+    copied for each test."""
+    path = tmp_path_factory.mktemp("schema31") / "state.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.executescript(up.SCHEMA_31.read_text(encoding="utf-8"))
+    conn.close()
+    return path
+
+
+@pytest.fixture
+def home(tmp_path, schema31) -> Path:
+    home = tmp_path / "home"
+    (home / "keeper").mkdir(parents=True, mode=0o700)
+    shutil.copyfile(schema31, home / "state.db")
     return home
 
 
@@ -133,14 +148,21 @@ def _payload(
 
 
 def _archive(home, *payloads, state=PRUNED) -> list[int]:
-    with Archive.for_home(home / "keeper") as store:
+    with Archive.for_home(home / "keeper", synchronous="OFF") as store:
         entries = store.put(payloads)
         store.set_state(entries, state)
     return entries
 
 
-def _sql(home, sql, params=()) -> list[tuple]:
+def _db(home) -> sqlite3.Connection:
+    """state.db, written without syncs: the tests need no durability, the shared disk is slow."""
     conn = sqlite3.connect(home / "state.db")
+    conn.execute("PRAGMA synchronous=OFF")
+    return conn
+
+
+def _sql(home, sql, params=()) -> list[tuple]:
+    conn = _db(home)
     try:
         with conn:
             return conn.execute(sql, params).fetchall()
@@ -213,8 +235,7 @@ def test_inactive_messages_go_back_only_where_hermes_has_the_notion():
     assert restore._restorable_messages(p, schema({"messages": ["id"]})) == [msgs[0], msgs[2]]
 
 
-def test_a_conversation_comes_back_whole_parents_first_with_each_members_reason(tmp_path):
-    home = _home(tmp_path)
+def test_a_conversation_comes_back_whole_parents_first_with_each_members_reason(home):
     _archive(
         home,
         _payload("p", [1, 2], end="compression", title="Walrus"),
@@ -238,9 +259,8 @@ def test_a_conversation_comes_back_whole_parents_first_with_each_members_reason(
     assert len(both.groups) == 2
 
 
-def test_a_member_already_back_stays_and_a_branch_asked_after_its_parent_keeps_its_link(tmp_path):
-    home = _home(tmp_path)
-    conn = sqlite3.connect(home / "state.db")
+def test_a_member_already_back_stays_and_a_branch_asked_after_its_parent_keeps_its_link(home):
+    conn = _db(home)
     up.add_session(conn, "there", T0, texts=())
     conn.commit()
     conn.close()
@@ -267,7 +287,7 @@ def test_a_member_already_back_stays_and_a_branch_asked_after_its_parent_keeps_i
 
 def _put_back(home, p, ids) -> None:
     """What an interrupted restore left: the (hidden) row and some of its messages."""
-    conn = sqlite3.connect(home / "state.db")
+    conn = _db(home)
     s = p["session"]
     conn.execute(
         "INSERT INTO sessions (id, source, started_at, archived) VALUES (?, ?, ?, 1)",
@@ -283,8 +303,7 @@ def _put_back(home, p, ids) -> None:
     conn.close()
 
 
-def test_a_session_partly_back_from_an_interrupted_restore_is_resumed(tmp_path):
-    home = _home(tmp_path)
+def test_a_session_partly_back_from_an_interrupted_restore_is_resumed(home):
     p = _payload("s", [1, 2, 3], system_prompt_hash=HASH_A)
     _archive(home, p, _payload("kid", [4], started=T0 + 5, parent="s"))
     _put_back(home, p, {1, 2})
@@ -296,8 +315,7 @@ def test_a_session_partly_back_from_an_interrupted_restore_is_resumed(tmp_path):
     assert plan.groups[0].members[0].to_dict()["resume"] is True
 
 
-def test_a_row_in_state_db_that_is_not_an_interrupted_restore_is_refused(tmp_path):
-    home = _home(tmp_path)
+def test_a_row_in_state_db_that_is_not_an_interrupted_restore_is_refused(home):
     p, q = _payload("s", [1, 2]), _payload("t", [3, 4], started=T0 + 10)
     r = _payload("r", [5], started=T0 + 20)
     _archive(home, p, q)
@@ -316,8 +334,7 @@ def test_a_row_in_state_db_that_is_not_an_interrupted_restore_is_refused(tmp_pat
     }
 
 
-def test_a_damaged_row_refuses_its_whole_conversation_in_words(tmp_path):
-    home = _home(tmp_path)
+def test_a_damaged_row_refuses_its_whole_conversation_in_words(home):
     _archive(
         home,
         _payload("p", [1], end="compression"),
@@ -338,8 +355,7 @@ def test_a_damaged_row_refuses_its_whole_conversation_in_words(tmp_path):
     assert _plan(home, ["alone"]).refused == {"alone": f"archive row damaged: alone {why}"}
 
 
-def test_a_damaged_row_already_back_in_state_db_refuses_nothing(tmp_path):
-    home = _home(tmp_path)
+def test_a_damaged_row_already_back_in_state_db_refuses_nothing(home):
     p = _payload("p", [1])
     _archive(home, p, _payload("c", [2], started=T0 + 10, parent="p"))
     _put_back(home, p, {1})
@@ -349,12 +365,11 @@ def test_a_damaged_row_already_back_in_state_db_refuses_nothing(tmp_path):
     assert plan.refused == {} and _planned(plan) == [(["c"], [("c", "requested", None, False)])]
 
 
-def test_an_archive_address_restores_that_entry(tmp_path):
-    home = _home(tmp_path)
+def test_an_archive_address_restores_that_entry(home):
     old = _payload("s", [1, 2], title="old")
     _archive(home, old)
     new = _payload("s", [1, 3], title="new")  # not a superset of the pruned one: both entries stay
-    with Archive.for_home(home / "keeper") as store:
+    with Archive.for_home(home / "keeper", synchronous="OFF") as store:
         store.set_state([1], ARCHIVED)
         assert store.put([new]) == [2]
         store.set_state([2], PRUNED)
@@ -367,22 +382,20 @@ def test_an_archive_address_restores_that_entry(tmp_path):
         "#7": "no such archive entry",
         "nobody": "not in the archive",
     }
-    with Archive.for_home(home / "keeper") as store:
+    with Archive.for_home(home / "keeper", synchronous="OFF") as store:
         planner = restore._Planner(store, None)
         assert planner.payload("s")["session"]["title"] == "new"
         planner.pin(store.by_entry(1))
         assert planner.entries["s"].entry == 1 and planner.payload("s")["session"]["title"] == "old"
 
 
-def test_a_session_named_like_an_address_is_that_session(tmp_path):
-    home = _home(tmp_path)
+def test_a_session_named_like_an_address_is_that_session(home):
     _archive(home, _payload("x", [1]), _payload("#1", [2], started=T0 + 1))
     plan = _plan(home, ["#1"])
     assert _planned(plan) == [(["#1"], [("#1", "requested", None, False)])]
 
 
-def test_newer_format_unfit_rows_and_taken_ids_are_refused_in_words(tmp_path):
-    home = _home(tmp_path)
+def test_newer_format_unfit_rows_and_taken_ids_are_refused_in_words(home):
     newer = {**_payload("new", [1]), "format": FORMAT + 1}
     bare = _payload("bare", [2, 3], started=T0 + 1)
     del bare["session"]["started_at"]
@@ -390,7 +403,7 @@ def test_newer_format_unfit_rows_and_taken_ids_are_refused_in_words(tmp_path):
         del m["role"], m["timestamp"]
     taken = _payload("taken", [10, 11, 12], started=T0 + 2)
     _archive(home, newer, bare, taken)
-    conn = sqlite3.connect(home / "state.db")
+    conn = _db(home)
     up.add_session(conn, "other", T0, texts=("a", "b"))
     conn.execute("UPDATE messages SET id = id + 10")  # 11, 12: the ids 'taken' needs
     conn.commit()
@@ -412,8 +425,7 @@ def test_newer_format_unfit_rows_and_taken_ids_are_refused_in_words(tmp_path):
     }
 
 
-def test_a_resumed_session_needs_only_its_missing_ids_free(tmp_path):
-    home = _home(tmp_path)
+def test_a_resumed_session_needs_only_its_missing_ids_free(home):
     p = _payload("s", [1, 2, 3])
     _archive(home, p)
     _put_back(home, p, {1, 2})
@@ -425,9 +437,8 @@ def test_a_resumed_session_needs_only_its_missing_ids_free(tmp_path):
     }
 
 
-def test_a_prompt_hermes_deleted_is_warned_of_once_per_column(tmp_path):
-    home = _home(tmp_path)
-    conn = sqlite3.connect(home / "state.db")
+def test_a_prompt_hermes_deleted_is_warned_of_once_per_column(home):
+    conn = _db(home)
     in_db = up.store_prompt(conn, "kept by Hermes")
     conn.commit()
     conn.close()
@@ -494,11 +505,16 @@ def inspect_31() -> SchemaInfo:
 
 class _Steps:
     """A :class:`Writer` as the restore drives it: each step one transaction, recorded (its units,
-    whether it fed a batch, and each session's ``archived`` flag after it); batches keep their start size."""
+    whether it fed a batch, and each session's ``archived`` flag after it, its parent link in ``links``);
+    batches keep their start size. Foreign keys on, as the Writer's connection has them."""
 
     def __init__(self, home):
-        self.conn = sqlite3.connect(home / "state.db")
+        self.conn = _db(home)
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        hidden = any(r[1] == "archived" for r in self.conn.execute("PRAGMA table_info(sessions)"))
+        self.flags = f"SELECT id, {'archived' if hidden else 'NULL'} FROM sessions ORDER BY id"
         self.steps: list[tuple] = []
+        self.links: list[list[tuple]] = []
         self.stats = SimpleNamespace(transactions=0, max_txn_ms=1.23456)
 
     def batch(self, start=50, fill=0.6):
@@ -507,14 +523,17 @@ class _Steps:
     def step(self, fn, batch=None, units=1):
         with self.conn:
             fn(self.conn)
-        flags = self.conn.execute("SELECT id, archived FROM sessions ORDER BY id").fetchall()
+        flags = self.conn.execute(self.flags).fetchall()
         self.steps.append((units, batch is not None, flags))
+        self.links.append(
+            self.conn.execute("SELECT id, parent_session_id FROM sessions ORDER BY id").fetchall()
+        )
         self.stats.transactions += 1
 
 
 def _apply(home, plan, journal=None):
     w = _Steps(home)
-    with Archive.for_home(home / "keeper") as store:
+    with Archive.for_home(home / "keeper", synchronous="OFF") as store:
         result = restore.apply_restore(w, inspect(home / "state.db"), store, plan, journal)
         states = [(e.session_id, e.state) for e in store.entries("ORDER BY entry")]
     w.conn.close()
@@ -525,9 +544,8 @@ def _records(home) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("ts", "run")} for r in read_journal(home / "keeper")]
 
 
-def test_apply_puts_every_row_back_hidden_until_its_last_step(tmp_path):
-    home = _home(tmp_path)
-    conn = sqlite3.connect(home / "state.db")
+def test_apply_puts_every_row_back_hidden_until_its_last_step(home):
+    conn = _db(home)
     up.add_session(conn, "newcomer", T0 + 500, texts=())
     conn.execute("UPDATE sessions SET title = 'Walrus' WHERE id = 'newcomer'")
     conn.execute("INSERT INTO state_meta VALUES ('goal:c', 'written by Hermes since')")
@@ -604,8 +622,7 @@ def test_apply_puts_every_row_back_hidden_until_its_last_step(tmp_path):
     ]
 
 
-def test_apply_inserts_messages_in_batches_and_finishes_a_resumed_session(tmp_path):
-    home = _home(tmp_path)
+def test_apply_inserts_messages_in_batches_and_finishes_a_resumed_session(home):
     big = _payload("big", list(range(1, 451)))
     part = _payload("part", [501, 502, 503], started=T0 + 1, title="Part", archived=1)
     _archive(home, big, part)
@@ -632,8 +649,7 @@ def test_apply_inserts_messages_in_batches_and_finishes_a_resumed_session(tmp_pa
     assert (result.restored, result.messages, result.retitled) == (["big", "part"], 452, {})
 
 
-def test_a_failed_group_stays_hidden_and_pruned_and_the_next_goes_on(tmp_path):
-    home = _home(tmp_path)
+def test_a_failed_group_stays_hidden_and_pruned_and_the_next_goes_on(home):
     _archive(home, _payload("a", [1, 2]), _payload("b", [3], started=T0 + 1))
     plan = _plan(home, ["a", "b"])
     _sql(home, "INSERT INTO sessions (id, source, started_at) VALUES ('hermes', 'cli', 1)")
@@ -652,14 +668,16 @@ def test_a_failed_group_stays_hidden_and_pruned_and_the_next_goes_on(tmp_path):
     ]
 
 
-def test_a_cycle_of_parents_is_linked_once_both_are_in(tmp_path):
-    home = _home(tmp_path)
+def test_a_cycle_of_parents_is_linked_once_both_are_in(home):
     _archive(home, _payload("a", [1], parent="b"), _payload("b", [2], started=T0 + 1, parent="a"))
     plan = _plan(home, ["a"])
     assert [m.session_id for m in plan.groups[0].members] == ["b", "a"]
     w, _, _ = _apply(home, plan)
     assert [s[:2] for s in w.steps][-1] == (1, False)  # the relink: one step after the members
     assert len(w.steps) == 7
+    assert w.links[0] == [("b", None)]  # a is not in yet: b goes in without its link
+    assert w.links[3] == [("a", "b"), ("b", None)]
+    assert w.links[5] == [("a", "b"), ("b", None)]
     assert _sql(home, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [("a", "b"), ("b", "a")]
 
 
@@ -695,8 +713,7 @@ def test_free_title_skips_titles_other_sessions_hold():
     assert restore._free_title(conn, "V", "new") == "V"
 
 
-def test_open_archive_refuses_in_one_line(tmp_path):
-    home = _home(tmp_path)
+def test_open_archive_refuses_in_one_line(home):
     place = Place("default", home, home)
     path = home / "keeper" / "archive.db"
     with pytest.raises(KeeperError) as no:
@@ -743,8 +760,7 @@ def test_archived_row_is_the_row_a_survey_reads_after_the_restore():
     )
 
 
-def test_a_restore_hermes_would_prune_again_is_refused_or_forced_with_words(tmp_path):
-    home = _home(tmp_path)
+def test_a_restore_hermes_would_prune_again_is_refused_or_forced_with_words(home):
     (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 1.5\n")
     ids = ["s1", "s2", "s3", "s4", "s5"]
     _archive(home, *[_payload(s, [i]) for i, s in enumerate(ids, 1)], _payload("pin", [9], pinned=1))
@@ -776,8 +792,7 @@ def test_a_restore_hermes_would_prune_again_is_refused_or_forced_with_words(tmp_
     restore._refuse_if_undone(place, schema31, plan, False)  # off: nothing to refuse
 
 
-def test_restore_sessions_plans_writes_and_journals(tmp_path):
-    home = _home(tmp_path)
+def test_restore_sessions_plans_writes_and_journals(home):
     (home / "config.yaml").write_text("sessions:\n  auto_prune: false\n")
     _archive(home, _payload("p", [1, 2], end="compression"), _payload("c", [3], started=T0 + 1, parent="p"))
     place = Place("default", home, home)
@@ -816,8 +831,7 @@ def test_restore_sessions_plans_writes_and_journals(tmp_path):
     ]
 
 
-def test_restore_sessions_waits_out_hermes_maintenance_and_tells_of_a_hands_off(tmp_path, monkeypatch):
-    home = _home(tmp_path)
+def test_restore_sessions_waits_out_hermes_maintenance_and_tells_of_a_hands_off(home, monkeypatch):
     (home / "config.yaml").write_text("sessions:\n  auto_prune: false\n")
     _archive(home, _payload("s", [1]))
     place = Place("default", home, home)
@@ -837,11 +851,137 @@ def test_restore_sessions_waits_out_hermes_maintenance_and_tells_of_a_hands_off(
     assert (done.restored, done.warnings) == (["s"], [guard.note()])
 
 
-def test_restore_sessions_refuses_a_database_whose_timestamps_are_not_seconds(tmp_path):
-    home = _home(tmp_path)
+def test_restore_sessions_refuses_a_database_whose_timestamps_are_not_seconds(home):
     _archive(home, _payload("s", [1]))
     _sql(home, "INSERT INTO sessions (id, source, started_at) VALUES ('ms', 'cli', 1700000000000)")
     with pytest.raises(
         KeeperError, match="refusing to change a database whose timestamps are not unix seconds"
     ):
         restore.restore_sessions(Place("default", home, home), ["s"], dry_run=True)
+
+
+def test_a_session_with_all_its_messages_back_but_not_finished_is_resumed(home):
+    p = _payload("s", [1, 2], title="S")
+    _archive(home, p)
+    _put_back(home, p, {1, 2})  # killed after its last messages, before its last step
+    plan = _plan(home, ["s"])
+    assert _planned(plan) == [(["s"], [("s", "requested", frozenset({1, 2}), False)])]
+    w, result, states = _apply(home, plan)
+    assert [s[:2] for s in w.steps] == [(1, False)]  # only the last step was left
+    assert (result.restored, result.messages, states) == (["s"], 0, [("s", RESTORED)])
+    assert _sql(home, "SELECT id, archived FROM sessions") == [("s", 0)]
+    assert _sql(home, "SELECT key FROM state_meta") == [("goal:s",)]
+
+
+def test_a_branch_whose_parent_is_gone_goes_back_without_its_link(home):
+    _archive(home, _payload("lost", [1], parent="gone"))
+    w, result, _ = _apply(home, _plan(home, ["lost"]))
+    assert result.refused == {} and result.restored == ["lost"]
+    assert w.links[0] == [("lost", None)]
+    assert _sql(home, "SELECT id, parent_session_id FROM sessions") == [("lost", None)]
+
+
+OLD_SCHEMA = (
+    "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL,"
+    " parent_session_id TEXT REFERENCES sessions(id), title TEXT, system_prompt TEXT);"
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id),"
+    " role TEXT NOT NULL, content TEXT, timestamp REAL NOT NULL);"
+)
+
+
+def test_an_older_hermes_gets_what_its_schema_holds(tmp_path):
+    """No ``archived``, no ``active``, no usage, state_meta or prompt tables: the rest stays archived."""
+    home = tmp_path / "home"
+    (home / "keeper").mkdir(parents=True, mode=0o700)
+    conn = _db(home)
+    conn.executescript(OLD_SCHEMA)
+    conn.close()
+    p = _payload("p", [1, 2, 3], inactive=(2,), title="T", system_prompt=None, system_prompt_hash=HASH_A)
+    p["system_prompts"] = [{"hash": HASH_A, "prompt": "You are Walrus."}]
+    _archive(home, p, _payload("c", [4], started=T0 + 1, parent="p"))
+    plan = _plan(home, ["c"])
+    assert plan.warnings[1:] == [
+        "1 inactive (rewound/compacted) messages stay in the archive only: this Hermes has no"
+        " messages.active, they would come back as live history"
+    ]
+    assert plan.warnings[0] == (
+        "this Hermes (schema None) has no column for sessions.end_reason, sessions.ended_at,"
+        " sessions.system_prompt_hash: those values stay in the archive only"
+    )
+    w, result, _ = _apply(home, plan)
+    assert (result.restored, result.refused, result.messages) == (["p", "c"], {}, 3)
+    assert [s[:2] for s in w.steps] == [
+        (1, False),
+        (2, True),
+        (1, False),
+        (1, False),
+        (1, True),
+        (1, False),
+    ] + [(1, False)]
+    assert _sql(home, "SELECT * FROM sessions ORDER BY id") == [
+        ("c", "cli", T0 + 1, "p", None, None),
+        ("p", "cli", T0, None, "T", "You are Walrus."),
+    ]
+    assert _sql(home, "SELECT id, session_id FROM messages ORDER BY id") == [(1, "p"), (3, "p"), (4, "c")]
+
+
+def test_hermess_default_auto_prune_and_a_pinned_chain_decide_what_it_would_undo(home):
+    (home / "config.yaml").write_text("sessions:\n  retention_days: 1\n")  # on: schema 31's default
+    ids = ["s1", "s2", "s3", "s4"]
+    _archive(
+        home,
+        *[_payload(s, [i]) for i, s in enumerate(ids, 1)],
+        _payload("pin", [9], end="compression", pinned=1),
+        _payload("tail", [10], started=T0 + 5, parent="pin"),  # a pin covers its compression tail
+    )
+    place = Place("default", home, home)
+    plan = _plan(home, [*ids, "tail"])
+    assert [m.session_id for g in plan.groups for m in g.members] == [*ids, "pin", "tail"]
+    auto, doomed = restore.undone_by_hermes(place, inspect(home / "state.db"), plan, T0 + 2 * 86400)
+    assert (auto.enabled, auto.origin, doomed) == (True, "Hermes's default for schema 31", ids)
+    what = (
+        "Hermes's own auto-prune (Hermes's default for schema 31: on, retention 1 days) would delete"
+        " s1, s2, s3 and 1 more again at its next pass, without an archive"
+    )
+    with pytest.raises(KeeperError) as refused:
+        restore.restore_sessions(place, ids)
+    assert str(refused.value).startswith(f"not restored: {what};")
+    assert _sql(home, "SELECT count(*) FROM sessions") == [(0,)]
+    done = restore.restore_sessions(place, ids, force=True, budget=Budget(pause_ms=0))
+    assert (done.restored, done.warnings) == (ids, [f"{what}: `hermes-keeper adopt` keeps them"])
+
+
+def test_a_dry_run_says_the_plans_warnings(home):
+    (home / "config.yaml").write_text("sessions:\n  auto_prune: false\n")
+    _archive(home, _payload("lost", [1], parent="gone"))
+    dry = restore.restore_sessions(Place("default", home, home), ["lost"], dry_run=True)
+    assert dry.warnings == ["lost: its parent gone is not in state.db; restored without that link"]
+
+
+def test_open_archive_refuses_a_file_that_is_no_archive_and_one_it_cannot_migrate(home):
+    place = Place("default", home, home)
+    path = home / "keeper" / "archive.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE other (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(KeeperError) as foreign:
+        restore.open_archive(place)
+    assert str(foreign.value) == f"{path}: cannot open the archive (it holds no archive tables)"
+    assert _tables(path) == ["other"]  # not made into an archive
+    path.unlink()
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE archived_sessions (x)")  # the old layout's table, not its columns
+    conn.commit()
+    conn.close()
+    with pytest.raises(KeeperError) as old:
+        restore.open_archive(place)
+    assert str(old.value) == f"{path}: cannot open the archive (no such column: session_id)"
+
+
+def _tables(path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    finally:
+        conn.close()

@@ -414,10 +414,12 @@ def _insert_kept(c: sqlite3.Connection, schema: SchemaInfo, table: str, rows: li
 
 
 def _free_title(c: sqlite3.Connection, title: str, sid: str) -> str:
-    for candidate in title_candidates(title):
-        if not c.execute("SELECT 1 FROM sessions WHERE title = ? AND id != ?", (candidate, sid)).fetchone():
-            return candidate
-    raise AssertionError("unreachable")
+    """The first candidate no other session holds (there always is one: the candidates never end)."""
+    return next(
+        t
+        for t in title_candidates(title)
+        if not c.execute("SELECT 1 FROM sessions WHERE title = ? AND id != ?", (t, sid)).fetchone()
+    )
 
 
 def _restore_member(
@@ -481,10 +483,10 @@ def _relink(w: Writer, g: Group) -> None:
     first) kept out of the inserts, set once every member is in. Only where still unset, so a
     rerun after a crash sets what is missing and a resumed member's link is not touched."""
     ids = {m.session_id for m in g.members}
-    links = [
+    links = [  # a detached member's parent is no member: never linked here
         (parent, m.session_id)
         for m in g.members
-        if not m.detach and (parent := m.payload["session"].get("parent_session_id")) in ids
+        if (parent := m.payload["session"].get("parent_session_id")) in ids
     ]
     if links:
         w.step(
