@@ -549,11 +549,12 @@ def test_apply_puts_every_row_back_hidden_until_its_last_step(home):
     up.add_session(conn, "newcomer", T0 + 500, texts=())
     conn.execute("UPDATE sessions SET title = 'Walrus' WHERE id = 'newcomer'")
     conn.execute("INSERT INTO state_meta VALUES ('goal:c', 'written by Hermes since')")
+    kept = up.store_prompt(conn, "a prompt Hermes still holds")  # c's, not archived with it
     conn.commit()
     conn.close()
     p = _payload("p", [1, 2], end="compression", title="Walrus", system_prompt_hash=HASH_A, tool_names=HASH_B)
     p["system_prompts"] = [{"hash": HASH_A, "prompt": "You are Walrus."}]
-    c = _payload("c", [3, 4], started=T0 + 10, parent="p", inactive=(4,), archived=1)
+    c = _payload("c", [3, 4], started=T0 + 10, parent="p", inactive=(4,), archived=1, system_prompt_hash=kept)
     c["messages"][0]["content"] = {"$text_b64": base64.b64encode(b"not utf-8 \xff").decode()}
     c["messages"][1]["content"] = {"$blob_b64": base64.b64encode(b"\x00blob").decode()}
     _archive(home, p, c)
@@ -578,7 +579,7 @@ def test_apply_puts_every_row_back_hidden_until_its_last_step(home):
         " WHERE id != 'newcomer' ORDER BY started_at",
     ) == [
         ("p", "Walrus (restored)", None, HASH_A, None, T0),  # the tools pin Hermes deleted: not restored
-        ("c", None, "p", None, None, T0 + 10),
+        ("c", None, "p", kept, None, T0 + 10),
     ]
     assert _sql(home, "SELECT id, session_id, typeof(content), active FROM messages ORDER BY id") == [
         (1, "p", "text", 1),
@@ -590,7 +591,10 @@ def test_apply_puts_every_row_back_hidden_until_its_last_step(home):
         ("text 1",),
         (b"\x00blob",),
     ]
-    assert _sql(home, "SELECT hash, prompt FROM system_prompts") == [(HASH_A, "You are Walrus.")]
+    assert _sql(home, "SELECT hash, prompt FROM system_prompts ORDER BY prompt") == [
+        (HASH_A, "You are Walrus."),
+        (kept, "a prompt Hermes still holds"),
+    ]
     assert _sql(
         home, "SELECT session_id, model, input_tokens FROM session_model_usage ORDER BY session_id"
     ) == [
@@ -985,3 +989,20 @@ def _tables(path) -> list[str]:
         return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     finally:
         conn.close()
+
+
+def test_an_older_entry_linked_to_a_session_planned_before_it_does_not_bring_it_twice(home):
+    """``#1``: an entry whose parent link the newest entry lacks; its parent, asked for first, goes once."""
+    _archive(home, _payload("p", [1]), _payload("s", [2], started=T0 + 10, parent="p"))
+    with Archive.for_home(home / "keeper", synchronous="OFF") as store:
+        store.set_state([2], ARCHIVED)
+        assert store.put([_payload("s", [3], started=T0 + 10)]) == [3]  # unlinked since, archived again
+        store.set_state([3], PRUNED)
+    plan = _plan(home, ["p", "#2"])
+    assert _planned(plan) == [
+        (["p"], [("p", "requested", None, False)]),
+        (["s"], [("s", "requested", None, False)]),  # its parent is planned: the link stays
+    ]
+    w, result, _ = _apply(home, plan)
+    assert (result.restored, result.refused) == (["p", "s"], {})
+    assert _sql(home, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [("p", None), ("s", "p")]

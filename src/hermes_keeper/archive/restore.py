@@ -467,8 +467,8 @@ def _restore_member(
         done += len(chunk)
 
     def finish(c: sqlite3.Connection) -> None:
-        _insert_kept(c, schema, "session_model_usage", p.get("model_usage", []))
-        _insert_kept(c, schema, "state_meta", p.get("state_meta", []))
+        _insert_kept(c, schema, "session_model_usage", p["model_usage"])
+        _insert_kept(c, schema, "state_meta", p["state_meta"])
         if hidden:
             c.execute(
                 "UPDATE sessions SET archived = ? WHERE id = ?", (int(p["session"].get("archived") or 0), sid)
