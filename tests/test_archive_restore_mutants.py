@@ -1006,3 +1006,36 @@ def test_an_older_entry_linked_to_a_session_planned_before_it_does_not_bring_it_
     w, result, _ = _apply(home, plan)
     assert (result.restored, result.refused) == (["p", "s"], {})
     assert _sql(home, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [("p", None), ("s", "p")]
+
+
+def test_a_damaged_row_beyond_a_branch_neither_refuses_nor_cuts_the_conversation(home):
+    branch = '{"_branched_from": "s"}'
+    _archive(
+        home,
+        _payload("s", [1]),
+        _payload("x", [2], started=T0 + 1, parent="s"),  # a child: it comes with s
+        _payload("br", [3], started=T0 + 2, parent="s", model_config=branch),  # a conversation of its own
+        _payload("far", [4], started=T0 + 3, parent="br"),
+    )
+    ah.flip_byte(home, "far")
+    plan = _plan(home, ["s"])
+    assert (plan.refused, _planned(plan)) == (
+        {},
+        [(["s"], [("s", "requested", None, False), ("x", "child", None, False)])],
+    )
+
+
+def test_a_usage_row_lacking_a_column_this_hermes_requires_is_refused(tmp_path):
+    home = tmp_path / "home"
+    (home / "keeper").mkdir(parents=True, mode=0o700)
+    conn = sqlite3.connect(home / "state.db")
+    conn.executescript(
+        OLD_SCHEMA + "CREATE TABLE session_model_usage (session_id TEXT NOT NULL, model TEXT NOT NULL);"
+    )
+    conn.close()
+    p = _payload("s", [1])
+    del p["model_usage"][0]["model"]
+    _archive(home, p)
+    assert _plan(home, ["s"]).refused == {
+        "s": "s: this Hermes needs session_model_usage.model, which the archived row lacks"
+    }

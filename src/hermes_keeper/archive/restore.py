@@ -169,7 +169,7 @@ def _restorable_messages(payload: dict, schema: SchemaInfo) -> list[dict]:
     """Messages that go back: all of them, unless this Hermes has no notion of inactive ones."""
     if schema.has("messages", "active"):
         return payload["messages"]
-    return [m for m in payload["messages"] if m.get("active", 1) != 0]
+    return [m for m in payload["messages"] if m.get("active") != 0]
 
 
 class _Planner:
@@ -205,7 +205,7 @@ class _Planner:
         todo = [sid]
         while todo:  # every archived session linked to sid, whatever the link: the model decides
             cur = todo.pop()
-            if cur in facts or cur in broken or cur not in self.entries:
+            if cur in facts or cur in broken:  # only archived ones are queued (sid too: plan_restore)
                 continue
             p = self.payload(cur)
             if p is None:
