@@ -342,6 +342,7 @@ def test_a_damaged_row_refuses_its_whole_conversation_in_words(home):
         _payload("br", [3], started=T0 + 20, parent="c", model_config='{"_branched_from": "c"}'),
         _payload("far", [4], started=T0 + 30, parent="br", model_config='{"_branched_from": "br"}'),
         _payload("alone", [5], started=T0 + 40),
+        _payload("c2", [6], started=T0 + 50, parent="p"),
     )
     ah.flip_byte(home, "br")
     plan = _plan(home, ["p", "far", "alone"])
@@ -353,6 +354,8 @@ def test_a_damaged_row_refuses_its_whole_conversation_in_words(home):
     assert _planned(plan) == [(["alone"], [("alone", "requested", None, False)])]
     ah.flip_byte(home, "alone")
     assert _plan(home, ["alone"]).refused == {"alone": f"archive row damaged: alone {why}"}
+    ah.flip_byte(home, "c2")
+    assert _plan(home, ["p"]).refused == {"p": f"archive row damaged: br, c2 {why}"}
 
 
 def test_a_damaged_row_already_back_in_state_db_refuses_nothing(home):
@@ -1035,7 +1038,15 @@ def test_a_usage_row_lacking_a_column_this_hermes_requires_is_refused(tmp_path):
     conn.close()
     p = _payload("s", [1])
     del p["model_usage"][0]["model"]
-    _archive(home, p)
-    assert _plan(home, ["s"]).refused == {
+    q = _payload("q", [2], started=T0 + 1)
+    del q["format"]  # a payload from before the format was recorded: format 1
+    _archive(home, p, q)
+    plan = _plan(home, ["s", "q"])
+    assert plan.refused == {
         "s": "s: this Hermes needs session_model_usage.model, which the archived row lacks"
     }
+    assert _planned(plan) == [(["q"], [("q", "requested", None, False)])]
+    assert plan.warnings == [
+        "this Hermes (schema None) has no column for session_model_usage.input_tokens, sessions.end_reason,"
+        " sessions.ended_at: those values stay in the archive only"  # messages.active: said with its count
+    ]

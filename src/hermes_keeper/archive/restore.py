@@ -139,7 +139,6 @@ class _Target:
 
     def __init__(self, conn: sqlite3.Connection, schema: SchemaInfo):
         self.conn = conn
-        self.schema = schema
         self.required = {
             t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})") if r[3] and r[4] is None and not r[5]}
             for t in ("sessions", "messages", "session_model_usage")
@@ -325,14 +324,19 @@ def _warnings(plan: RestorePlan, schema: SchemaInfo) -> None:
                 if schema.has(table):
                     for r in rows:
                         dropped.setdefault(table, set()).update(fit_row(r, schema.tables[table])[1])
-            dropped.get("messages", set()).discard("active")  # said below, with the count
             inactive += len(p["messages"]) - len(_restorable_messages(p, schema))
             if m.detach:
                 parent = p["session"].get("parent_session_id")
                 plan.warnings.append(
                     f"{m.session_id}: its parent {parent} is not in state.db; restored without that link"
                 )
-    cols = [f"{t}.{c}" for t, cs in sorted(dropped.items()) for c in sorted(cs)]
+    # messages.active: said below, with the count
+    cols = [
+        f"{t}.{c}"
+        for t, cs in sorted(dropped.items())
+        for c in sorted(cs)
+        if (t, c) != ("messages", "active")
+    ]
     if cols:
         plan.warnings.append(
             f"this Hermes (schema {schema.schema_version}) has no column for {', '.join(cols)}: those values "
