@@ -1,7 +1,12 @@
-"""The restore's pure rules at their edges: which prompt references are lost, the row an older schema takes.
+"""archive/restore.py function by function, exactly: what comes back, what is refused and in which words.
 
+The prompt rules, the plan (whole conversations, parents first, an address ``#N``, a session
+partly back from an interrupted restore, damaged rows, rows this Hermes cannot take), the
+writes step by step (hidden until the last, batches, links, retitles, ``OR IGNORE`` rows), the
+journal records, Hermes's auto-prune that would undo a restore, and ``restore_sessions``.
 Written against the mutants ``tools/mutate.py src/hermes_keeper/archive/restore.py`` left
-(docs/testing.md). Pure and fast: payloads as dicts, an in-memory database.
+(docs/testing.md). No Hermes: payloads as dicts, in-memory databases, and homes copied from
+one schema-31 ``state.db`` (``tests/data/hermes_schema_31.sql``), written without syncs.
 """
 
 from __future__ import annotations
