@@ -804,7 +804,7 @@ def test_a_restore_hermes_would_prune_again_is_refused_or_forced_with_words(home
     restore._refuse_if_undone(place, schema31, plan, False)  # off: nothing to refuse
 
 
-def test_restore_sessions_plans_writes_and_journals(home):
+def test_restore_sessions_plans_writes_and_journals(home, monkeypatch):
     (home / "config.yaml").write_text("sessions:\n  auto_prune: false\n")
     _archive(home, _payload("p", [1, 2], end="compression"), _payload("c", [3], started=T0 + 1, parent="p"))
     place = Place("default", home, home)
@@ -824,7 +824,17 @@ def test_restore_sessions_plans_writes_and_journals(home):
             False,
             0,
         )
-        done = restore.restore_sessions(place, ["c", "nobody"], journal=journal, budget=Budget(pause_ms=0))
+        budgets = []
+
+        class Recording(writer.Writer):  # the policy's budget paces the restore's writer
+            def __init__(self, db_path, budget=None):
+                budgets.append(budget)
+                super().__init__(db_path, budget)
+
+        monkeypatch.setattr(restore, "Writer", Recording)
+        budget = Budget(budget_ms=40.0, pause_ms=0, busy_wait_s=9.0)
+        done = restore.restore_sessions(place, ["c", "nobody"], journal=journal, budget=budget)
+    assert budgets == [budget]
     assert (done.restored, done.refused, done.messages, done.warnings) == (
         ["p", "c"],
         {"nobody": "not in the archive"},
