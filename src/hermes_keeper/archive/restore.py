@@ -139,7 +139,6 @@ class _Target:
 
     def __init__(self, conn: sqlite3.Connection, schema: SchemaInfo):
         self.conn = conn
-        self.schema = schema
         self.required = {
             t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})") if r[3] and r[4] is None and not r[5]}
             for t in ("sessions", "messages", "session_model_usage")
@@ -169,7 +168,7 @@ def _restorable_messages(payload: dict, schema: SchemaInfo) -> list[dict]:
     """Messages that go back: all of them, unless this Hermes has no notion of inactive ones."""
     if schema.has("messages", "active"):
         return payload["messages"]
-    return [m for m in payload["messages"] if m.get("active", 1) != 0]
+    return [m for m in payload["messages"] if m.get("active") != 0]
 
 
 class _Planner:
@@ -205,7 +204,7 @@ class _Planner:
         todo = [sid]
         while todo:  # every archived session linked to sid, whatever the link: the model decides
             cur = todo.pop()
-            if cur in facts or cur in broken or cur not in self.entries:
+            if cur in facts or cur in broken:  # only archived ones are queued (sid too: plan_restore)
                 continue
             p = self.payload(cur)
             if p is None:
@@ -325,14 +324,19 @@ def _warnings(plan: RestorePlan, schema: SchemaInfo) -> None:
                 if schema.has(table):
                     for r in rows:
                         dropped.setdefault(table, set()).update(fit_row(r, schema.tables[table])[1])
-            dropped.get("messages", set()).discard("active")  # said below, with the count
             inactive += len(p["messages"]) - len(_restorable_messages(p, schema))
             if m.detach:
                 parent = p["session"].get("parent_session_id")
                 plan.warnings.append(
                     f"{m.session_id}: its parent {parent} is not in state.db; restored without that link"
                 )
-    cols = [f"{t}.{c}" for t, cs in sorted(dropped.items()) for c in sorted(cs)]
+    # messages.active: said below, with the count
+    cols = [
+        f"{t}.{c}"
+        for t, cs in sorted(dropped.items())
+        for c in sorted(cs)
+        if (t, c) != ("messages", "active")
+    ]
     if cols:
         plan.warnings.append(
             f"this Hermes (schema {schema.schema_version}) has no column for {', '.join(cols)}: those values "
@@ -414,10 +418,12 @@ def _insert_kept(c: sqlite3.Connection, schema: SchemaInfo, table: str, rows: li
 
 
 def _free_title(c: sqlite3.Connection, title: str, sid: str) -> str:
-    for candidate in title_candidates(title):
-        if not c.execute("SELECT 1 FROM sessions WHERE title = ? AND id != ?", (candidate, sid)).fetchone():
-            return candidate
-    raise AssertionError("unreachable")
+    """The first candidate no other session holds (there always is one: the candidates never end)."""
+    return next(
+        t
+        for t in title_candidates(title)
+        if not c.execute("SELECT 1 FROM sessions WHERE title = ? AND id != ?", (t, sid)).fetchone()
+    )
 
 
 def _restore_member(
@@ -465,8 +471,8 @@ def _restore_member(
         done += len(chunk)
 
     def finish(c: sqlite3.Connection) -> None:
-        _insert_kept(c, schema, "session_model_usage", p.get("model_usage", []))
-        _insert_kept(c, schema, "state_meta", p.get("state_meta", []))
+        _insert_kept(c, schema, "session_model_usage", p["model_usage"])
+        _insert_kept(c, schema, "state_meta", p["state_meta"])
         if hidden:
             c.execute(
                 "UPDATE sessions SET archived = ? WHERE id = ?", (int(p["session"].get("archived") or 0), sid)
@@ -481,10 +487,10 @@ def _relink(w: Writer, g: Group) -> None:
     first) kept out of the inserts, set once every member is in. Only where still unset, so a
     rerun after a crash sets what is missing and a resumed member's link is not touched."""
     ids = {m.session_id for m in g.members}
-    links = [
+    links = [  # a detached member's parent is no member: never linked here
         (parent, m.session_id)
         for m in g.members
-        if not m.detach and (parent := m.payload["session"].get("parent_session_id")) in ids
+        if (parent := m.payload["session"].get("parent_session_id")) in ids
     ]
     if links:
         w.step(
