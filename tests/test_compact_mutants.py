@@ -10,12 +10,19 @@ equivalent in ``docs/testing.md``. Small databases, a fake clock.
 from __future__ import annotations
 
 import sqlite3
+from types import SimpleNamespace
+
+import pytest
 
 from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.model.policy import Policy
+from hermes_keeper.place import Place
 from hermes_keeper.run import compact as compact_mod
 from hermes_keeper.run.context import open_run
+from hermes_keeper.sqlite import walreset
+from hermes_keeper.sqlite import writer as writer_mod
+from hermes_keeper.sqlite.holders import Holder
 from hermes_keeper.sqlite.writer import Budget, Writer
 
 TABLES = (
@@ -155,3 +162,161 @@ def _count_free(db):
         return conn.execute("PRAGMA freelist_count").fetchone()[0]
     finally:
         conn.close()
+
+
+# --- The WAL cut-back (cut_wal), in-process: a held connection stands for Hermes -----------------
+
+
+class Clock:
+    """A module's ``time``: it moves only when the code under test sleeps (or ``tick`` says)."""
+
+    def __init__(self, start=1000.0, tick=0.0, on_sleep=None):
+        self.now, self.tick, self.slept, self.on_sleep = start, tick, [], on_sleep
+
+    def perf_counter(self):
+        self.now += self.tick
+        return self.now
+
+    monotonic = perf_counter
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s
+        if self.on_sleep:
+            self.on_sleep(self.now)
+
+
+@pytest.fixture
+def wal_home(tmp_path):
+    """A WAL database whose WAL one big transaction grew to about 6 MB, and the connection that
+    grew it (Hermes's, say) kept open, so the WAL stays when ours close. Its application_id set."""
+    home = tmp_path / "home"
+    home.mkdir()
+    conn = sqlite3.connect(home / "state.db", isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("PRAGMA application_id=1234567")
+    conn.execute("CREATE TABLE t (x BLOB)")
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO t VALUES (?)", ((b"x" * 3000,) for _ in range(1500)))
+    conn.execute("COMMIT")
+    yield Place("default", home, home), conn
+    conn.close()
+
+
+def _salts(place):
+    with open(place.db_path.with_name("state.db-wal"), "rb") as fh:
+        return fh.read(32)[16:24]  # new ones each time the WAL starts over
+
+
+@pytest.fixture
+def writers(monkeypatch):
+    """Every Writer cut_wal opens, kept; their SQLite busy handler off, so a held lock shows at
+    once and the writer's own backoff (on the fake clock ``writers.clock``) is what waits."""
+    made = []
+
+    class Recorded(Writer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.conn.execute("PRAGMA busy_timeout=0")
+            made.append(self)
+
+    monkeypatch.setattr(compact_mod, "Writer", Recorded)
+    clock = Clock()
+    monkeypatch.setattr(writer_mod, "time", clock)
+    monkeypatch.setattr(compact_mod, "time", clock)
+    return SimpleNamespace(made=made, clock=clock)
+
+
+def test_a_wal_at_the_limit_is_left_alone(wal_home, writers, monkeypatch):
+    place, _ = wal_home
+    size = place.wal_bytes()
+    monkeypatch.setattr(compact_mod, "WAL_LIMIT_BYTES", size)
+    salts = _salts(place)
+    assert compact_mod.cut_wal(place) is True
+    assert writers.made == [] and place.wal_bytes() == size and _salts(place) == salts
+
+
+def test_a_big_wal_is_started_over_and_cut_to_the_limit_at_the_first_try(wal_home, writers, fixed_sqlite):
+    """One checkpoint that copies every frame, one page rewritten: the WAL starts over (new salts),
+    cut to exactly :data:`WAL_LIMIT_BYTES`, the data and the application_id as they were; no pause,
+    its writer waiting at most :data:`WAL_CUT_BUSY_S` for the lock, the caller's budget otherwise."""
+    place, conn = wal_home
+    assert place.wal_bytes() > 4 << 20
+    salts = _salts(place)
+    assert compact_mod.cut_wal(place, Budget(budget_ms=33.0, pause_ms=0)) is True
+    assert place.wal_bytes() == 4 << 20 and _salts(place) != salts
+    assert [w.budget for w in writers.made] == [Budget(budget_ms=33.0, pause_ms=0, busy_wait_s=5.0)]
+    assert writers.made[0].stats.transactions == 1 and writers.clock.slept == []
+    assert conn.execute("SELECT count(*), sum(length(x)) FROM t").fetchone() == (1500, 4_500_000)
+    assert conn.execute("PRAGMA application_id").fetchone() == (1234567,)
+
+
+def test_without_a_budget_the_cut_waits_five_seconds_for_the_lock_then_gives_up(wal_home, writers):
+    """Hermes holds the write lock (a long transaction of its own): the one-page write backs off
+    0.05, 0.1, ... s up to 5 s of waiting in all, then the cut says False; the WAL untouched."""
+    place, conn = wal_home
+    salts, size = _salts(place), place.wal_bytes()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        assert compact_mod.cut_wal(place) is False
+    finally:
+        conn.execute("ROLLBACK")
+    assert [w.budget for w in writers.made] == [Budget(busy_wait_s=5.0)]
+    assert writers.clock.slept == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, pytest.approx(0.45)]
+    assert place.wal_bytes() == size and _salts(place) == salts
+
+
+def test_a_write_that_fails_leaves_the_wal_and_says_false(wal_home, writers, monkeypatch):
+    place, _ = wal_home
+    size = place.wal_bytes()
+
+    def full(conn):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(compact_mod, "_rewrite_application_id", full)
+    assert compact_mod.cut_wal(place) is False
+    assert place.wal_bytes() == size and writers.clock.slept == []
+
+
+def test_a_reader_behind_the_last_frames_gets_twenty_tries_then_false(wal_home, writers):
+    """A reader whose snapshot misses the last frames keeps the checkpoint from copying them all:
+    no write (it would not start the WAL over), 20 tries :data:`WAL_CUT_GAP_S` apart, then False."""
+    place, conn = wal_home
+    reader = sqlite3.connect(place.db_path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM t").fetchone()
+    conn.execute("INSERT INTO t VALUES (x'00')")
+    salts = _salts(place)
+    try:
+        assert compact_mod.cut_wal(place) is False
+    finally:
+        reader.close()
+    assert writers.clock.slept == [0.05] * 20
+    assert writers.made[0].stats.transactions == 0 and _salts(place) == salts
+
+
+def test_a_wal_that_gets_small_between_tries_is_done(wal_home, writers):
+    """A reader holds the first try back; it ends during the pause, and the second try cuts."""
+    place, conn = wal_home
+    reader = sqlite3.connect(place.db_path, isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM t").fetchone()
+    conn.execute("INSERT INTO t VALUES (x'00')")
+    writers.clock.on_sleep = lambda now: reader.execute("COMMIT") if reader.in_transaction else None
+    try:
+        assert compact_mod.cut_wal(place) is True
+    finally:
+        reader.close()
+    assert writers.clock.slept == [0.05] and place.wal_bytes() == 4 << 20
+
+
+def test_no_cut_where_the_keepers_sqlite_has_the_wal_reset_bug_and_hermes_holds_it(
+    wal_home, writers, monkeypatch, vulnerable_sqlite
+):
+    place, _ = wal_home
+    size, salts = place.wal_bytes(), _salts(place)
+    monkeypatch.setattr(walreset, "find_holders", lambda db: [Holder(4242, "hermes", "hermes gateway")])
+    assert compact_mod.cut_wal(place) is False
+    assert place.wal_bytes() == size and _salts(place) == salts
+    assert writers.made[0].stats.transactions == 0
