@@ -10,10 +10,12 @@ equivalent in ``docs/testing.md``. Small databases, a fake clock.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from hermes_keeper import demo
 from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.model.policy import Policy
@@ -320,3 +322,275 @@ def test_no_cut_where_the_keepers_sqlite_has_the_wal_reset_bug_and_hermes_holds_
     assert compact_mod.cut_wal(place) is False
     assert place.wal_bytes() == size and _salts(place) == salts
     assert writers.made[0].stats.transactions == 0
+
+
+# --- The stall's arithmetic and the result's own sums (pure) ----------------------------------------
+
+
+def test_a_stall_is_waited_out_to_hermess_next_try():
+    """Up to 2 s of waiting Hermes tries again every 150 ms at most, past that every second."""
+    assert [compact_mod.hermes_wait_s(s) for s in (0.0, 1.5, 2.0, 3.0)] == [0.15, 1.65, 3.0, 4.0]
+
+
+def _result(**kw):
+    sizes = dict(
+        db_bytes_before=0, db_bytes_after=0, wal_bytes_before=0, wal_bytes_after=0, free_bytes_after=0
+    )
+    return compact_mod.ReclaimResult("default", "none", "incremental", **(sizes | kw))
+
+
+def test_freed_bytes_counts_the_file_and_its_wal_and_is_never_negative():
+    res = _result(db_bytes_before=1000, wal_bytes_before=300, db_bytes_after=600, wal_bytes_after=100)
+    assert res.freed_bytes == 600 and res.to_dict()["freed_bytes"] == 600
+    assert _result(db_bytes_before=1000, db_bytes_after=900, wal_bytes_after=200).freed_bytes == 0
+
+
+def test_notes_are_joined_in_order_and_unconverted_means_still_none():
+    res = _result()
+    res.add_note("one")
+    res.add_note("")
+    res.add_note("two")
+    assert res.note == "one; two" and res.unconverted is False
+    assert compact_mod.ReclaimResult("p", "none", "none", 0, 0, 0, 0, 0).unconverted is True
+
+
+# --- Waiting: for Hermes to let go, for a quiet moment (fake clocks) --------------------------------
+
+
+def _holders_then(monkeypatch, counts):
+    """find_holders gives one holder ``counts[i]`` times in a row ... then none; the scans made."""
+    seq = iter(counts)
+    scans = []
+
+    def find(db):
+        scans.append(db)
+        return [Holder(7, "hermes", "hermes")] if next(seq, 0) else []
+
+    monkeypatch.setattr(compact_mod, "find_holders", find)
+    return scans
+
+
+def test_wait_idle_scans_once_without_a_wait(monkeypatch, tmp_path):
+    clock = Clock()
+    monkeypatch.setattr(compact_mod, "time", clock)
+    scans = _holders_then(monkeypatch, [1, 1])
+    assert [h.pid for h in compact_mod._wait_idle(tmp_path / "state.db", None)] == [7]
+    assert scans == [tmp_path / "state.db"] and clock.slept == []
+
+
+def test_wait_idle_looks_every_second_to_the_deadline_the_last_pause_at_least_100ms(monkeypatch, tmp_path):
+    clock = Clock()
+    monkeypatch.setattr(compact_mod, "time", clock)
+    scans = _holders_then(monkeypatch, [1] * 10)
+    assert len(compact_mod._wait_idle(tmp_path / "state.db", 2.05)) == 1
+    assert clock.slept == [1.0, 1.0, 0.1] and len(scans) == 4
+
+
+def test_wait_idle_stops_when_hermes_lets_go(monkeypatch, tmp_path):
+    clock = Clock()
+    monkeypatch.setattr(compact_mod, "time", clock)
+    scans = _holders_then(monkeypatch, [1, 1, 0])
+    assert compact_mod._wait_idle(tmp_path / "state.db", 30) == []
+    assert clock.slept == [1.0, 1.0] and len(scans) == 3
+
+
+@pytest.fixture
+def demo_home(tmp_path):
+    """A small WAL home written by ``demo`` (Hermes's schema, both FTS5 indexes; no Hermes)."""
+    demo.build_home(tmp_path / "home", demo.generate(1_700_000_000.0, sessions=4))
+    return select_profiles(tmp_path / "home")[0]
+
+
+def _commit_on(db, times):
+    """An ``on_sleep`` that commits on another connection when the clock reaches each of ``times``."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    due = list(times)
+
+    def on_sleep(now):
+        while due and now >= due[0] - 1e-9:
+            due.pop(0)
+            conn.execute("PRAGMA user_version=7")
+
+    return on_sleep
+
+
+def test_wait_quiet_returns_after_a_quiet_second(demo_home, monkeypatch):
+    clock = Clock(start=0.0)
+    monkeypatch.setattr(compact_mod, "time", clock)
+    assert compact_mod.wait_quiet(demo_home.db_path, 1.0, 5.0) is True
+    assert set(clock.slept) == {0.05} and clock.now == pytest.approx(1.0, abs=0.051)
+
+
+def test_wait_quiet_counts_the_second_from_the_last_commit(demo_home, monkeypatch):
+    clock = Clock(start=0.0, on_sleep=_commit_on(demo_home.db_path, [0.5]))
+    monkeypatch.setattr(compact_mod, "time", clock)
+    assert compact_mod.wait_quiet(demo_home.db_path, 1.0, 5.0) is True
+    assert clock.now == pytest.approx(1.5, abs=0.051)
+
+
+def test_wait_quiet_gives_up_at_its_deadline_beside_a_steady_writer(demo_home, monkeypatch):
+    clock = Clock(start=0.0, on_sleep=_commit_on(demo_home.db_path, [n * 0.5 for n in range(1, 20)]))
+    monkeypatch.setattr(compact_mod, "time", clock)
+    assert compact_mod.wait_quiet(demo_home.db_path, 1.0, 3.0) is False
+    assert clock.now == pytest.approx(3.0, abs=0.051)
+
+
+def test_wait_quiet_without_time_to_wait_does_not_look(demo_home, monkeypatch):
+    clock = Clock(start=0.0)
+    monkeypatch.setattr(compact_mod, "time", clock)
+    assert compact_mod.wait_quiet(demo_home.db_path, 1.0, 0.0) is False
+    assert clock.slept == []
+
+
+# --- The estimate: a VACUUM timed on a copy --------------------------------------------------------
+
+
+def test_timed_vacuum_switches_the_copy_in_the_originals_journal_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(compact_mod, "time", Clock(tick=0.25))
+    for mode in ("wal", "delete"):
+        _db(tmp_path / f"{mode}.db", 100)
+        assert compact_mod._timed_vacuum(tmp_path / f"{mode}.db", mode) == 0.25
+        conn = sqlite3.connect(tmp_path / f"{mode}.db")
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == mode
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+        conn.close()
+
+
+@pytest.mark.parametrize("mode", ["wal", "delete"])
+def test_the_estimate_is_the_copys_vacuum_with_the_margin_and_hermess_next_try(demo_home, monkeypatch, mode):
+    """0.4 s on the copy: 0.5 s with the 1.25 margin, 0.65 s with Hermes's next try; the copy,
+    in the scratch folder, holds the database's rows, and is gone after."""
+    seen = []
+
+    def timed(copy, journal_mode):
+        seen.append((copy.parent.parent, copy.name, journal_mode, _count(copy, "messages")))
+        return 0.4
+
+    monkeypatch.setattr(compact_mod, "_timed_vacuum", timed)
+    scratch = demo_home.keeper_dir
+    assert compact_mod.estimate_vacuum_s(demo_home.db_path, scratch, mode) == pytest.approx(0.65)
+    assert seen == [(scratch, "copy.db", mode, _count(demo_home.db_path, "messages"))]
+    assert [p.name for p in scratch.iterdir()] == []
+
+
+def test_no_estimate_when_the_copy_will_not_vacuum(demo_home, monkeypatch):
+    def busy(copy, journal_mode):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(compact_mod, "_timed_vacuum", busy)
+    assert compact_mod.estimate_vacuum_s(demo_home.db_path, demo_home.keeper_dir, "wal") is None
+    assert list(demo_home.keeper_dir.iterdir()) == []
+
+
+def _count(db, table):
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+# --- Whether the one-time VACUUM may run beside Hermes ---------------------------------------------
+
+
+def _fits(monkeypatch, used, limit, estimate=0.5, quiet=True, wait_idle_s=None):
+    """``_live_vacuum_fits`` on a database of ``used`` bytes: (why not, the result, the calls made)."""
+    calls = []
+
+    def estimate_vacuum_s(db, scratch, mode):
+        calls.append(("estimate", db.name, scratch.name, mode))
+        return estimate
+
+    def wait_quiet(db, quiet_s, wait_s):
+        calls.append(("quiet", db.name, quiet_s, wait_s))
+        return quiet
+
+    monkeypatch.setattr(compact_mod, "estimate_vacuum_s", estimate_vacuum_s)
+    monkeypatch.setattr(compact_mod, "wait_quiet", wait_quiet)
+    place = Place("default", Path("/h"), Path("/h"))
+    res = _result()
+    info = SimpleNamespace(used_bytes=used, journal_mode="wal")
+    return compact_mod._live_vacuum_fits(place, res, info, limit, wait_idle_s), res, calls
+
+
+def test_no_vacuum_beside_hermes_with_a_stall_limit_of_none(monkeypatch):
+    assert _fits(monkeypatch, 1000, 0.0)[0] == "live_vacuum_stall = 0s"
+
+
+def test_a_database_too_big_for_the_stall_at_the_fastest_is_not_copied(monkeypatch):
+    """1 GB at 500 MB/s is 2 s, 2.5 s with the margin, 3.5 s with Hermes's next try."""
+    why, res, calls = _fits(monkeypatch, 1_000_000_000, 3.4)
+    assert why == "a VACUUM of 1.0 GB would stall Hermes's writes over live_vacuum_stall, 3.4s"
+    assert calls == [] and res.vacuum_estimate_s is None
+    assert _fits(monkeypatch, 1_000_000_000, 3.5)[0] == ""
+
+
+def test_a_stall_that_cannot_be_measured_is_no_vacuum(monkeypatch):
+    why, res, _ = _fits(monkeypatch, 1000, 10.0, estimate=None)
+    assert (
+        why == "its stall beside Hermes could not be measured (no copy to time it on: busy, disk, or damaged)"
+    )
+
+
+def test_the_estimate_is_rounded_once_and_compared_with_the_limit(monkeypatch):
+    why, res, calls = _fits(monkeypatch, 1000, 10.0, estimate=10.004)
+    assert why == "" and res.vacuum_estimate_s == 10.0 and res.note == ""
+    assert calls == [("estimate", "state.db", "keeper", "wal"), ("quiet", "state.db", 1.0, 5.0)]
+    why, res, calls = _fits(monkeypatch, 1000, 10.0, estimate=10.006)
+    assert why == "a VACUUM would stall Hermes's writes about 10s (over live_vacuum_stall, 10s)"
+    assert res.vacuum_estimate_s == 10.01 and [c[0] for c in calls] == ["estimate"]
+
+
+def test_the_quiet_moment_is_waited_for_as_long_as_wait_idle_even_zero(monkeypatch):
+    assert _fits(monkeypatch, 1000, 10.0, wait_idle_s=0)[2][-1] == ("quiet", "state.db", 1.0, 0)
+    assert _fits(monkeypatch, 1000, 10.0, wait_idle_s=42)[2][-1] == ("quiet", "state.db", 1.0, 42)
+
+
+def test_without_a_quiet_moment_it_goes_ahead_and_says_so(monkeypatch):
+    why, res, _ = _fits(monkeypatch, 1000, 10.0, estimate=0.25, quiet=False)
+    assert why == "" and res.note == (
+        "Hermes did not pause writing for 1s; the one-time VACUUM ran beside it, a stall of its writes"
+        " of about 250ms"
+    )
+
+
+# --- The WAL after the work ------------------------------------------------------------------------
+
+
+def _guard(hands_off, holders=("pid 9 (hermes)",)):
+    return walreset.WalGuard("3.40.1", hands_off, True, holders if hands_off else ())
+
+
+def _wal_step(monkeypatch, place, holders, guard=None, cut=True):
+    cuts = []
+    monkeypatch.setattr(compact_mod, "cut_wal", lambda p, b: cuts.append((p, b)) or cut)
+    w = SimpleNamespace(guard=guard or _guard(False), budget=Budget(pause_ms=3))
+    res = _result()
+    return compact_mod._wal_step(place, w, SimpleNamespace(journal_mode="wal"), holders, res), res, cuts
+
+
+def test_the_wal_is_truncated_when_a_scan_found_nobody(wal_home, monkeypatch):
+    place, _ = wal_home
+    assert _wal_step(monkeypatch, place, [])[::2] == (True, [])
+    assert place.wal_bytes() == 0
+
+
+def test_beside_a_holder_or_without_a_scan_the_wal_is_cut_back_in_the_writers_budget(
+    wal_home, monkeypatch, fixed_sqlite
+):
+    place, _ = wal_home
+    size = place.wal_bytes()
+    for holders in (None, [Holder(9, "hermes", "hermes")]):
+        ok, res, cuts = _wal_step(monkeypatch, place, holders, cut=False)
+        assert (ok, res.note, cuts) == (False, "", [(place, Budget(pause_ms=3))])
+    assert place.wal_bytes() == size
+
+
+def test_hands_off_the_wal_is_left_and_said_once(wal_home, monkeypatch, vulnerable_sqlite):
+    place, _ = wal_home
+    ok, res, cuts = _wal_step(monkeypatch, place, None, guard=_guard(True))
+    assert (ok, cuts) == (True, []) and res.note == _guard(True).note()
+    compact_mod._say_hands_off(res, _guard(True))
+    assert res.note == _guard(True).note()
+    ok, res, cuts = _wal_step(monkeypatch, place, [Holder(9, "hermes", "hermes")])
+    assert (ok, cuts) == (True, []) and "pid 9 (hermes) holds state.db" in res.note
