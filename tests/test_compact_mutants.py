@@ -25,6 +25,7 @@ from hermes_keeper.run.context import open_run
 from hermes_keeper.sqlite import walreset
 from hermes_keeper.sqlite import writer as writer_mod
 from hermes_keeper.sqlite.holders import Holder
+from hermes_keeper.sqlite.schema import inspect
 from hermes_keeper.sqlite.writer import Budget, Writer
 
 TABLES = (
@@ -149,7 +150,9 @@ def test_incremental_vacuum_frees_and_counts_every_free_page(tmp_path):
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     conn.execute("CREATE TABLE t (x)")
+    conn.execute("BEGIN")  # one transaction: a commit each would fsync each
     conn.executemany("INSERT INTO t VALUES (?)", (("x" * 1000,) for _ in range(300)))
+    conn.execute("COMMIT")
     conn.execute("DELETE FROM t")
     free = conn.execute("PRAGMA freelist_count").fetchone()[0]
     conn.close()
@@ -594,3 +597,79 @@ def test_hands_off_the_wal_is_left_and_said_once(wal_home, monkeypatch, vulnerab
     assert res.note == _guard(True).note()
     ok, res, cuts = _wal_step(monkeypatch, place, [Holder(9, "hermes", "hermes")])
     assert (ok, cuts) == (True, []) and "pid 9 (hermes) holds state.db" in res.note
+
+
+# --- FTS merges and the incremental vacuum ----------------------------------------------------------
+
+
+def _merges(monkeypatch, fail=None):
+    """merge_round faked: two steps an index, or ``fail`` raised after the first index's first."""
+    calls = []
+
+    def merge_round(w, table, batch, full, limit_ms):
+        calls.append((table, batch.size, full, limit_ms))
+        w.step(lambda c: None)
+        if fail is not None and len(calls) == 1:
+            raise fail
+        w.step(lambda c: None)
+
+    monkeypatch.setattr(compact_mod, "merge_round", merge_round)
+    return calls
+
+
+def test_idle_merges_run_whole_and_unbounded_live_ones_hermes_style_and_bounded(demo_home, monkeypatch):
+    schema = inspect(demo_home.db_path)
+    calls = _merges(monkeypatch)
+    with Writer(demo_home.db_path, Budget(pause_ms=0)) as w:
+        assert compact_mod._merge_fts(w, schema, False) == (4, [])
+        assert compact_mod._merge_fts(w, schema, True) == (4, [])
+    assert calls == [
+        ("messages_fts", 64, True, None),
+        ("messages_fts_trigram", 64, True, None),
+        ("messages_fts", 64, False, 120.0),
+        ("messages_fts_trigram", 64, False, 120.0),
+    ]
+
+
+def test_a_merge_step_aborted_past_its_limit_counts_and_leaves_its_index_for_later(demo_home, monkeypatch):
+    schema = inspect(demo_home.db_path)
+    _merges(monkeypatch, fail=sqlite3.OperationalError("interrupted"))
+    with Writer(demo_home.db_path, Budget(pause_ms=0)) as w:
+        assert compact_mod._merge_fts(w, schema, True) == (4, ["messages_fts"])
+    _merges(monkeypatch, fail=sqlite3.OperationalError("disk I/O error"))
+    with (
+        Writer(demo_home.db_path, Budget(pause_ms=0)) as w,
+        pytest.raises(sqlite3.OperationalError, match="I/O"),
+    ):
+        compact_mod._merge_fts(w, schema, True)
+
+
+def test_incremental_vacuum_steps_are_sized_by_the_writers_batch_from_256_pages(tmp_path, monkeypatch):
+    """Each page freed costs 10 µs on the writer's clock: steps start at 256 pages and double
+    while well inside the 50 ms budget, to 3000 pages (60% of it); the last one finds the rest."""
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA page_size=512")
+    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO t VALUES (?)", ((b"x" * 400,) for _ in range(1000)))
+    conn.execute("COMMIT")
+    conn.execute("DELETE FROM t")
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    conn.close()
+    clock = Clock()
+    monkeypatch.setattr(writer_mod, "time", clock)
+    real, asked = compact_mod._free_pages, []
+
+    def timed(c, n):
+        asked.append(n)
+        freed = real(c, n)
+        clock.now += freed * 1e-5
+        return freed
+
+    monkeypatch.setattr(compact_mod, "_free_pages", timed)
+    with Writer(db, Budget(pause_ms=0)) as w:
+        assert compact_mod._incremental(w) == free
+    assert asked == [256, 512, 1024] and free == 1018
+    assert _count_free(db) == 0
