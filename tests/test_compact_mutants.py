@@ -15,7 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from hermes_keeper import demo
+from hermes_keeper import demo, units
+from hermes_keeper.backup.snapshot import RESERVE_BYTES
+from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.model.policy import Policy
@@ -673,3 +675,173 @@ def test_incremental_vacuum_steps_are_sized_by_the_writers_batch_from_256_pages(
         assert compact_mod._incremental(w) == free
     assert asked == [256, 512, 1024] and free == 1018
     assert _count_free(db) == 0
+
+
+# --- The one-time VACUUM (_convert) -----------------------------------------------------------------
+
+HERMES = Holder(7, "hermes", "hermes gateway")
+LATER = (
+    "the one-time switch to incremental auto_vacuum (a full VACUUM) runs when no process holds the database"
+)
+
+
+class _Statements:
+    """A connection whose statements are recorded (``fail``: raised by its VACUUM)."""
+
+    def __init__(self, conn, fail=None):
+        self.conn, self.sql, self.fail = conn, [], fail
+
+    def execute(self, sql, *args):
+        self.sql.append(sql)
+        if sql == "VACUUM" and self.fail is not None:
+            raise self.fail
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+@pytest.fixture
+def convert(monkeypatch):
+    """``convert(profile, scans, **terms)``: _convert with find_holders giving ``scans`` in turn
+    (one list of holders each), beside Hermes at once fitting; (result, holders returned, the
+    VACUUM connection's statements and options)."""
+    seen = SimpleNamespace(opened=[], fits=[], fail=None)
+    real_rw = compact_mod.connect_rw
+
+    def connect_rw(db, **kw):
+        seen.opened.append(kw)
+        seen.conn = _Statements(real_rw(db, **kw), seen.fail)
+        return seen.conn
+
+    def fits(profile, res, info, limit, wait_idle_s):
+        seen.fits.append((limit, wait_idle_s))
+        return seen.why_not
+
+    monkeypatch.setattr(compact_mod, "connect_rw", connect_rw)
+    monkeypatch.setattr(compact_mod, "_live_vacuum_fits", fits)
+    seen.why_not = ""
+
+    def run(profile, scans, fail=None, **terms):
+        seen.fail, scans = fail, iter(scans)
+        monkeypatch.setattr(compact_mod, "find_holders", lambda db: next(scans))
+        schema = inspect(profile.db_path)
+        res = _result()
+        got = compact_mod._convert(profile, schema, res, None, compact_mod.CompactTerms(**terms))
+        seen.sql = seen.conn.sql if seen.opened else None
+        return res, got, seen
+
+    return run
+
+
+def _auto_vacuum(db):
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("PRAGMA auto_vacuum").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _reclaimable(profile):
+    return f"{units.size(inspect(profile.db_path).resized().free_bytes)} reclaimable"
+
+
+def test_a_vacuum_not_allowed_is_said_and_not_run(demo_home, convert):
+    res, got, seen = convert(demo_home, [[]], allow_full_vacuum=False)
+    assert res.note == f"{_reclaimable(demo_home)}; full VACUUM not allowed, so {LATER}"
+    assert (got, res.holders, seen.opened, _auto_vacuum(demo_home.db_path)) == ([], [], [], 0)
+
+
+def _disk_free(monkeypatch, free):
+    monkeypatch.setattr(
+        compact_mod, "shutil", SimpleNamespace(disk_usage=lambda p: SimpleNamespace(free=free))
+    )
+
+
+def test_without_room_for_its_copies_the_vacuum_is_skipped(demo_home, convert, monkeypatch, fixed_sqlite):
+    """Idle it needs two copies' room and the reserve; beside Hermes a third, the estimate's."""
+    used = inspect(demo_home.db_path).resized().used_bytes
+    for holders, need in (([], 2 * used + RESERVE_BYTES), ([HERMES], 3 * used + RESERVE_BYTES)):
+        _disk_free(monkeypatch, need - 1)
+        res, got, seen = convert(demo_home, [holders])
+        assert res.note == (
+            f"{_reclaimable(demo_home)}; VACUUM needs about {units.size(need)} free and"
+            f" {units.size(need - 1)} are; skipped"
+        )
+        assert got == holders and seen.opened == [] and _auto_vacuum(demo_home.db_path) == 0
+    _disk_free(monkeypatch, need)
+    res, got, seen = convert(demo_home, [[HERMES]])
+    assert res.vacuumed and _auto_vacuum(demo_home.db_path) == 2
+
+
+def test_beside_hermes_the_stall_is_asked_of_the_policy_and_a_no_is_said(demo_home, convert):
+    def run():
+        return convert(demo_home, [[HERMES]], stall_limit_s=3.0, wait_idle_s=9.0)
+
+    res, got, seen = run()
+    assert seen.fits == [(3.0, 9.0)] and res.vacuumed
+    seen.why_not = "it would not fit"
+    res, got, seen = run()
+    assert (
+        res.note
+        == f"{_reclaimable(demo_home)}; it would not fit, so {LATER} (now held by pid 7 (hermes gateway))"
+    )
+    assert got == [HERMES] and res.holders == ["pid 7 (hermes gateway)"] and not res.vacuumed
+
+
+def test_idle_the_command_backs_up_truncates_the_wal_and_vacuums(demo_home, convert):
+    res, got, seen = convert(demo_home, [[], []], standalone=True)
+    backups = sorted(p.name for p in (demo_home.keeper_dir / "backups").iterdir())
+    assert res.backup and any(res.backup in name for name in backups)
+    assert seen.sql == ["PRAGMA wal_checkpoint(TRUNCATE)", "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM"]
+    assert seen.opened == [{"busy_timeout_s": 5}] and got == [] and res.note == ""
+    assert res.vacuumed and _auto_vacuum(demo_home.db_path) == 2
+
+
+def test_a_runs_vacuum_takes_no_backup_of_its_own(demo_home, convert):
+    res, got, seen = convert(demo_home, [[]])
+    assert res.backup is None and not (demo_home.keeper_dir / "backups").exists()
+    assert res.vacuumed
+
+
+def test_hermes_opening_the_database_during_the_backup_skips_the_vacuum(demo_home, convert):
+    res, got, seen = convert(demo_home, [[], [HERMES]], standalone=True)
+    assert res.backup and got == [HERMES] and seen.opened == []
+    assert res.note == f"{_reclaimable(demo_home)}; Hermes opened the database just now, VACUUM skipped"
+    assert _auto_vacuum(demo_home.db_path) == 0
+
+
+def test_beside_hermes_the_wal_is_only_checkpointed_passive(demo_home, convert, fixed_sqlite):
+    res, got, seen = convert(demo_home, [[HERMES], [HERMES]], standalone=True)
+    assert res.backup and got == [HERMES]
+    assert seen.sql == ["PRAGMA wal_checkpoint(PASSIVE)", "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM"]
+
+
+def test_in_a_rollback_journal_beside_hermes_the_command_vacuums_without_a_snapshot(demo_home, convert):
+    conn = sqlite3.connect(demo_home.db_path)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    res, got, seen = convert(demo_home, [[HERMES]], standalone=True)
+    assert res.backup is None and res.vacuumed and got == [HERMES]
+    assert res.note == "no backup before it: a snapshot beside Hermes in this journal mode holds its writes"
+
+
+def test_with_the_wal_reset_bug_beside_hermes_the_vacuum_never_checkpoints(
+    demo_home, convert, vulnerable_sqlite
+):
+    res, got, seen = convert(demo_home, [[HERMES]])
+    assert seen.sql == ["PRAGMA wal_autocheckpoint=0", "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM"]
+    guard = walreset.WalGuard(walreset.version_text(), True, True, ("pid 7 (hermes gateway)",))
+    assert res.note == guard.note() and res.vacuumed
+
+
+def test_a_vacuum_that_fails_says_why_and_that_nothing_changed(demo_home, convert):
+    busy = sqlite3.OperationalError("database is locked")
+    with pytest.raises(TryLater) as err:
+        convert(demo_home, [[]], fail=busy)
+    assert str(err.value) == "VACUUM of default found the database busy; nothing changed"
+    with pytest.raises(KeeperError) as err:
+        convert(demo_home, [[]], fail=sqlite3.DatabaseError("disk full"))
+    assert type(err.value) is KeeperError
+    assert str(err.value) == "VACUUM of default failed (disk full); SQLite rolled it back, no data changed"
+    assert _auto_vacuum(demo_home.db_path) == 0
