@@ -18,6 +18,7 @@ import pytest
 from hermes_keeper import demo, units
 from hermes_keeper.backup.snapshot import RESERVE_BYTES
 from hermes_keeper.errors import KeeperError, TryLater
+from hermes_keeper.facts import Check
 from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import Journal, read_journal
 from hermes_keeper.model.policy import Policy
@@ -845,3 +846,153 @@ def test_a_vacuum_that_fails_says_why_and_that_nothing_changed(demo_home, conver
     assert type(err.value) is KeeperError
     assert str(err.value) == "VACUUM of default failed (disk full); SQLite rolled it back, no data changed"
     assert _auto_vacuum(demo_home.db_path) == 0
+
+
+# --- The command (compact) and what both ways share (_compact) ------------------------------------
+
+
+def test_no_check_on_record_beside_hermes_in_a_rollback_journal_is_try_later(demo_home, monkeypatch):
+    asked = []
+
+    def checked(fs, db, mode, holders):
+        asked.append((db, mode, holders))
+
+    monkeypatch.setattr(compact_mod, "checked_unless_it_stalls", checked)
+    monkeypatch.setattr(compact_mod, "find_holders", lambda db: [HERMES])
+    with pytest.raises(TryLater) as err:
+        compact_mod.compact(demo_home)
+    assert asked == [(demo_home.db_path, "wal", [HERMES])]
+    assert str(err.value) == (
+        f"{demo_home.db_path} has no quick_check on record, and a process holds it in wal journal mode,"
+        " where reading every page would hold its writes; compact changed nothing: run it when Hermes"
+        " is stopped (or after a `plan` then)"
+    )
+
+
+def test_a_database_that_fails_its_check_is_refused(demo_home, monkeypatch):
+    bad = Check("*** in database main *** Page 3: btreeInitPage() returns error code 11", 0.0)
+    monkeypatch.setattr(compact_mod, "checked_unless_it_stalls", lambda *args: bad)
+    with pytest.raises(KeeperError) as err:
+        compact_mod.compact(demo_home)
+    assert type(err.value) is KeeperError and str(err.value) == (
+        f"{demo_home.db_path} fails quick_check ({bad.result}); compact changed nothing. Restore a "
+        "backup (hermes-keeper restore --latest) or let Hermes repair it"
+    )
+
+
+def test_the_command_hands_its_options_to_the_work(demo_home, monkeypatch, fixed_sqlite):
+    seen = []
+
+    def work(profile, w, schema, live, journal, terms, t0):
+        seen.append((profile, w.budget, w.guard.holders, schema.journal_mode, live, journal, terms))
+        return "done"
+
+    waits = []
+    monkeypatch.setattr(compact_mod, "_compact", work)
+    monkeypatch.setattr(compact_mod, "_wait_idle", lambda db, s: waits.append((db, s)) or [HERMES])
+    got = compact_mod.compact(
+        demo_home,
+        budget=Budget(pause_ms=1),
+        wait_idle_s=3.0,
+        allow_full_vacuum=False,
+        journal="J",
+        backup_dest="/b",
+        live_vacuum_stall_s=7.0,
+    )
+    terms = compact_mod.CompactTerms(True, False, 7.0, 3.0, "/b")
+    assert got == "done" and waits == [(demo_home.db_path, 3.0)]
+    assert seen == [(demo_home, Budget(pause_ms=1), ("pid 7 (hermes gateway)",), "wal", True, "J", terms)]
+
+
+def test_the_command_on_an_idle_home_converts_backs_up_truncates_and_journals(demo_home):
+    """The whole way, nobody holding the database: every figure as the file shows it after."""
+    before = inspect(demo_home.db_path)
+    with Journal(demo_home.keeper_dir) as journal:
+        res = compact_mod.compact(demo_home, journal=journal)
+    after = inspect(demo_home.db_path)
+    assert (res.auto_vacuum_before, res.auto_vacuum_after, res.vacuumed, res.live) == (
+        "none",
+        "incremental",
+        True,
+        False,
+    )
+    assert (res.db_bytes_before, res.wal_bytes_before) == (before.db_bytes, 0)
+    assert (res.db_bytes_after, res.free_bytes_after, res.wal_bytes_after) == (after.db_bytes, 0, 0)
+    assert res.backup and res.note == "" and res.holders == [] and res.fts_merge_steps > 0
+    assert res.pages_freed == 0 and res.fts_left == [] and res.profile == "default"
+    records = [r for r in read_journal(demo_home.keeper_dir) if r["action"] == "compact"]
+    assert [{k: r[k] for k in res.to_dict()} for r in records] == [res.to_dict()]
+
+
+def _work(profile, monkeypatch, live, standalone, scans=(), cut=True, journal=None):
+    """_compact on ``profile`` (its merges faked), find_holders giving ``scans``; (result, calls)."""
+    calls = []
+    scans = iter(scans)
+    monkeypatch.setattr(compact_mod, "find_holders", lambda db: calls.append("scan") or next(scans))
+    monkeypatch.setattr(
+        compact_mod, "_merge_fts", lambda w, schema, live: (calls.append(("merge", live)), (3, ["x"]))[1]
+    )
+    monkeypatch.setattr(compact_mod, "cut_wal", lambda p, b: calls.append("cut") or cut)
+    schema = inspect(profile.db_path)
+    w = Writer(profile.db_path, Budget(pause_ms=0))
+    terms = compact_mod.CompactTerms(standalone=standalone, allow_full_vacuum=False)
+    clock = Clock(start=50.0, tick=0.125)
+    monkeypatch.setattr(compact_mod, "time", clock)
+    res = compact_mod._compact(profile, w, schema, live, journal, terms, 10.0)
+    assert w.closed
+    return res, calls
+
+
+def _incremental_home(profile):
+    conn = sqlite3.connect(profile.db_path, isolation_level=None)
+    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    conn.execute("VACUUM")
+    conn.execute("DELETE FROM messages")
+    conn.close()
+    return inspect(profile.db_path).freelist_count
+
+
+def test_an_incremental_database_gives_back_its_free_pages_and_is_not_vacuumed(demo_home, monkeypatch):
+    free = _incremental_home(demo_home)
+    res, calls = _work(demo_home, monkeypatch, live=False, standalone=True, scans=[[]])
+    assert calls == [("merge", False), "scan"] and free > 0
+    assert (res.pages_freed, res.fts_merge_steps, res.fts_left) == (free, 3, ["x"])
+    assert (res.auto_vacuum_after, res.vacuumed, res.note, res.wal_bytes_after) == (
+        "incremental",
+        False,
+        "",
+        0,
+    )
+    assert res.seconds == 40.125  # from the t0 it was given, on the fake clock
+
+
+def test_a_run_beside_hermes_merges_live_scans_nothing_and_cuts_the_wal(demo_home, monkeypatch, fixed_sqlite):
+    _incremental_home(demo_home)
+    res, calls = _work(demo_home, monkeypatch, live=True, standalone=False)
+    assert calls == [("merge", True), "cut"] and res.note == "" and res.live
+
+
+def test_the_command_beside_hermes_says_what_the_merges_left_and_a_wal_left_big(
+    demo_home, monkeypatch, fixed_sqlite
+):
+    _incremental_home(demo_home)
+    with Journal(demo_home.keeper_dir) as journal:
+        res, calls = _work(
+            demo_home, monkeypatch, live=True, standalone=True, scans=[[HERMES]], cut=False, journal=journal
+        )
+    assert calls == [("merge", True), "scan", "cut"]
+    assert res.note == (
+        "Hermes was running, so compact gave the FTS indexes only the merges Hermes itself would do;"
+        " the index space of deleted messages comes back with the full merge a run does after its"
+        " deletes, Hermes's own FTS optimize (every 1000 writes), or a compact while Hermes is stopped;"
+        f" the WAL ({units.size(res.wal_bytes_after)}) was not cut back beside Hermes; it shrinks at"
+        " the next run's compact or when Hermes closes"
+    )
+    assert [r["note"] for r in read_journal(demo_home.keeper_dir) if r["action"] == "compact"] == [res.note]
+
+
+def test_a_none_database_converts_on_the_holders_of_its_own_scan(demo_home, monkeypatch, fixed_sqlite):
+    """_convert's scan decides the WAL step: no second scan, a holder there means a cut."""
+    res, calls = _work(demo_home, monkeypatch, live=False, standalone=True, scans=[[HERMES]])
+    assert calls == [("merge", False), "scan", "cut"]
+    assert res.holders == ["pid 7 (hermes gateway)"] and res.auto_vacuum_after == "none"
