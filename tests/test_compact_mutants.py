@@ -9,6 +9,7 @@ equivalent in ``docs/testing.md``. Small databases, a fake clock.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -178,8 +179,8 @@ def _count_free(db):
 class Clock:
     """A module's ``time``: it moves only when the code under test sleeps (or ``tick`` says)."""
 
-    def __init__(self, start=1000.0, tick=0.0, on_sleep=None):
-        self.now, self.tick, self.slept, self.on_sleep = start, tick, [], on_sleep
+    def __init__(self, start=1000.0, tick=0.0, on_sleep=None, step=None):
+        self.now, self.tick, self.slept, self.on_sleep, self.step = start, tick, [], on_sleep, step
 
     def perf_counter(self):
         self.now += self.tick
@@ -189,7 +190,7 @@ class Clock:
 
     def sleep(self, s):
         self.slept.append(s)
-        self.now += s
+        self.now += s if self.step is None else self.step  # step: a coarse clock
         if self.on_sleep:
             self.on_sleep(self.now)
 
@@ -319,6 +320,31 @@ def test_a_wal_that_gets_small_between_tries_is_done(wal_home, writers):
     assert writers.clock.slept == [0.05] and place.wal_bytes() == 4 << 20
 
 
+def test_a_wal_hermes_cuts_to_the_limit_during_the_last_pause_is_small(wal_home, writers):
+    """After the last try the WAL is looked at once more: at the limit (Hermes started it over
+    during the pause, cut to the same limit) it counts as small."""
+    place, conn = wal_home
+    reader = sqlite3.connect(place.db_path, isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM t").fetchone()
+    conn.execute("INSERT INTO t VALUES (x'00')")
+
+    def hermes_cuts(now):
+        if len(writers.clock.slept) == 20:
+            reader.execute("COMMIT")
+            conn.execute(f"PRAGMA journal_size_limit={4 << 20}")
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            conn.execute("INSERT INTO t VALUES (x'01')")
+
+    writers.clock.on_sleep = hermes_cuts
+    try:
+        assert compact_mod.cut_wal(place) is True
+    finally:
+        reader.close()
+    assert writers.clock.slept == [0.05] * 20 and place.wal_bytes() == 4 << 20
+    assert writers.made[0].stats.transactions == 0
+
+
 def test_no_cut_where_the_keepers_sqlite_has_the_wal_reset_bug_and_hermes_holds_it(
     wal_home, writers, monkeypatch, vulnerable_sqlite
 ):
@@ -389,7 +415,7 @@ def test_wait_idle_looks_every_second_to_the_deadline_the_last_pause_at_least_10
     monkeypatch.setattr(compact_mod, "time", clock)
     scans = _holders_then(monkeypatch, [1] * 10)
     assert len(compact_mod._wait_idle(tmp_path / "state.db", 2.05)) == 1
-    assert clock.slept == [1.0, 1.0, 0.1] and len(scans) == 4
+    assert clock.slept == [1.0, 1.0, 0.1] and scans == [tmp_path / "state.db"] * 4
 
 
 def test_wait_idle_stops_when_hermes_lets_go(monkeypatch, tmp_path):
@@ -397,7 +423,7 @@ def test_wait_idle_stops_when_hermes_lets_go(monkeypatch, tmp_path):
     monkeypatch.setattr(compact_mod, "time", clock)
     scans = _holders_then(monkeypatch, [1, 1, 0])
     assert compact_mod._wait_idle(tmp_path / "state.db", 30) == []
-    assert clock.slept == [1.0, 1.0] and len(scans) == 3
+    assert clock.slept == [1.0, 1.0] and scans == [tmp_path / "state.db"] * 3
 
 
 @pytest.fixture
@@ -421,10 +447,11 @@ def _commit_on(db, times):
 
 
 def test_wait_quiet_returns_after_a_quiet_second(demo_home, monkeypatch):
-    clock = Clock(start=0.0)
+    """Looked at every 50 ms (on a clock that moves 0.25 s a look): quiet at exactly 1 s."""
+    clock = Clock(start=0.0, step=0.25)
     monkeypatch.setattr(compact_mod, "time", clock)
     assert compact_mod.wait_quiet(demo_home.db_path, 1.0, 5.0) is True
-    assert set(clock.slept) == {0.05} and clock.now == pytest.approx(1.0, abs=0.051)
+    assert clock.slept == [0.05] * 4 and clock.now == 1.0
 
 
 def test_wait_quiet_counts_the_second_from_the_last_commit(demo_home, monkeypatch):
@@ -455,6 +482,9 @@ def test_timed_vacuum_switches_the_copy_in_the_originals_journal_mode(tmp_path, 
     monkeypatch.setattr(compact_mod, "time", Clock(tick=0.25))
     for mode in ("wal", "delete"):
         _db(tmp_path / f"{mode}.db", 100)
+        conn = sqlite3.connect(tmp_path / f"{mode}.db")
+        conn.execute(f"PRAGMA journal_mode={'delete' if mode == 'wal' else 'wal'}")  # the other one
+        conn.close()
         assert compact_mod._timed_vacuum(tmp_path / f"{mode}.db", mode) == 0.25
         conn = sqlite3.connect(tmp_path / f"{mode}.db")
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == mode
@@ -469,14 +499,31 @@ def test_the_estimate_is_the_copys_vacuum_with_the_margin_and_hermess_next_try(d
     seen = []
 
     def timed(copy, journal_mode):
-        seen.append((copy.parent.parent, copy.name, journal_mode, _count(copy, "messages")))
+        folder = copy.parent
+        seen.append((folder.parent, folder.name[:16], copy.name, journal_mode, _count(copy, "messages")))
         return 0.4
 
+    real_copy, row_copies = compact_mod._copy_rows, []
+    monkeypatch.setattr(compact_mod, "_copy_rows", lambda db, d: row_copies.append(db) or real_copy(db, d))
     monkeypatch.setattr(compact_mod, "_timed_vacuum", timed)
     scratch = demo_home.keeper_dir
     assert compact_mod.estimate_vacuum_s(demo_home.db_path, scratch, mode) == pytest.approx(0.65)
-    assert seen == [(scratch, "copy.db", mode, _count(demo_home.db_path, "messages"))]
+    count = _count(demo_home.db_path, "messages")
+    assert seen == [(scratch, "vacuum-estimate-", "copy.db", mode, count)]
+    assert row_copies == ([] if mode == "wal" else [demo_home.db_path])  # WAL: one VACUUM INTO
     assert [p.name for p in scratch.iterdir()] == []
+
+
+def test_an_estimate_whose_scratch_folder_went_meanwhile_still_counts(demo_home, monkeypatch):
+    """Another keeper's clean-up of leftover ``vacuum-estimate-*`` folders got there first."""
+
+    def timed(copy, journal_mode):
+        shutil.rmtree(copy.parent)
+        return 0.4
+
+    monkeypatch.setattr(compact_mod, "_timed_vacuum", timed)
+    estimate = compact_mod.estimate_vacuum_s(demo_home.db_path, demo_home.keeper_dir, "wal")
+    assert estimate == pytest.approx(0.65)
 
 
 def test_no_estimate_when_the_copy_will_not_vacuum(demo_home, monkeypatch):
@@ -600,19 +647,23 @@ def test_hands_off_the_wal_is_left_and_said_once(wal_home, monkeypatch, vulnerab
     assert res.note == _guard(True).note()
     ok, res, cuts = _wal_step(monkeypatch, place, [Holder(9, "hermes", "hermes")])
     assert (ok, cuts) == (True, []) and "pid 9 (hermes) holds state.db" in res.note
+    scanned = []
+    monkeypatch.setattr(walreset, "find_holders", lambda db: scanned.append(db) or [Holder(8, "h", "hermes")])
+    ok, res, cuts = _wal_step(monkeypatch, place, None)  # no scan yet: the guard makes one
+    assert (ok, cuts, scanned) == (True, [], [place.db_path]) and "pid 8 (hermes) holds" in res.note
 
 
 # --- FTS merges and the incremental vacuum ----------------------------------------------------------
 
 
 def _merges(monkeypatch, fail=None):
-    """merge_round faked: two steps an index, or ``fail`` raised after the first index's first."""
+    """merge_round faked: two steps an index, or ``fail`` raised after the second index's first."""
     calls = []
 
     def merge_round(w, table, batch, full, limit_ms):
         calls.append((table, batch.size, full, limit_ms))
         w.step(lambda c: None)
-        if fail is not None and len(calls) == 1:
+        if fail is not None and len(calls) == 2:
             raise fail
         w.step(lambda c: None)
 
@@ -638,7 +689,7 @@ def test_a_merge_step_aborted_past_its_limit_counts_and_leaves_its_index_for_lat
     schema = inspect(demo_home.db_path)
     _merges(monkeypatch, fail=sqlite3.OperationalError("interrupted"))
     with Writer(demo_home.db_path, Budget(pause_ms=0)) as w:
-        assert compact_mod._merge_fts(w, schema, True) == (4, ["messages_fts"])
+        assert compact_mod._merge_fts(w, schema, True) == (4, ["messages_fts_trigram"])
     _merges(monkeypatch, fail=sqlite3.OperationalError("disk I/O error"))
     with (
         Writer(demo_home.db_path, Budget(pause_ms=0)) as w,
@@ -680,7 +731,7 @@ def test_incremental_vacuum_steps_are_sized_by_the_writers_batch_from_256_pages(
 
 # --- The one-time VACUUM (_convert) -----------------------------------------------------------------
 
-HERMES = Holder(7, "hermes", "hermes gateway")
+HERMES, CRON = Holder(7, "hermes", "hermes gateway"), Holder(8, "hermes", "hermes cron")
 LATER = (
     "the one-time switch to incremental auto_vacuum (a full VACUUM) runs when no process holds the database"
 )
@@ -723,12 +774,12 @@ def convert(monkeypatch):
     monkeypatch.setattr(compact_mod, "_live_vacuum_fits", fits)
     seen.why_not = ""
 
-    def run(profile, scans, fail=None, **terms):
+    def run(profile, scans, journal=None, fail=None, **terms):
         seen.fail, scans = fail, iter(scans)
         monkeypatch.setattr(compact_mod, "find_holders", lambda db: next(scans))
         schema = inspect(profile.db_path)
         res = _result()
-        got = compact_mod._convert(profile, schema, res, None, compact_mod.CompactTerms(**terms))
+        got = compact_mod._convert(profile, schema, res, journal, compact_mod.CompactTerms(**terms))
         seen.sql = seen.conn.sql if seen.opened else None
         return res, got, seen
 
@@ -776,24 +827,24 @@ def test_without_room_for_its_copies_the_vacuum_is_skipped(demo_home, convert, m
 
 
 def test_beside_hermes_the_stall_is_asked_of_the_policy_and_a_no_is_said(demo_home, convert):
-    def run():
-        return convert(demo_home, [[HERMES]], stall_limit_s=3.0, wait_idle_s=9.0)
-
-    res, got, seen = run()
+    res, got, seen = convert(demo_home, [[HERMES]], stall_limit_s=3.0, wait_idle_s=9.0)
     assert seen.fits == [(3.0, 9.0)] and res.vacuumed
     seen.why_not = "it would not fit"
-    res, got, seen = run()
-    assert (
-        res.note
-        == f"{_reclaimable(demo_home)}; it would not fit, so {LATER} (now held by pid 7 (hermes gateway))"
-    )
-    assert got == [HERMES] and res.holders == ["pid 7 (hermes gateway)"] and not res.vacuumed
+    res, got, seen = convert(demo_home, [[HERMES, CRON]], stall_limit_s=3.0, wait_idle_s=9.0)
+    held = "(now held by pid 7 (hermes gateway); pid 8 (hermes cron))"
+    assert res.note == f"{_reclaimable(demo_home)}; it would not fit, so {LATER} {held}"
+    assert got == [HERMES, CRON] and not res.vacuumed
+    assert res.holders == ["pid 7 (hermes gateway)", "pid 8 (hermes cron)"]
 
 
-def test_idle_the_command_backs_up_truncates_the_wal_and_vacuums(demo_home, convert):
-    res, got, seen = convert(demo_home, [[], []], standalone=True)
-    backups = sorted(p.name for p in (demo_home.keeper_dir / "backups").iterdir())
-    assert res.backup and any(res.backup in name for name in backups)
+def test_idle_the_command_backs_up_truncates_the_wal_and_vacuums(demo_home, convert, tmp_path):
+    """Its backup goes to ``--dest`` and into the journal; no stall asked, nobody to stall."""
+    dest = str(tmp_path / "b")
+    with Journal(demo_home.keeper_dir) as journal:
+        res, got, seen = convert(demo_home, [[], []], journal, standalone=True, backup_dest=dest)
+    assert res.backup and any(res.backup in p.name for p in (tmp_path / "b").iterdir())
+    backups = [r["name"] for r in read_journal(demo_home.keeper_dir) if r["action"] == "backup"]
+    assert backups == [res.backup] and seen.fits == []
     assert seen.sql == ["PRAGMA wal_checkpoint(TRUNCATE)", "PRAGMA auto_vacuum=INCREMENTAL", "VACUUM"]
     assert seen.opened == [{"busy_timeout_s": 5}] and got == [] and res.note == ""
     assert res.vacuumed and _auto_vacuum(demo_home.db_path) == 2
@@ -880,12 +931,17 @@ def test_a_database_that_fails_its_check_is_refused(demo_home, monkeypatch):
     )
 
 
-def test_the_command_hands_its_options_to_the_work(demo_home, monkeypatch, fixed_sqlite):
+def test_the_command_hands_its_options_to_the_work(demo_home, monkeypatch, vulnerable_sqlite):
+    """... its start (the time it took counts the check and the wait) and the guard of a WAL
+    database held by Hermes, which a keeper's SQLite with the WAL-reset bug keeps its hands off."""
     seen = []
 
     def work(profile, w, schema, live, journal, terms, t0):
-        seen.append((profile, w.budget, w.guard.holders, schema.journal_mode, live, journal, terms))
+        guard = (w.guard.holders, w.guard.hands_off)
+        seen.append((profile, w.budget, guard, schema.journal_mode, live, journal, terms, t0))
         return "done"
+
+    monkeypatch.setattr(compact_mod, "time", Clock(start=52.5))
 
     waits = []
     monkeypatch.setattr(compact_mod, "_compact", work)
@@ -901,7 +957,8 @@ def test_the_command_hands_its_options_to_the_work(demo_home, monkeypatch, fixed
     )
     terms = compact_mod.CompactTerms(True, False, 7.0, 3.0, "/b")
     assert got == "done" and waits == [(demo_home.db_path, 3.0)]
-    assert seen == [(demo_home, Budget(pause_ms=1), ("pid 7 (hermes gateway)",), "wal", True, "J", terms)]
+    guard = (("pid 7 (hermes gateway)",), True)
+    assert seen == [(demo_home, Budget(pause_ms=1), guard, "wal", True, "J", terms, 52.5)]
 
 
 def test_the_command_on_an_idle_home_converts_backs_up_truncates_and_journals(demo_home):
@@ -928,7 +985,7 @@ def _work(profile, monkeypatch, live, standalone, scans=(), cut=True, journal=No
     """_compact on ``profile`` (its merges faked), find_holders giving ``scans``; (result, calls)."""
     calls = []
     scans = iter(scans)
-    monkeypatch.setattr(compact_mod, "find_holders", lambda db: calls.append("scan") or next(scans))
+    monkeypatch.setattr(compact_mod, "find_holders", lambda d: calls.append(("scan", d.name)) or next(scans))
     monkeypatch.setattr(
         compact_mod, "_merge_fts", lambda w, schema, live: (calls.append(("merge", live)), (3, ["x"]))[1]
     )
@@ -936,7 +993,7 @@ def _work(profile, monkeypatch, live, standalone, scans=(), cut=True, journal=No
     schema = inspect(profile.db_path)
     w = Writer(profile.db_path, Budget(pause_ms=0))
     terms = compact_mod.CompactTerms(standalone=standalone, allow_full_vacuum=False)
-    clock = Clock(start=50.0, tick=0.125)
+    clock = Clock(start=52.3456789)
     monkeypatch.setattr(compact_mod, "time", clock)
     res = compact_mod._compact(profile, w, schema, live, journal, terms, 10.0)
     assert w.closed
@@ -955,7 +1012,7 @@ def _incremental_home(profile):
 def test_an_incremental_database_gives_back_its_free_pages_and_is_not_vacuumed(demo_home, monkeypatch):
     free = _incremental_home(demo_home)
     res, calls = _work(demo_home, monkeypatch, live=False, standalone=True, scans=[[]])
-    assert calls == [("merge", False), "scan"] and free > 0
+    assert calls == [("merge", False), ("scan", "state.db")] and free > 0
     assert (res.pages_freed, res.fts_merge_steps, res.fts_left) == (free, 3, ["x"])
     assert (res.auto_vacuum_after, res.vacuumed, res.note, res.wal_bytes_after) == (
         "incremental",
@@ -963,7 +1020,18 @@ def test_an_incremental_database_gives_back_its_free_pages_and_is_not_vacuumed(d
         "",
         0,
     )
-    assert res.seconds == 40.125  # from the t0 it was given, on the fake clock
+    assert res.seconds == 42.346  # from the t0 it was given, on the fake clock, to the ms
+
+
+def test_a_hold_a_killed_run_left_is_put_back_first_and_journaled(demo_home, monkeypatch):
+    """Its file unreadable (a power cut): Hermes's settings taken from the database, said so."""
+    demo_home.keeper_dir.mkdir(mode=0o700)
+    (demo_home.keeper_dir / "fts-hold.json").write_bytes(b"")
+    with Journal(demo_home.keeper_dir) as journal:
+        _work(demo_home, monkeypatch, live=False, standalone=True, scans=[[]], journal=journal)
+    actions = [r["action"] for r in read_journal(demo_home.keeper_dir)]
+    assert actions[:2] == ["fts_hold_recovered", "fts_hold_found"] and actions[-1] == "compact"
+    assert not (demo_home.keeper_dir / "fts-hold.json").exists()
 
 
 def test_a_run_beside_hermes_merges_live_scans_nothing_and_cuts_the_wal(demo_home, monkeypatch, fixed_sqlite):
@@ -980,7 +1048,7 @@ def test_the_command_beside_hermes_says_what_the_merges_left_and_a_wal_left_big(
         res, calls = _work(
             demo_home, monkeypatch, live=True, standalone=True, scans=[[HERMES]], cut=False, journal=journal
         )
-    assert calls == [("merge", True), "scan", "cut"]
+    assert calls == [("merge", True), ("scan", "state.db"), "cut"]
     assert res.note == (
         "Hermes was running, so compact gave the FTS indexes only the merges Hermes itself would do;"
         " the index space of deleted messages comes back with the full merge a run does after its"
@@ -994,5 +1062,5 @@ def test_the_command_beside_hermes_says_what_the_merges_left_and_a_wal_left_big(
 def test_a_none_database_converts_on_the_holders_of_its_own_scan(demo_home, monkeypatch, fixed_sqlite):
     """_convert's scan decides the WAL step: no second scan, a holder there means a cut."""
     res, calls = _work(demo_home, monkeypatch, live=False, standalone=True, scans=[[HERMES]])
-    assert calls == [("merge", False), "scan", "cut"]
+    assert calls == [("merge", False), ("scan", "state.db"), "cut"]
     assert res.holders == ["pid 7 (hermes gateway)"] and res.auto_vacuum_after == "none"
