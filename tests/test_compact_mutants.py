@@ -979,6 +979,8 @@ def test_the_command_on_an_idle_home_converts_backs_up_truncates_and_journals(de
     assert res.pages_freed == 0 and res.fts_left == [] and res.profile == "default"
     records = [r for r in read_journal(demo_home.keeper_dir) if r["action"] == "compact"]
     assert [{k: r[k] for k in res.to_dict()} for r in records] == [res.to_dict()]
+    backups = [r["name"] for r in read_journal(demo_home.keeper_dir) if r["action"] == "backup"]
+    assert backups == [res.backup]  # the backup before the VACUUM is journaled too
 
 
 def _work(profile, monkeypatch, live, standalone, scans=(), cut=True, journal=None):
