@@ -426,10 +426,18 @@ def test_wait_idle_stops_when_hermes_lets_go(monkeypatch, tmp_path):
     assert clock.slept == [1.0, 1.0] and scans == [tmp_path / "state.db"] * 3
 
 
+@pytest.fixture(scope="module")
+def demo_built(tmp_path_factory):
+    home = tmp_path_factory.mktemp("demo") / "home"
+    demo.build_home(home, demo.generate(1_700_000_000.0, sessions=4))
+    return home
+
+
 @pytest.fixture
-def demo_home(tmp_path):
-    """A small WAL home written by ``demo`` (Hermes's schema, both FTS5 indexes; no Hermes)."""
-    demo.build_home(tmp_path / "home", demo.generate(1_700_000_000.0, sessions=4))
+def demo_home(demo_built, tmp_path):
+    """A small WAL home written by ``demo`` (Hermes's schema, both FTS5 indexes; no Hermes),
+    built once and copied: closed cleanly, it has no WAL to carry over."""
+    shutil.copytree(demo_built, tmp_path / "home", symlinks=True)
     return select_profiles(tmp_path / "home")[0]
 
 
