@@ -9,6 +9,9 @@ Homes built by ``demo`` (no Hermes), small.
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -16,13 +19,16 @@ import sqlite3
 import time
 
 import pytest
+import zstandard
 
 from hermes_keeper import demo
 from hermes_keeper.backup import restore as restore_mod
-from hermes_keeper.backup.restore import SAFETY_PREFIX, SIDECARS, restore_backup
-from hermes_keeper.backup.snapshot import MANIFEST, take_backup
+from hermes_keeper.backup.restore import RESTORE_TMP, SAFETY_PREFIX, SIDECARS, RestoreResult, restore_backup
+from hermes_keeper.backup.snapshot import MANIFEST, sha256_file, take_backup
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
+from hermes_keeper.journal import Journal, read_journal
+from hermes_keeper.sqlite.holders import Holder
 from tests.kill_after import leave_hot_journal
 
 NOW = time.gmtime(1_790_000_000)  # 2026-09-21T14:13:20Z
@@ -194,3 +200,71 @@ def test_a_hot_journal_that_cannot_be_rolled_back_is_refused_in_words(profile, m
     with pytest.raises(KeeperError, match=re.escape(f"{said} (database is locked); start Hermes once")):
         restore_backup(profile, record)
     assert not list(profile.home.glob(SAFETY_PREFIX + "*"))
+
+
+# ``restore_backup`` and ``_swap`` whole, on demo homes: what ends where, in which order, the
+# refusals' words, and that a refusal changes nothing.
+
+HELD = Holder(4242, "hermes", "hermes gateway run")
+
+
+def _state(home):
+    """Every file of the home outside ``keeper/``: name -> (sha256, mode); a refusal leaves it as it was."""
+    return {
+        p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode & 0o777)
+        for p in home.iterdir()
+        if p.is_file() and not (p.name.endswith("-shm") or (p.name.endswith("-wal") and not p.stat().st_size))
+    }
+
+
+def _replace_backup(record, raw: bytes, compress: bool = True):
+    """The backup's file replaced by ``raw`` (zstd-compressed unless told), the manifest's size and
+    sha256 made to match: damage from before the hash was taken, which only the content checks catch."""
+    record.path.write_bytes(zstandard.ZstdCompressor().compress(raw) if compress else raw)
+    manifest = json.loads((record.folder / MANIFEST).read_text())
+    manifest["backups"][-1] |= {"sha256": sha256_file(record.path), "bytes": record.path.stat().st_size}
+    (record.folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _damaged_copy(db, tmp_path) -> bytes:
+    """``db`` with an index whose schema no longer matches its entries: it opens and quick_check
+    passes, integrity_check does not."""
+    copy = tmp_path / "damaged.db"
+    shutil.copy(db, copy)
+    conn = sqlite3.connect(copy, isolation_level=None)
+    conn.execute("PRAGMA writable_schema=ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = 'CREATE INDEX idx_sessions_source ON sessions(model)'"
+        " WHERE name = 'idx_sessions_source'"
+    )
+    conn.close()
+    return copy.read_bytes()
+
+
+def test_a_backup_named_alone_is_found_in_the_homes_folder_and_put_in_place(profile, fixed_clock):
+    """``restore_backup(profile, "state-....db.zst")``: the name is looked up in the manifest of the
+    home's backup folder (a bare name used to be compared, as a ``Path``, with the manifest's text
+    and never found). The old file is kept aside under the safety name, 0600, and the journal says
+    what was restored, with the result's very fields."""
+    record = take_backup(profile)
+    sessions, messages = _count(profile.db_path, "SELECT count(*) FROM sessions"), _count(profile.db_path)
+    os.chmod(profile.db_path, 0o640)
+    conn = sqlite3.connect(profile.db_path)
+    conn.execute("DELETE FROM sessions WHERE rowid % 2 = 0")
+    conn.commit()
+    conn.close()
+    old = profile.db_path.read_bytes()
+    with Journal(profile.keeper_dir) as journal:
+        res = restore_backup(profile, record.name, journal=journal)
+    assert res == RestoreResult(record.name, BASE, sessions, messages, 22, "wal", "none")
+    assert (profile.home / BASE).read_bytes() == old
+    assert os.stat(profile.home / BASE).st_mode & 0o777 == 0o600
+    assert os.stat(profile.db_path).st_mode & 0o777 == 0o640
+    assert _count(profile.db_path, "SELECT count(*) FROM sessions") == sessions
+    assert not list(profile.home.glob(".state.db.keeper-restore*"))
+    [said] = [r for r in read_journal(profile.keeper_dir) if r["action"] == "restored"]
+    assert {k: v for k, v in said.items() if k not in ("ts", "run")} == {
+        "action": "restored",
+        "forced": False,
+        **res.to_dict(),
+    }
