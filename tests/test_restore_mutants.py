@@ -24,7 +24,7 @@ import zstandard
 from hermes_keeper import demo
 from hermes_keeper.backup import restore as restore_mod
 from hermes_keeper.backup.restore import RESTORE_TMP, SAFETY_PREFIX, SIDECARS, RestoreResult, restore_backup
-from hermes_keeper.backup.snapshot import MANIFEST, sha256_file, take_backup
+from hermes_keeper.backup.snapshot import MANIFEST, list_backups, sha256_file, take_backup
 from hermes_keeper.errors import KeeperError
 from hermes_keeper.home import select_profiles
 from hermes_keeper.journal import Journal, read_journal
@@ -205,6 +205,7 @@ def test_a_hot_journal_that_cannot_be_rolled_back_is_refused_in_words(profile, m
 # ``restore_backup`` and ``_swap`` whole, on demo homes: what ends where, in which order, the
 # refusals' words, and that a refusal changes nothing.
 
+ROOT = os.geteuid() == 0  # the restored file's owner is only set as root
 HELD = Holder(4242, "hermes", "hermes gateway run")
 
 
@@ -224,6 +225,7 @@ def _replace_backup(record, raw: bytes, compress: bool = True):
     manifest = json.loads((record.folder / MANIFEST).read_text())
     manifest["backups"][-1] |= {"sha256": sha256_file(record.path), "bytes": record.path.stat().st_size}
     (record.folder / MANIFEST).write_text(json.dumps(manifest))
+    return list_backups(record.folder)[-1]
 
 
 def _damaged_copy(db, tmp_path) -> bytes:
@@ -268,3 +270,254 @@ def test_a_backup_named_alone_is_found_in_the_homes_folder_and_put_in_place(prof
         "forced": False,
         **res.to_dict(),
     }
+
+
+def _holders(monkeypatch, *answers):
+    """``find_holders`` answering ``answers`` in turn (then none); the databases it was asked about."""
+    asked, answers = [], list(answers)
+    monkeypatch.setattr(
+        restore_mod, "find_holders", lambda db: asked.append(db) or (answers.pop(0) if answers else [])
+    )
+    return asked
+
+
+def test_a_held_database_is_refused_in_words_and_nothing_moves(profile, monkeypatch):
+    record = take_backup(profile)
+    asked = _holders(monkeypatch, [HELD, Holder(77, "python3", "")])
+    before = _state(profile.home)
+    said = "refusing to restore while the database is open by pid 4242 (hermes gateway run); pid 77 (python3)"
+    with pytest.raises(KeeperError, match=re.escape(f"{said}; stop Hermes or use --force")):
+        restore_backup(profile, record)
+    assert asked == [profile.db_path] and _state(profile.home) == before
+
+
+def test_hermes_started_while_the_backup_was_expanded_is_refused_before_the_swap(profile, monkeypatch):
+    record = take_backup(profile)
+    asked = _holders(monkeypatch, [], [HELD])
+    before = _state(profile.home)
+    with pytest.raises(KeeperError, match=re.escape("open by pid 4242 (hermes gateway run); stop Hermes")):
+        restore_backup(profile, record)
+    assert asked == [profile.db_path] * 2 and _state(profile.home) == before
+
+
+def test_forced_it_asks_for_no_holder_and_says_so_in_the_journal(profile, monkeypatch, fixed_clock):
+    record = take_backup(profile)
+    asked = _holders(monkeypatch, [HELD], [HELD])
+    with Journal(profile.keeper_dir) as journal:
+        res = restore_backup(profile, record, force=True, journal=journal)
+    assert asked == [] and res.safety_copy == BASE
+    assert [r["forced"] for r in read_journal(profile.keeper_dir) if r["action"] == "restored"] == [True]
+
+
+@pytest.mark.parametrize("name", sorted(restore_mod.DB_FILES))
+def test_a_symlink_among_the_database_files_is_refused_before_anything(profile, tmp_path, name):
+    """Each of them is renamed aside or chmod-ed: a link would carry that to a file elsewhere."""
+    record = take_backup(profile)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"not the keeper's")
+    if name == "state.db":
+        (profile.home / "state.db.real").write_bytes(profile.db_path.read_bytes())
+    (profile.home / name).unlink(missing_ok=True)  # take_backup's open left the -wal and -shm
+    (profile.home / name).symlink_to(elsewhere)
+    before = _state(profile.home)
+    with pytest.raises(KeeperError, match=re.escape(f"{profile.home / name}") + ".*symlink"):
+        restore_backup(profile, record, force=True)
+    assert _state(profile.home) == before and elsewhere.read_bytes() == b"not the keeper's"
+
+
+def test_a_backup_that_does_not_match_its_sha256_is_refused_in_words(profile):
+    record = take_backup(profile)
+    record.path.write_bytes(record.path.read_bytes()[:-1] + b"\0")
+    before = _state(profile.home)
+    said = f"backup {record.path} is damaged or missing (size/sha256 mismatch); nothing was changed"
+    with pytest.raises(KeeperError, match=re.escape(said)):
+        restore_backup(profile, record)
+    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
+def test_a_backup_that_expands_to_a_damaged_database_is_refused_naming_the_damage(profile, tmp_path):
+    record = take_backup(profile)
+    record = _replace_backup(record, _damaged_copy(profile.db_path, tmp_path))
+    before = _state(profile.home)
+    said = (
+        f"backup {record.name} expands to a damaged database (row 1 missing from index idx_sessions_source)"
+    )
+    with pytest.raises(KeeperError, match=re.escape(f"{said}; nothing was changed")):
+        restore_backup(profile, record)
+    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
+def test_a_backup_of_a_database_that_is_not_hermes_s_is_refused(profile, tmp_path):
+    record = take_backup(profile)
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE notes (x)")
+    conn.close()
+    record = _replace_backup(record, other.read_bytes())
+    before = _state(profile.home)
+    with pytest.raises(KeeperError, match=re.escape(f"{profile.home / RESTORE_TMP}: ")):
+        restore_backup(profile, record)
+    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
+@pytest.mark.parametrize(
+    ("raw", "compress", "why"),
+    [
+        (b"not zstd at all", False, "zstd"),  # zstandard.ZstdError
+        (b"zstd, but no database inside" * 40, True, "file is not a database"),  # sqlite3.Error
+    ],
+    ids=["not-zstd", "not-sqlite"],
+)
+def test_a_backup_that_cannot_be_read_is_refused_in_words(profile, raw, compress, why):
+    record = take_backup(profile)
+    record = _replace_backup(record, raw, compress)
+    before = _state(profile.home)
+    with pytest.raises(
+        KeeperError, match=rf"^backup {re.escape(record.name)} cannot be read \(.*{why}.*\); nothing"
+    ):
+        restore_backup(profile, record)
+    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
+def test_a_failed_write_is_refused_in_one_line_and_the_half_file_removed(profile, monkeypatch):
+    record = take_backup(profile)
+    tmp = profile.home / RESTORE_TMP
+
+    def full(_record, dst):
+        dst.write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(restore_mod, "decompress_to", full)
+    before = _state(profile.home)
+    said = f"restore of {record.name} failed: No space left on device: {tmp}; nothing was changed"
+    with pytest.raises(KeeperError, match=re.escape(said)):
+        restore_backup(profile, record)
+    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
+def test_files_a_killed_restore_left_are_cleared_before_and_after(profile, fixed_clock):
+    """Its half-written file and sidecars: a stale ``-journal`` beside the fresh expansion would be
+    rolled back into it (another database's pages)."""
+    record = take_backup(profile)
+    sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
+    stale = profile.home / RESTORE_TMP
+    shutil.copy(profile.db_path, stale)
+    conn = sqlite3.connect(stale, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=delete")
+    conn.close()
+    leave_hot_journal(stale)
+    for side in ("-wal", "-shm"):
+        (profile.home / (RESTORE_TMP + side)).write_bytes(b"stale")
+    res = restore_backup(profile, record)
+    assert res.sessions == sessions == _count(profile.db_path, "SELECT count(*) FROM sessions")
+    assert not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
+def _spy(monkeypatch, fs):
+    """The durable steps of a restore, in order: each HomeFS move and the fsyncs."""
+    steps = []
+
+    def record(name, real):
+        def step(*parts, **kw):
+            steps.append((name, *parts, *sorted(kw.items())))
+            return real(*parts, **kw)
+
+        return step
+
+    for name in ("link", "chmod", "sync", "rename"):
+        monkeypatch.setattr(fs, name, record(name, getattr(fs, name)))
+    real_fsync = restore_mod.fsync_file
+    monkeypatch.setattr(
+        restore_mod, "fsync_file", lambda p: steps.append(("fsync_file", p.name)) or real_fsync(p)
+    )
+    return steps
+
+
+def test_the_swap_keeps_the_old_file_durably_before_anything_moves(
+    profile, tmp_path, monkeypatch, fixed_clock
+):
+    """Crash-safe order: the restored file on disk; the old one linked to the safety name, 0600, and
+    that link fsynced; its sidecars renamed after it; the restored file renamed over ``state.db``
+    last (and fsynced). The old file and its -wal's commits are in the safety copy."""
+    record = take_backup(profile)
+    _leave_a_wal(profile, tmp_path)
+    idle = sqlite3.connect(
+        profile.db_path
+    )  # open, no transaction: its -wal and -shm stay after the checkpoint
+    idle.execute("SELECT count(*) FROM sessions").fetchone()
+    st = os.stat(profile.db_path)
+    steps = _spy(monkeypatch, profile.fs)
+    try:
+        res = restore_backup(profile, record)
+    finally:
+        idle.close()
+    assert steps == [
+        (
+            "chmod",
+            RESTORE_TMP,
+            ("mode", st.st_mode & 0o777),
+            ("owner", (st.st_uid, st.st_gid) if ROOT else None),
+        ),
+        ("fsync_file", RESTORE_TMP),
+        ("link", "state.db", ("sync", False), ("to", BASE)),
+        ("chmod", BASE, ("mode", 0o600)),
+        ("sync",),
+        ("rename", "state.db-wal", ("sync", False), ("to", f"{BASE}-wal")),
+        ("rename", "state.db-shm", ("sync", False), ("to", f"{BASE}-shm")),
+        ("rename", RESTORE_TMP, ("to", "state.db")),
+    ]
+    assert res.safety_copy == BASE and _count(profile.home / BASE) == 0  # the -wal's DELETE is in it
+
+
+def test_with_no_state_db_its_stale_sidecars_are_set_aside_before_the_rename(
+    profile, monkeypatch, fixed_clock
+):
+    """A -wal or -journal left beside the name would be replayed into the restored file: they go
+    aside under a safety name (no safety copy of a file that is not there)."""
+    record = take_backup(profile)
+    sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
+    profile.db_path.unlink()
+    for side in SIDECARS:
+        (profile.home / f"state.db{side}").write_bytes(side.encode())
+    steps = _spy(monkeypatch, profile.fs)
+    res = restore_backup(profile, record)
+    assert steps == [
+        ("fsync_file", RESTORE_TMP),
+        *[("rename", f"state.db{side}", ("sync", False), ("to", f"{BASE}{side}")) for side in SIDECARS],
+        ("sync",),
+        ("rename", RESTORE_TMP, ("to", "state.db")),
+    ]
+    assert (res.safety_copy, res.sessions) == (None, sessions)
+    assert {side: (profile.home / f"{BASE}{side}").read_bytes() for side in SIDECARS} == {
+        side: side.encode() for side in SIDECARS
+    }
+    assert not (profile.home / BASE).exists()
+
+
+def test_with_nothing_beside_the_name_the_restored_file_is_just_renamed_in(profile, monkeypatch):
+    record = take_backup(profile)
+    for p in profile.home.glob("state.db*"):
+        p.unlink()
+    steps = _spy(monkeypatch, profile.fs)
+    res = restore_backup(profile, record)
+    assert steps == [("fsync_file", RESTORE_TMP), ("rename", RESTORE_TMP, ("to", "state.db"))]
+    assert res.safety_copy is None and not list(profile.home.glob(SAFETY_PREFIX + "*"))
+
+
+def test_the_restored_file_takes_the_modes_of_the_one_it_replaces(profile):
+    """Backed up in WAL without auto_vacuum; the database it replaces was since switched to DELETE
+    and FULL auto_vacuum: the restored one is switched too, and the result says so."""
+    record = take_backup(profile)
+    conn = sqlite3.connect(profile.db_path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=delete")
+    conn.execute("PRAGMA auto_vacuum=full")
+    conn.execute("VACUUM")
+    conn.close()
+    res = restore_backup(profile, record)
+    assert (res.journal_mode, res.auto_vacuum) == ("delete", "full")
+    conn = sqlite3.connect(profile.db_path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 1
+    finally:
+        conn.close()

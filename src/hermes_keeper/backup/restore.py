@@ -99,9 +99,7 @@ def restore_backup(
 ) -> RestoreResult:
     """Replace ``state.db`` with a verified backup; the current files are kept aside, nothing is deleted."""
     record = (
-        record_or_path
-        if isinstance(record_or_path, BackupRecord)
-        else find_backup(profile, record_or_path)
+        record_or_path if isinstance(record_or_path, BackupRecord) else find_backup(profile, record_or_path)
     )
     for name in DB_FILES:  # renamed aside and chmod-ed below: never a link to a file elsewhere
         profile.fs.regular(name)
