@@ -170,6 +170,7 @@ def test_a_hot_journal_is_rolled_back_so_the_safety_copy_is_whole_alone(profile,
     sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
     leave_hot_journal(profile.db_path)
     res = restore_backup(profile, record)
+    assert res.journal_mode == "delete"  # read from state.db once rolled back: it was left in DELETE mode
     assert not [p.name for p in profile.home.glob(f"{res.safety_copy}-*")]
     alone = tmp_path / "alone.db"
     shutil.copy(profile.home / res.safety_copy, alone)
@@ -469,29 +470,30 @@ def test_the_swap_keeps_the_old_file_durably_before_anything_moves(
     assert res.safety_copy == BASE and _count(profile.home / BASE) == 0  # the -wal's DELETE is in it
 
 
+@pytest.mark.parametrize("left", [SIDECARS, ("-wal",)], ids=["all", "a-wal-alone"])
 def test_with_no_state_db_its_stale_sidecars_are_set_aside_before_the_rename(
-    profile, monkeypatch, fixed_clock
+    profile, monkeypatch, fixed_clock, left
 ):
     """A -wal or -journal left beside the name would be replayed into the restored file: they go
-    aside under a safety name (no safety copy of a file that is not there)."""
+    aside under a safety name (no safety copy of a file that is not there), one alone as well."""
     record = take_backup(profile)
     sessions = _count(profile.db_path, "SELECT count(*) FROM sessions")
-    profile.db_path.unlink()
-    for side in SIDECARS:
+    for p in profile.home.glob("state.db*"):
+        p.unlink()
+    for side in left:
         (profile.home / f"state.db{side}").write_bytes(side.encode())
     steps = _spy(monkeypatch, profile.fs)
     res = restore_backup(profile, record)
     assert steps == [
         ("fsync_file", RESTORE_TMP),
-        *[("rename", f"state.db{side}", ("sync", False), ("to", f"{BASE}{side}")) for side in SIDECARS],
+        *[("rename", f"state.db{side}", ("sync", False), ("to", f"{BASE}{side}")) for side in left],
         ("sync",),
         ("rename", RESTORE_TMP, ("to", "state.db")),
     ]
     assert (res.safety_copy, res.sessions) == (None, sessions)
-    assert {side: (profile.home / f"{BASE}{side}").read_bytes() for side in SIDECARS} == {
-        side: side.encode() for side in SIDECARS
+    assert {p.name: p.read_bytes() for p in profile.home.glob(SAFETY_PREFIX + "*")} == {
+        f"{BASE}{side}": side.encode() for side in left
     }
-    assert not (profile.home / BASE).exists()
 
 
 def test_with_nothing_beside_the_name_the_restored_file_is_just_renamed_in(profile, monkeypatch):
@@ -504,20 +506,146 @@ def test_with_nothing_beside_the_name_the_restored_file_is_just_renamed_in(profi
     assert res.safety_copy is None and not list(profile.home.glob(SAFETY_PREFIX + "*"))
 
 
-def test_the_restored_file_takes_the_modes_of_the_one_it_replaces(profile):
+@pytest.mark.parametrize("auto_vacuum", ["none", "full"])
+def test_the_restored_file_takes_the_modes_of_the_one_it_replaces(profile, auto_vacuum):
     """Backed up in WAL without auto_vacuum; the database it replaces was since switched to DELETE
-    and FULL auto_vacuum: the restored one is switched too, and the result says so."""
+    (and to FULL auto_vacuum, which takes a VACUUM): the restored one is switched too, and the
+    result says so."""
     record = take_backup(profile)
     conn = sqlite3.connect(profile.db_path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=delete")
-    conn.execute("PRAGMA auto_vacuum=full")
+    conn.execute(f"PRAGMA auto_vacuum={auto_vacuum}")
     conn.execute("VACUUM")
     conn.close()
     res = restore_backup(profile, record)
-    assert (res.journal_mode, res.auto_vacuum) == ("delete", "full")
+    assert (res.journal_mode, res.auto_vacuum) == ("delete", auto_vacuum)
     conn = sqlite3.connect(profile.db_path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 1
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == {"none": 0, "full": 1}[auto_vacuum]
     finally:
         conn.close()
+
+
+def test_a_stale_expansion_hard_linked_elsewhere_is_unlinked_not_written_through(profile):
+    """A killed restore's file is removed by name before the new expansion is made: had it a second
+    name (a hard link), writing into it would change that other file (the door refuses to)."""
+    record = take_backup(profile)
+    precious = profile.home / "precious.txt"
+    precious.write_bytes(b"someone else's")
+    os.link(precious, profile.home / RESTORE_TMP)
+    res = restore_backup(profile, record)
+    assert res.restored == record.name and precious.read_bytes() == b"someone else's"
+    assert not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
+def _after_modes(monkeypatch, then):
+    """``match_modes`` as it is, then ``then(tmp)``: what might be found when the expansion is looked
+    at once more before the swap."""
+    real = restore_mod.match_modes
+
+    def match_modes(tmp, *modes):
+        real(tmp, *modes)
+        then(tmp)
+
+    monkeypatch.setattr(restore_mod, "match_modes", match_modes)
+
+
+def test_an_expansion_with_a_wal_or_journal_beside_it_is_not_put_in_place(profile, monkeypatch):
+    """A -wal holding commits (or a non-empty -journal) beside the restored file: it would not be
+    whole alone once renamed in, so refused, named, and nothing changed."""
+    record = take_backup(profile)
+    held = []
+
+    def leave_sidecars(tmp):
+        conn = sqlite3.connect(tmp, isolation_level=None)  # kept open: its -wal stays, commits in it
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("DELETE FROM messages")
+        held.append(conn)
+        tmp.with_name(tmp.name + "-journal").write_bytes(b"\0" * 512)  # not hot, not empty
+
+    _after_modes(monkeypatch, leave_sidecars)
+    before = _state(profile.home)
+    left = f"{RESTORE_TMP}-journal, {RESTORE_TMP}-wal left beside it"
+    said = f"backup {record.name} did not come out whole ({left})"
+    try:
+        with pytest.raises(KeeperError, match=re.escape(f"{said}; nothing was changed")):
+            restore_backup(profile, record)
+    finally:
+        held[0].close()
+    assert _state(profile.home) == before
+
+
+@pytest.mark.parametrize("side", ["-journal", "-wal"])
+def test_an_empty_sidecar_beside_the_expansion_holds_nothing_and_is_let_be(profile, monkeypatch, side):
+    record = take_backup(profile)
+    _after_modes(monkeypatch, lambda tmp: tmp.with_name(tmp.name + side).write_bytes(b""))
+    assert restore_backup(profile, record).restored == record.name
+
+
+def test_an_expansion_damaged_after_its_first_check_is_not_put_in_place(profile, monkeypatch):
+    """The file is checked once more (quick_check) after its modes were set: damage found then
+    (here an index's only page made unreadable) is named and nothing moves."""
+    record = take_backup(profile)
+
+    def damage(tmp):
+        conn = sqlite3.connect(tmp)
+        root, size = conn.execute(
+            "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master"
+            " WHERE name = 'sqlite_autoindex_state_meta_1'"
+        ).fetchone()
+        conn.close()
+        with open(tmp, "r+b") as fh:
+            fh.seek((root - 1) * size)
+            fh.write(b"\0")
+        damage.root = root
+
+    _after_modes(monkeypatch, damage)
+    before = _state(profile.home)
+    with pytest.raises(KeeperError) as refused:
+        restore_backup(profile, record)
+    assert str(refused.value) == (
+        f"backup {record.name} did not come out whole (Page {damage.root}: btreeInitPage() returns error"
+        " code 11); nothing was changed"
+    )
+    assert _state(profile.home) == before
+
+
+def _manifest(folder, *entries):
+    """A backup folder's manifest of ``(home, created_at)`` entries, named ``state-<created_at>.db.zst``
+    (no files: finding one reads only the manifest)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    backups = [
+        {
+            "name": f"state-{at}.db.zst",
+            "profile": "default",
+            "home": str(home),
+            "created_at": float(at),
+            "bytes": 1,
+            "raw_bytes": 1,
+            "sha256": "0" * 64,
+            "schema_version": 22,
+            "source_bytes": 1,
+        }
+        for home, at in entries
+    ]
+    (folder / MANIFEST).write_text(json.dumps({"format": 1, "backups": backups}))
+
+
+def test_the_latest_is_this_homes_newest_in_the_folder_asked(profile, tmp_path):
+    shared, other = tmp_path / "shared", tmp_path / "other-home"
+    _manifest(shared, (profile.home, 1), (other, 2), (profile.home, 3), (profile.home, 4), (other, 5))
+    assert restore_mod.find_backup(profile, None, shared).name == "state-4.db.zst"
+    assert restore_mod.find_backup(profile, "state-2.db.zst", shared).folder == shared
+    with pytest.raises(
+        KeeperError, match=re.escape(f"no backups of {profile.home} in {profile.keeper_dir / 'backups'}")
+    ):
+        restore_mod.find_backup(profile, None)  # its own folder: none there
+
+
+def test_a_folder_with_only_other_homes_backups_has_no_latest_for_this_one(profile, tmp_path):
+    shared = tmp_path / "shared"
+    _manifest(shared, (tmp_path / "other-home", 1))
+    with pytest.raises(KeeperError) as refused:
+        restore_mod.find_backup(profile, None, shared)
+    assert str(refused.value) == f"no backups of {profile.home} in {shared}"
