@@ -35,9 +35,17 @@ NOW = time.gmtime(1_790_000_000)  # 2026-09-21T14:13:20Z
 BASE = SAFETY_PREFIX + "20260921T141320Z"
 
 
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory):
+    """Built once (the build is most of a test's time here); each test gets its own copy."""
+    home = tmp_path_factory.mktemp("demo") / "home"
+    demo.build_home(home, demo.generate(time.time(), sessions=4))
+    return home
+
+
 @pytest.fixture
-def profile(tmp_path):
-    demo.build_home(tmp_path / "home", demo.generate(time.time(), sessions=4))
+def profile(tmp_path, demo_home):
+    shutil.copytree(demo_home, tmp_path / "home", symlinks=True)
     return select_profiles(tmp_path / "home")[0]
 
 
