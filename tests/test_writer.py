@@ -11,11 +11,13 @@ import pytest
 
 from hermes_keeper import demo
 from hermes_keeper.errors import TryLater
-from hermes_keeper.sqlite import writer
+from hermes_keeper.sqlite import walreset, writer
+from hermes_keeper.sqlite.holders import Holder
 from hermes_keeper.sqlite.writer import AdaptiveBatch, Budget, Writer, busy_gap_ms, rest_ms
 
 NOW = time.time()
 CHECKPOINT_THREAD = "keeper-checkpoint"
+HERMES = Holder(4242, "hermes", "hermes gateway run")
 
 
 def _demo_db(tmp_path, sessions: int = 10):
@@ -613,3 +615,35 @@ def test_lock_and_commit_time_add_up_over_steps(tmp_path, clock):
     s = w.stats
     assert (s.commit_ms, s.max_commit_ms, s.last_commit_ms) == pytest.approx((6, 3, 3))
     assert (s.total_txn_ms, s.max_txn_ms, s.last_txn_ms) == pytest.approx((10, 5, 5))
+
+
+def test_beside_a_holder_on_a_vulnerable_sqlite_a_wal_writer_keeps_out_of_checkpoints(
+    tmp_path, monkeypatch, vulnerable_sqlite
+):
+    """The holder scan faked (no process started): the WAL database is named to the guard as WAL,
+    and the writer then neither starts its checkpoint thread nor checkpoints at commit or close."""
+    db = _demo_db(tmp_path)
+    asked = []
+    monkeypatch.setattr(walreset, "find_holders", lambda path: asked.append(path) or [HERMES])
+    threads = _checkpoint_threads()
+    with Writer(db, Budget(pause_ms=0)) as w:
+        assert asked == [db] and w.wal and w.guard.hands_off and w.guard.holders == (HERMES.describe(),)
+        assert not w.may_checkpoint and _checkpoint_threads() == threads
+        assert w.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        w.step(_insert)
+    assert w.stats.checkpoints == 0
+
+
+@pytest.mark.parametrize("lowering", ["missing", "refused"])
+def test_a_helper_thread_runs_at_its_priority_where_it_cannot_lower_it(monkeypatch, lowering):
+    """Elsewhere than Linux ``os.setpriority`` may be missing, or refuse a thread: nothing changes,
+    no error reaches the thread (its checkpoints or its archiving go on)."""
+    if lowering == "missing":
+        monkeypatch.delattr(writer.os, "setpriority")
+    else:
+
+        def refused(*_):
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(writer.os, "setpriority", refused)
+    assert writer.background_thread() is None

@@ -66,8 +66,8 @@ class RestoreResult:
 def find_backup(profile: Place, name: str | Path | None, dest_dir: Path | str | None = None) -> BackupRecord:
     """A backup by file name (in the folder) or path, or the newest of this home when ``name`` is None."""
     folder = backup_dir(profile, dest_dir)
-    if name is not None and Path(name).parent != Path("."):
-        folder, name = Path(name).parent, Path(name).name
+    if name is not None:  # a path's folder, if it has one, and its file name as the manifest has it
+        folder, name = (folder if Path(name).parent == Path(".") else Path(name).parent), Path(name).name
     records = list_backups(folder)
     if name is None:
         mine = [r for r in records if of_home(r, profile.home)]
@@ -99,9 +99,7 @@ def restore_backup(
 ) -> RestoreResult:
     """Replace ``state.db`` with a verified backup; the current files are kept aside, nothing is deleted."""
     record = (
-        record_or_path
-        if isinstance(record_or_path, BackupRecord)
-        else find_backup(profile, Path(record_or_path))
+        record_or_path if isinstance(record_or_path, BackupRecord) else find_backup(profile, record_or_path)
     )
     for name in DB_FILES:  # renamed aside and chmod-ed below: never a link to a file elsewhere
         profile.fs.regular(name)
