@@ -527,3 +527,18 @@ def test_the_plans_json_gives_the_archive_retentions_drops_when_verbose():
     assert plan.to_dict(verbose=True)["archive_retention"]["drops"] == [
         asdict(d) for d in plan.archive_retention.drops
     ]
+
+
+def test_the_backup_step_says_its_cost_where_the_run_measured_it():
+    """The run sizes the backup before the plan is shown: the step says where it goes and the room."""
+    plan = make_plan(survey_of(row("a", "cron", 100)), Policy(compact=False), NOW)
+    plan.backup = {
+        "est_bytes": 23_400_000,
+        "folder": "/h/keeper/backups",
+        "db_bytes": 58_500_000,
+        "free_bytes": 12_000_000_000,
+    }
+    assert plan.steps()[0] == (
+        "backup: a verified snapshot of state.db (~23.4 MB compressed into /h/keeper/backups,"
+        " 58.5 MB more while it is made; 12.0 GB free there)"
+    )
