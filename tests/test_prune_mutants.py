@@ -8,8 +8,10 @@ No Hermes process and no sleeps: the writer's clock is faked where the batch siz
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -221,6 +223,12 @@ def test_a_pending_session_takes_its_ids_costs_unit_and_entry():
         ([["a"], ["b", "c"], ["d"]], {"a": 4, "b": 3, "c": 4}, 10, [["a"], ["b", "c", "d"]]),  # never split
         ([["big"], ["a"]], {"big": 99}, 10, [["big"], ["a"]]),  # one over the cap alone still goes
         ([["a"], ["b"]], {}, 0, [["a", "b"]]),  # no count: no messages
+        (
+            [["a"], ["b"], ["c"]],
+            {"a": 6, "b": 5, "c": 5},
+            10,
+            [["a"], ["b", "c"]],
+        ),  # a new batch counts from 0
     ],
 )
 def test_batches_cut_at_the_message_cap_and_never_split_a_conversation(convs, sizes, cap, expected):
@@ -716,14 +724,14 @@ def test_a_signal_mid_prune_shows_every_hidden_unfinished_session_again(place, m
     with _run_ctx(place, journal=True) as ctx:
         writes = _writes(monkeypatch, ctx.writer)
         with pytest.raises(Interrupted):
-            prune._delete_all(ctx, None, _feed(place, [["x"], ["y", "w"], ["z"]]), result, None)
+            prune._delete_all(ctx, None, _feed(place, [["x", "y", "w"], ["z"]]), result, None)
     assert steps == [(["x", "y", "w"], 20, [["x"]])]
     assert writes == [
         ("reinsert_messages", 30),
         ("unmark", 1),
         ("unmark", 1),
     ]  # y's 30 messages back (the 15 left ignored), y and w unmarked
-    assert result.pruned == ["x"]
+    assert result.pruned == ["x"]  # finished, in a batch that was not: recorded all the same
     for sid, rows in before.items():
         assert _exact(db, "messages", "session_id = ?", (sid,)) == rows, sid
     assert _sql(db, "SELECT id, archived FROM sessions ORDER BY id") == [("w", 0), ("y", 1), ("z", 0)]
@@ -889,7 +897,10 @@ def test_archive_verified_refuses_a_batch_one_entry_of_which_does_not_read_back(
     with prune._state_store(place) as store:
         assert [f.conn.execute("PRAGMA synchronous").fetchone() for f in store.files] == [(1,)]  # NORMAL
         entries = prune._archive_verified(store, payloads, result, journal)
-        assert [store.by_entry(e).session_id for e in entries] == ["a", "b"]
+        assert [(store.by_entry(e).session_id, store.by_entry(e).reason) for e in entries] == [
+            ("a", "retention"),
+            ("b", "retention"),
+        ]
         monkeypatch.setattr(store, "verify", lambda e: e != entries[1])
         with pytest.raises(arch.ArchiveDamaged, match="^archive read-back failed for 1 sessions$"):
             prune._archive_verified(store, payloads, result, journal)
@@ -1000,3 +1011,58 @@ def test_resume_where_titles_do_not_keep_prunes_a_titled_session(place):
     with _run_ctx(place, keep_titled=False) as ctx:
         assert prune.resume_pending(ctx) == 1
     assert _sql(place.db_path, "SELECT count(*) FROM sessions") == [(0,)]
+
+
+def test_a_signal_after_the_last_step_has_nothing_to_show_again(place, monkeypatch):
+    _add(place.db_path, "a", [K])
+    _steps(monkeypatch, after=lambda n, deleter: setattr(deleter.stop, "signum", signal.SIGTERM))
+    with _run_ctx(place, journal=True) as ctx, pytest.raises(Interrupted):
+        prune._delete_all(ctx, None, _feed(place, [["a"]]), prune.PruneResult(), None)
+    assert [r["action"] for r in _records(place) if not r["action"].startswith("fts_")] == ["pruned"]
+
+
+def test_the_costs_the_archiver_and_resume_read_size_the_deletes(place, monkeypatch):
+    """A message costs its bytes (here 1,000 units): 20 fill the first step, not the whole 25."""
+    _add(place.db_path, "big", [K] * 25)
+    _add(place.db_path, "pending", [K] * 25)
+    with arch.Archive.for_home(place.keeper_dir) as store:
+        store.put(_payloads(place, ["pending"])[0])
+    _sql(place.db_path, "UPDATE sessions SET archived = 1 WHERE id = 'pending'")
+    steps = _steps(monkeypatch)
+    calls, progress = [], []
+    with _run_ctx(place) as ctx:
+        prune.resume_pending(ctx)
+        prune.prune_sessions(ctx, [["big"]], progress=lambda *a: progress.append(a), on_pruned=calls.append)
+    assert steps == [
+        (["pending"], 20, []),
+        ([], 5, [["pending"]]),
+        (["big"], 20, []),
+        ([], 5, [["big"]]),
+    ]
+    assert (calls, progress) == ([["big"]], [("prune", 1)])
+
+
+def test_an_archiver_ahead_of_the_deletes_waits_and_loses_nothing(place):
+    """Three verified batches ahead at most: the fourth waits for room (and for a stop)."""
+    for i in range(5):
+        _add(place.db_path, f"s{i}", ["x"])
+    with _run_ctx(place) as ctx:
+        for consume in (True, False):
+            a = prune._Archiver(ctx, [[f"s{i}"] for i in range(5)], {}, False, prune.PruneResult())
+            full = threading.Event()
+            put = a.out.put
+
+            def watching(item, block=True, timeout=None, full=full, put=put):
+                try:
+                    return put(item, block, timeout)
+                except queue.Full:  # no room for a while: it must try again, not drop the batch
+                    full.set()
+                    raise
+
+            a.out.put = watching
+            a.start()
+            assert full.wait(30), "the archiver never got three batches ahead"
+            if consume:
+                assert [[p.sid for p in batch] for batch in a] == [[f"s{i}"] for i in range(5)]
+            a.close()  # returns: a waiting hand-over gives up when told to stop
+            assert not a.is_alive()
