@@ -276,7 +276,7 @@ def test_changed_since_plan_names_each_change_and_the_strongest_wins(place):
             (key, entry),
         )
     items = _items(place, ["same", "pin", "title", "late", "slack", "open", "all", "routed", "junk"])
-    items.append(prune._Pending({"session": {"id": "gone"}, "messages": []}, [], []))
+    items.insert(0, prune._Pending({"session": {"id": "gone"}, "messages": []}, [], []))  # not there: next
     _sql(db, "DELETE FROM sessions WHERE id = 'gone'")
     last = {p.sid: OLD + 100.0 for p in items}
     conn = sqlite3.connect(db)
@@ -351,6 +351,11 @@ def test_no_routing_table_routes_nothing_and_no_pinned_column_pins_nothing(tmp_p
         schema = inspect(db, check_timestamps=False)
         assert prune._routed(conn, schema, ["s"]) == set()
         assert prune.changed_since_plan(conn, schema, prune.Planned(last={"s": 2.0}), [item]) == {}
+        conn.execute("UPDATE sessions SET ended_at = ?", (2.0 + prune.STAMP_SLACK_S,))  # within the slack
+        assert prune.changed_since_plan(conn, schema, prune.Planned(last={"s": 2.0}), [item]) == {}
+        conn.execute("CREATE TABLE gateway_routing (scope TEXT, session_key TEXT)")  # no entry_json yet
+        conn.commit()
+        assert prune._routed(conn, inspect(db, check_timestamps=False), ["s"]) == set()
         assert prune.changed_since_plan(conn, schema, prune.Planned(last={"s": 1.0}), [item]) == {
             "s": prune.WOKE
         }
@@ -408,6 +413,15 @@ def test_finish_sessions_on_a_schema_without_the_side_tables(tmp_path):
     assert prune._finish_sessions(conn, inspect(db, check_timestamps=False), ["a"]) == 0
     assert conn.execute("SELECT id, parent_session_id FROM sessions").fetchall() == [("b", None)]
     assert conn.execute("SELECT count(*) FROM system_prompts").fetchone() == (1,)  # no column names it
+    conn.close()
+    db = tmp_path / "refs.db"  # the reference column without the table (a half-migrated home)
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, parent_session_id TEXT, system_prompt_hash TEXT)"
+    )
+    conn.execute("INSERT INTO sessions VALUES ('a', NULL, ?)", ("0" * 64,))
+    assert prune._finish_sessions(conn, inspect(db, check_timestamps=False), ["a"]) == 0
+    assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
     conn.close()
 
 
@@ -509,7 +523,7 @@ def test_the_first_step_spends_exactly_its_units_and_the_next_is_sized_at_nine_t
     with _run_ctx(place) as ctx:
         prune._delete_all(ctx, None, _feed(place, [["big"]]), result, None)
     assert steps == [(["big"], 20, []), ([], 18, []), ([], 2, [["big"]])]
-    assert (result.pruned, result.messages_deleted) == (["big"], 40)
+    assert (result.pruned, result.messages_deleted, result.prompts_deleted) == (["big"], 40, 0)
     assert _sql(place.db_path, "SELECT count(*) FROM sessions") == [(0,)]
 
 
@@ -644,7 +658,7 @@ def test_a_message_the_archive_does_not_have_wakes_its_session_above_all(place, 
         )
         result = prune.PruneResult()
         prune._delete_all(ctx, None, feed, result, None, planned=prune.Planned(last={"s": NOW}))
-    assert result.skipped == {"s": prune.WOKE} and result.pruned == []
+    assert result.skipped == {"s": prune.WOKE} and (result.pruned, result.prompts_deleted) == ([], 0)
     assert _sql(
         place.db_path,
         "SELECT count(*), max(archived) FROM messages JOIN sessions ON sessions.id = session_id",
@@ -721,11 +735,16 @@ def test_a_signal_mid_prune_shows_every_hidden_unfinished_session_again(place, m
 
     steps = _steps(monkeypatch, after=signal_after_first)
     result = prune.PruneResult()
+    marks = []
     with _run_ctx(place, journal=True) as ctx:
         writes = _writes(monkeypatch, ctx.writer)
+        ctx.writer.after_step.append(
+            lambda: marks.append(_sql(db, "SELECT id, archived FROM sessions ORDER BY id"))
+        )
         with pytest.raises(Interrupted):
             prune._delete_all(ctx, None, _feed(place, [["x", "y", "w"], ["z"]]), result, None)
     assert steps == [(["x", "y", "w"], 20, [["x"]])]
+    assert [("w", 1), ("y", 1), ("z", 0)] in marks  # committed: x gone, y and w hidden (y in part)
     assert writes == [
         ("reinsert_messages", 30),
         ("unmark", 1),
@@ -913,7 +932,7 @@ def test_archive_verified_refuses_a_batch_one_entry_of_which_does_not_read_back(
 
 def test_delete_all_holds_merges_records_the_prompts_deleted_and_syncs_the_journal(place, monkeypatch):
     conn = _connect(place.db_path)
-    upstream_home.add_session(conn, "a", OLD, prompt="pa", tools=["ta"])
+    upstream_home.add_session(conn, "a", OLD, prompt="pa", tools=["ta"], texts=(K,) * 20)
     upstream_home.add_session(conn, "b", OLD, prompt="pb")
     conn.commit()
     conn.close()
@@ -921,17 +940,28 @@ def test_delete_all_holds_merges_records_the_prompts_deleted_and_syncs_the_journ
     holds = []
     _steps(monkeypatch, after=lambda n, deleter: holds.append(deleter.hold))
     with _run_ctx(place, journal=True) as ctx:
-        syncs = []
+        syncs, durable = [], []
         monkeypatch.setattr(ctx.journal, "sync", lambda: syncs.append(1))
+        write = ctx.journal.write
+
+        def writing(action, durable_=True, **fields):
+            durable.append((action, durable_))
+            return write(action, durable=durable_, **fields)
+
+        monkeypatch.setattr(
+            ctx.journal, "write", lambda action, durable=True, **f: writing(action, durable, **f)
+        )
         result = prune.PruneResult()
         prune._delete_all(ctx, None, _feed(place, [["a"], ["b"]]), result, None)
-        assert result.prompts_deleted == 3 and syncs
+        assert result.prompts_deleted == 3 and syncs  # 2 in the first step, 1 in the next
+        # a batch's record waits for the one sync at the end (the archive's rows say the same)
+        assert [d for a, d in durable if a in ("pruned", "prompts_deleted")] == [False, False, False]
         assert ctx.hold is None and holds[0] is not None  # a hold of its own, for the while
         with ctx.holding() as hold:  # the run's own hold: no second one
             prune._delete_all(ctx, None, _feed(place, [["c"]]), prune.PruneResult(), None)
         assert holds[-1] is hold
     assert [r for r in _records(place) if r["action"] in ("pruned", "prompts_deleted")] == [
-        {"action": "pruned", "sessions": ["a"], "messages": 1},
+        {"action": "pruned", "sessions": ["a"], "messages": 20},
         {"action": "pruned", "sessions": ["b"], "messages": 1},
         {"action": "prompts_deleted", "prompts": 3},
         {"action": "pruned", "sessions": ["c"], "messages": 1},
@@ -1066,3 +1096,38 @@ def test_an_archiver_ahead_of_the_deletes_waits_and_loses_nothing(place):
                 assert [[p.sid for p in batch] for batch in a] == [[f"s{i}"] for i in range(5)]
             a.close()  # returns: a waiting hand-over gives up when told to stop
             assert not a.is_alive()
+
+
+def test_what_is_still_queued_decides_whether_another_batch_joins_the_next_step(place, monkeypatch):
+    """A step that held the lock 46 ms for 21,000 units sizes the next at 20,543. Of "a" (27 messages of
+    1,500 units) the first step deleted 14 (1,000 units over its 20,000): 19,564 are left, less than
+    the next step's size, so "b" joins it; one unit more left and it would wait."""
+    _add(place.db_path, "a", ["k" * 1436] * 27)
+    _add(place.db_path, "b", ["x"])
+    steps = _steps(monkeypatch, hold_ms=46.0)
+    with _run_ctx(place) as ctx:
+        prune._delete_all(ctx, None, _feed(place, [["a"], ["b"]]), prune.PruneResult(), None)
+        assert ctx.writer.stats.max_ms["delete"] == pytest.approx(46.0)  # named as a delete
+    assert steps == [(["a"], 14, []), (["b"], 14, [["a"], ["b"]])]
+
+
+def test_a_step_with_one_unit_left_still_takes_a_message(place, monkeypatch):
+    """Batch "a" queues 19,999 units (19 messages of 1,000, one of 935, and its row): one short of a
+    step, so "b" is taken too; the step spends 19,999 on "a" and its last unit on a message of "b"."""
+    _add(place.db_path, "a", [K] * 19 + ["k" * 871])
+    _add(place.db_path, "b", [K] * 2)
+    steps = _steps(monkeypatch)
+    with _run_ctx(place) as ctx:
+        prune._delete_all(ctx, None, _feed(place, [["a"], ["b"]]), prune.PruneResult(), None)
+    assert steps[0] == (["a", "b"], 21, [["a"]])
+
+
+def test_a_batch_that_fills_a_step_exactly_is_deleted_alone(place, monkeypatch):
+    """Batch "a" queues exactly 20,000 units (19 of 1,000, one of 936, its row): a full step, so the
+    next batch waits for the step after."""
+    _add(place.db_path, "a", [K] * 19 + ["k" * 872])
+    _add(place.db_path, "b", [K] * 2)
+    steps = _steps(monkeypatch)
+    with _run_ctx(place) as ctx:
+        prune._delete_all(ctx, None, _feed(place, [["a"], ["b"]]), prune.PruneResult(), None)
+    assert steps == [(["a"], 20, [["a"]]), (["b"], 2, [["b"]])]
