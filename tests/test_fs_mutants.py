@@ -560,7 +560,9 @@ def as_the_owner(folder: Path, act) -> str:
 def test_private_file_needs_no_write_access_to_the_file_it_makes_sure_of(tmp_path):
     """A keeper file its owner made read-only (0400) is still there to be used: ``private_file``
     only makes sure it exists (read-only, created when absent), never asks to write it, and
-    leaves its bytes alone."""
+    leaves its bytes alone. (Called here first too: mutmut only counts a test as reaching a
+    function it saw called in the test's own process, not in the child.)"""
+    assert fs.private_file(tmp_path / "made") == tmp_path / "made" and mode(tmp_path / "made") == 0o600
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "kept").write_bytes(b"the owner's bytes")
