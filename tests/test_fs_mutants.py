@@ -280,8 +280,12 @@ def test_sqlite_file_tightens_by_name_never_through_a_symlink_swapped_in(home, p
     (keeper / "index.db").write_text("")
     os.chmod(keeper / "index.db", 0o644)
     after_lstat(monkeypatch, "index.db", swap_for(home, "index.db", lambda p: p.symlink_to(precious)))
-    with pytest.raises(KeeperError, match="index.db is a symlink .*does not follow or replace it"):
+    with pytest.raises(KeeperError) as no:
         HomeFS(home).sqlite_file("keeper", "index.db", create=True)
+    assert str(no.value) == (
+        f"{keeper / 'index.db'} is a symlink (to {precious}); the keeper does not follow or replace it, "
+        "nothing changed"
+    )
     assert mode(precious) == 0o644
 
 
@@ -519,3 +523,55 @@ def test_sqlite_file_refuses_a_side_file_with_a_second_name(home, precious):
         f"{home / 'keeper' / 'index.db-wal'} is a hard link (2 names for one file"
     )
     assert mode(precious) == 0o644
+
+
+NOBODY = 65534  # the unprivileged uid and gid a root test drops to
+
+
+def as_the_owner(folder: Path, act) -> str:
+    """``act()`` in a forked child working in ``folder`` as its owner, said as text (its result or
+    its exception). A root test drops to ``folder``'s uid and gid, for whom file modes hold (root
+    opens any file whatever its mode); any other user is that owner already."""
+    st = os.stat(folder)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(read)
+            os.chdir(folder)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setresgid(st.st_gid, st.st_gid, st.st_gid)
+                os.setresuid(st.st_uid, st.st_uid, st.st_uid)
+            try:
+                said = repr(act())
+            except OSError as exc:
+                said = f"{type(exc).__name__}: {exc}"
+            os.write(write, said.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        said = fh.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    return said
+
+
+def test_private_file_needs_no_write_access_to_the_file_it_makes_sure_of(tmp_path):
+    """A keeper file its owner made read-only (0400) is still there to be used: ``private_file``
+    only makes sure it exists (read-only, created when absent), never asks to write it, and
+    leaves its bytes alone. (Called here first too: mutmut only counts a test as reaching a
+    function it saw called in the test's own process, not in the child.)"""
+    assert fs.private_file(tmp_path / "made") == tmp_path / "made" and mode(tmp_path / "made") == 0o600
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "kept").write_bytes(b"the owner's bytes")
+    os.chmod(folder / "kept", 0o400)
+    if os.geteuid() == 0:
+        for path in (folder, folder / "kept"):
+            os.chown(path, NOBODY, NOBODY)
+    said = as_the_owner(folder, lambda: (fs.private_file(Path("kept")), fs.private_file(Path("new"))))
+    assert said == repr((Path("kept"), Path("new")))
+    assert (folder / "kept").read_bytes() == b"the owner's bytes" and (folder / "new").read_bytes() == b""
+    assert (mode(folder / "kept"), mode(folder / "new")) == (0o600, 0o600)
+    assert os.stat(folder / "new").st_uid == os.stat(folder).st_uid

@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 
 from hermes_keeper import demo
+from hermes_keeper.facts import Check, last_check, record_check
 from hermes_keeper.fs import HomeFS
 from hermes_keeper.home import select_profiles
 from hermes_keeper.model.gateway import Peer
-from hermes_keeper.run import survey
+from hermes_keeper.run import message_stats, survey
 from hermes_keeper.run.survey import SessionRow, runtime_leases, safe_filename_component, shown
-from hermes_keeper.sqlite.holders import _own_pid_namespace
+from hermes_keeper.sqlite.holders import Holder, _own_pid_namespace
 from hermes_keeper.sqlite.schema import SchemaInfo, inspect
 from tests.hermes_env import hermes_python
 from tests.sessions import session
@@ -362,6 +363,19 @@ def watch_stats(monkeypatch) -> list[tuple[str, bool]]:
     return seen
 
 
+def watch_cache_reads(monkeypatch) -> list[tuple[str, tuple, bool]]:
+    """Each read of ``messages`` the statistics cache makes: its ids, and inside a transaction or not."""
+    seen: list[tuple[str, tuple, bool]] = []
+    real = message_stats.message_stats
+
+    def read(conn, schema, since, where="", params=()):
+        seen.append((where, params, conn.in_transaction))
+        return real(conn, schema, since, where, params)
+
+    monkeypatch.setattr(message_stats, "message_stats", read)
+    return seen
+
+
 def test_a_rollback_journal_database_has_its_statistics_read_outside_the_snapshot(
     small_home, tmp_path, monkeypatch
 ):
@@ -379,8 +393,12 @@ def test_a_rollback_journal_database_has_its_statistics_read_outside_the_snapsho
     assert wal.sessions["empty"].messages == 0 and wal.sessions["empty"].recent_messages == (0, 0)
     for side in ("", "-wal", "-shm", "-journal"):  # another database's cache, if the other test made it
         (delete / "keeper" / f"stats.db{side}").unlink(missing_ok=True)
+    seen.clear()
+    reads = watch_cache_reads(monkeypatch)
     cached = survey.survey_database(select_profiles(delete, env={})[0], now=NOW, cached=True)
     assert cached.sessions == wal.sessions and (delete / "keeper" / "stats.db").exists()
+    high = wal.message_total  # the demo's ids run 1..n: the cache's first read, in steps, outside it too
+    assert seen == [] and reads == [("WHERE id BETWEEN ? AND ?", (1, high), False)]
     assert not (small_home / "keeper" / "stats.db").exists()  # fresh unless asked: the plan deletes on them
 
 
@@ -405,6 +423,29 @@ def test_survey_profile_hands_each_argument_on(small_home, monkeypatch):
     assert survey.survey_profile(profile, now=NOW).holders == []  # found when not given: none here
     later = survey.survey_database(profile)
     assert abs(later.taken_at - time.time()) < 60 and later.schema.schema_version == info.schema_version
+
+
+def test_the_default_check_reads_the_whole_file_unless_that_would_stall_a_holder(
+    small_home, tmp_path, monkeypatch
+):
+    """Where a malformed copy of Hermes's needs state.db checked, the survey's own check reads it in
+    full now in WAL mode (readers block no one), but with Hermes holding a rollback-journal file
+    takes the last check on record instead: reading every page would hold Hermes's commits."""
+    checks = []
+    monkeypatch.setattr(survey, "scan_folders", lambda fs, check, budget: checks.append(check))
+    hermes = Holder(1234, "hermes", "hermes gateway run")
+    wal = Path(shutil.copytree(small_home, tmp_path / "wal", ignore=shutil.ignore_patterns("stats.db*")))
+    delete = Path(shutil.copytree(wal, tmp_path / "delete"))
+    conn = sqlite3.connect(delete / "state.db")
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    conn.close()
+    for home in (wal, delete):
+        profile = select_profiles(home, env={})[0]
+        record_check(profile.fs, "an older check", at=NOW - 5)
+        survey.survey_profile(profile, now=NOW, holders=[hermes])
+    now_wal, now_delete = (check() for check in checks)
+    assert now_delete == Check("an older check", NOW - 5)
+    assert now_wal.result == last_check(HomeFS(wal)).result == "ok" and now_wal.at > NOW  # recorded too
 
 
 def test_guard_rows_record_a_protection_they_cannot_read(tmp_path):
@@ -557,8 +598,13 @@ def test_what_beside_the_database_could_not_be_read_is_said(small_home, tmp_path
             "INSERT OR REPLACE INTO state_meta (key, value) VALUES ('last_auto_prune', ?)", (NOW - 99,)
         )
     conn.close()
+    other = home / "profiles" / "other" / "sessions" / "sessions.json"  # a multiplexed gateway's mirror
+    other.parent.mkdir(parents=True)
+    other.write_text("{cut")
     taken = survey.survey_database(select_profiles(home, env={})[0], now=NOW)
-    assert taken.routing_problem == f"{home / 'sessions' / 'sessions.json'} is not a JSON object"
+    assert taken.routing_problem == (
+        f"{home / 'sessions' / 'sessions.json'} is not a JSON object; {other} unreadable (JSONDecodeError)"
+    )
     assert taken.unreadable == ["runtime/active_sessions.json", "keeper/kept.json is not JSON"]
     assert (taken.auto_prune.last_run, taken.auto_prune.origin) == (
         NOW - 99,
@@ -568,6 +614,7 @@ def test_what_beside_the_database_could_not_be_read_is_said(small_home, tmp_path
     write_leases(home, [{"session_id": leased, "pid": os.getpid()}])
     (home / "keeper" / "kept.json").write_text(json.dumps({kept: NOW + 5}))
     (home / "sessions" / "sessions.json").unlink()
+    other.unlink()
     again = survey.survey_database(select_profiles(home, env={})[0], now=NOW)
     assert (again.routing_problem, again.unreadable) == (None, [])
     assert again.sessions[leased].runtime_lease and again.sessions[kept].restored_until == NOW + 5

@@ -65,11 +65,7 @@ def _chmod_at(dfd: int, name: str, mode: int, path: Path) -> None:
     with a ValueError (``cannot use dir_fd and follow_symlinks together``), not the keeper's line."""
     try:
         os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
-    except (ValueError, NotImplementedError) as exc:
-        raise _refuse(path, os.lstat(name, dir_fd=dfd)) from exc
-    except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
-            raise
+    except (ValueError, NotImplementedError) as exc:  # CPython's word for fchmodat's EOPNOTSUPP
         raise _refuse(path, os.lstat(name, dir_fd=dfd)) from exc
 
 
