@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
+import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -575,3 +578,75 @@ def test_private_file_needs_no_write_access_to_the_file_it_makes_sure_of(tmp_pat
     assert (folder / "kept").read_bytes() == b"the owner's bytes" and (folder / "new").read_bytes() == b""
     assert (mode(folder / "kept"), mode(folder / "new")) == (0o600, 0o600)
     assert os.stat(folder / "new").st_uid == os.stat(folder).st_uid
+
+
+@pytest.fixture
+def old_glibc(monkeypatch):
+    """fchmodat without ``AT_SYMLINK_NOFOLLOW`` (glibc before 2.32: Debian 10, Ubuntu 20.04): Python
+    refuses every ``os.chmod(..., dir_fd=..., follow_symlinks=False)`` with its ValueError."""
+    real = os.chmod
+
+    def chmod(path, mode, *, dir_fd=None, follow_symlinks=True):
+        if dir_fd is not None and not follow_symlinks:
+            raise ValueError("chmod: cannot use dir_fd and follow_symlinks together")
+        return real(path, mode, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+
+
+def _locked_from_another_process(db: Path) -> bool:
+    probe = (
+        "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=0)\ntry: c.execute('BEGIN IMMEDIATE')\n"
+    )
+    probe += "except sqlite3.OperationalError: print('locked')\nelse: print('free')"
+    out = subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True, text=True, check=True)
+    return out.stdout.strip() == "locked"
+
+
+def test_where_the_c_library_cannot_chmod_without_following_a_file_is_still_set_by_name(
+    home, precious, monkeypatch, old_glibc
+):
+    """There every chmod by name failed, and the keeper refused its own regular files as if they
+    were symlinks. Now the file goes through an O_PATH descriptor: set, a symlink still refused,
+    and this process's SQLite lock on the file kept (closing an opened descriptor would drop it)."""
+    hfs, keeper = HomeFS(home), home / "keeper"
+    db = keeper / "x.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE t(a)")
+    os.chmod(db, 0o644)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        hfs.chmod("keeper", "x.db", mode=0o600)
+        assert mode(db) == 0o600
+        assert _locked_from_another_process(db)  # still ours
+    finally:
+        conn.rollback()
+        conn.close()
+    assert not _locked_from_another_process(db)  # the probe can tell
+    (keeper / "y").write_text("mine")
+    after_lstat(monkeypatch, "y", swap_for(home, "y", lambda p: p.symlink_to(precious)))
+    with pytest.raises(KeeperError, match="y is a symlink .*does not follow or replace it"):
+        hfs.chmod("keeper", "y", mode=0o777)
+    assert mode(precious) == 0o644
+
+
+def test_where_neither_the_c_library_nor_proc_can_chmod_without_following_it_is_said(
+    home, monkeypatch, old_glibc
+):
+    (home / "keeper" / "x").write_text("mine")
+    os.chmod(home / "keeper" / "x", 0o644)
+    real = os.chmod
+
+    def no_proc(path, mode, **kw):
+        if str(path).startswith("/proc/self/fd/"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real(path, mode, **kw)
+
+    monkeypatch.setattr(os, "chmod", no_proc)
+    with pytest.raises(KeeperError) as no:
+        HomeFS(home).chmod("keeper", "x", mode=0o600)
+    assert str(no.value) == (
+        f"cannot set the mode of {home / 'keeper' / 'x'} without following a symlink: this C library has "
+        "no AT_SYMLINK_NOFOLLOW and /proc is not mounted; nothing changed"
+    )
+    assert mode(home / "keeper" / "x") == 0o644

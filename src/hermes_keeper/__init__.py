@@ -1,3 +1,3 @@
 """hermes-keeper: keeps Hermes Agent's session store healthy and bounded."""
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"

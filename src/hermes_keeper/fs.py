@@ -60,13 +60,34 @@ def _refuse(path: Path, st: os.stat_result) -> KeeperError:
 
 
 def _chmod_at(dfd: int, name: str, mode: int, path: Path) -> None:
-    """chmod ``name`` in the folder ``dfd``, never through a symlink. One swapped in after the
-    check is refused as any symlink is: Linux cannot chmod a symlink itself, and Python says so
-    with a ValueError (``cannot use dir_fd and follow_symlinks together``), not the keeper's line."""
+    """chmod ``name`` in the folder ``dfd``, never through a symlink.
+
+    Python says fchmodat's ``EOPNOTSUPP`` with a ValueError (``cannot use dir_fd and
+    follow_symlinks together``). It means a symlink (swapped in after the check: Linux cannot
+    chmod one), or a C library without ``AT_SYMLINK_NOFOLLOW`` (glibc before 2.32: Debian 10,
+    Ubuntu 20.04, RHEL 8), for every file. Then, as newer glibc does itself, the file is named
+    by an ``O_PATH`` descriptor that did not follow (closing one drops none of this process's
+    SQLite locks on it, as closing an opened one would) and chmod-ed through ``/proc``.
+    """
     try:
         os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
-    except (ValueError, NotImplementedError) as exc:  # CPython's word for fchmodat's EOPNOTSUPP
-        raise _refuse(path, os.lstat(name, dir_fd=dfd)) from exc
+        return
+    except (ValueError, NotImplementedError) as exc:
+        unsupported = exc
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, st) from unsupported
+        try:
+            os.chmod(f"/proc/self/fd/{fd}", mode)
+        except FileNotFoundError:
+            raise KeeperError(
+                f"cannot set the mode of {path} without following a symlink: this C library has no "
+                "AT_SYMLINK_NOFOLLOW and /proc is not mounted; nothing changed"
+            ) from None
+    finally:
+        os.close(fd)
 
 
 def _linked(path: Path, st: os.stat_result) -> KeeperError | None:
