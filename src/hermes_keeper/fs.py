@@ -14,6 +14,7 @@ its mode.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pwd
@@ -69,16 +70,14 @@ def _chmod_at(dfd: int, name: str, mode: int, path: Path) -> None:
     by an ``O_PATH`` descriptor that did not follow (closing one drops none of this process's
     SQLite locks on it, as closing an opened one would) and chmod-ed through ``/proc``.
     """
-    try:
+    with contextlib.suppress(ValueError, NotImplementedError):  # a symlink, or that C library
         os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
         return
-    except (ValueError, NotImplementedError) as exc:
-        unsupported = exc
     fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _refuse(path, st) from unsupported
+            raise _refuse(path, st)
         try:
             os.chmod(f"/proc/self/fd/{fd}", mode)
         except FileNotFoundError:
