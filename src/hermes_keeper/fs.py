@@ -70,7 +70,7 @@ def _chmod_at(dfd: int, name: str, mode: int, path: Path) -> None:
     by an ``O_PATH`` descriptor that did not follow (closing one drops none of this process's
     SQLite locks on it, as closing an opened one would) and chmod-ed through ``/proc``.
     """
-    with contextlib.suppress(ValueError, NotImplementedError):  # a symlink, or that C library
+    with contextlib.suppress(ValueError):  # a symlink, or that C library (Linux: never NotImplementedError)
         os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
         return
     fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
