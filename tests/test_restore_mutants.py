@@ -334,26 +334,29 @@ def test_a_symlink_among_the_database_files_is_refused_before_anything(profile, 
     assert _state(profile.home) == before and elsewhere.read_bytes() == b"not the keeper's"
 
 
+def _refused_with_nothing_changed(profile, record, match: str) -> None:
+    """The restore of ``record`` is refused in words matching ``match``; every file of the home is
+    as it was and no expansion is left."""
+    before = _state(profile.home)
+    with pytest.raises(KeeperError, match=match):
+        restore_backup(profile, record)
+    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+
+
 def test_a_backup_that_does_not_match_its_sha256_is_refused_in_words(profile):
     record = take_backup(profile)
     record.path.write_bytes(record.path.read_bytes()[:-1] + b"\0")
-    before = _state(profile.home)
     said = f"backup {record.path} is damaged or missing (size/sha256 mismatch); nothing was changed"
-    with pytest.raises(KeeperError, match=re.escape(said)):
-        restore_backup(profile, record)
-    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+    _refused_with_nothing_changed(profile, record, re.escape(said))
 
 
 def test_a_backup_that_expands_to_a_damaged_database_is_refused_naming_the_damage(profile, tmp_path):
     record = take_backup(profile)
     record = _replace_backup(record, _damaged_copy(profile.db_path, tmp_path))
-    before = _state(profile.home)
     said = (
         f"backup {record.name} expands to a damaged database (row 1 missing from index idx_sessions_source)"
     )
-    with pytest.raises(KeeperError, match=re.escape(f"{said}; nothing was changed")):
-        restore_backup(profile, record)
-    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+    _refused_with_nothing_changed(profile, record, re.escape(f"{said}; nothing was changed"))
 
 
 def test_a_backup_of_a_database_that_is_not_hermes_s_is_refused(profile, tmp_path):
@@ -363,10 +366,7 @@ def test_a_backup_of_a_database_that_is_not_hermes_s_is_refused(profile, tmp_pat
     conn.execute("CREATE TABLE notes (x)")
     conn.close()
     record = _replace_backup(record, other.read_bytes())
-    before = _state(profile.home)
-    with pytest.raises(KeeperError, match=re.escape(f"{profile.home / RESTORE_TMP}: ")):
-        restore_backup(profile, record)
-    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+    _refused_with_nothing_changed(profile, record, re.escape(f"{profile.home / RESTORE_TMP}: "))
 
 
 @pytest.mark.parametrize(
@@ -380,12 +380,9 @@ def test_a_backup_of_a_database_that_is_not_hermes_s_is_refused(profile, tmp_pat
 def test_a_backup_that_cannot_be_read_is_refused_in_words(profile, raw, compress, why):
     record = take_backup(profile)
     record = _replace_backup(record, raw, compress)
-    before = _state(profile.home)
-    with pytest.raises(
-        KeeperError, match=rf"^backup {re.escape(record.name)} cannot be read \(.*{why}.*\); nothing"
-    ):
-        restore_backup(profile, record)
-    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+    _refused_with_nothing_changed(
+        profile, record, rf"^backup {re.escape(record.name)} cannot be read \(.*{why}.*\); nothing"
+    )
 
 
 def test_a_failed_write_is_refused_in_one_line_and_the_half_file_removed(profile, monkeypatch):
@@ -397,11 +394,8 @@ def test_a_failed_write_is_refused_in_one_line_and_the_half_file_removed(profile
         raise OSError(errno.ENOSPC, "No space left on device", str(dst))
 
     monkeypatch.setattr(restore_mod, "decompress_to", full)
-    before = _state(profile.home)
     said = f"restore of {record.name} failed: No space left on device: {tmp}; nothing was changed"
-    with pytest.raises(KeeperError, match=re.escape(said)):
-        restore_backup(profile, record)
-    assert _state(profile.home) == before and not list(profile.home.glob(".state.db.keeper-restore*"))
+    _refused_with_nothing_changed(profile, record, re.escape(said))
 
 
 def test_files_a_killed_restore_left_are_cleared_before_and_after(profile, fixed_clock):
