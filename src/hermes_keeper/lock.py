@@ -21,6 +21,15 @@ from hermes_keeper.fs import HomeFS
 LOCK_NAME = "keeper.lock"
 
 
+def try_flock(fd: int) -> bool:
+    """Take an exclusive flock on ``fd`` without waiting; False when another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 @contextmanager
 def keeper_lock(root: Path) -> Iterator[None]:
     """Hold the home's keeper lock; a folder that is not a Hermes home gets no lock file."""
@@ -33,12 +42,10 @@ def keeper_lock(root: Path) -> Iterator[None]:
             f"cannot create {fs.path(LOCK_NAME)}: {exc.strerror} (is the home read-only?); nothing changed"
         ) from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_flock(fd):
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
             # Not a refusal: a scheduler's next attempt will do (EX_TEMPFAIL, 75).
-            raise TryLater(f"another hermes-keeper is running on {root} (pid {holder}); try later") from None
+            raise TryLater(f"another hermes-keeper is running on {root} (pid {holder}); try later")
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
@@ -68,15 +75,16 @@ def db_lock(db: Path) -> Iterator[None]:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise KeeperError(
-                f"another hermes-keeper is running on {db} (through another path to {folder});"
-                " try again later"
-            ) from None
+            taken = try_flock(fd)
         except OSError as exc:
             if exc.errno not in _NO_FOLDER_LOCKS:
                 raise
+            taken = True  # no lock here: keeper.lock alone guards the home
+        if not taken:
+            raise KeeperError(
+                f"another hermes-keeper is running on {db} (through another path to {folder});"
+                " try again later"
+            )
         yield
     finally:
         os.close(fd)

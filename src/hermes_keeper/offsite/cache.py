@@ -17,7 +17,6 @@ renamed into place only when restic succeeded: a failed sync leaves the cache as
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -36,6 +35,7 @@ from hermes_keeper.archive.store import ARCHIVE_NAME, Archive, archive_exists
 from hermes_keeper.backup.snapshot import sha256_file
 from hermes_keeper.errors import KeeperError, TryLater
 from hermes_keeper.fs import FILE_MODE, SQLITE_SIDES, HomeFS
+from hermes_keeper.lock import try_flock
 from hermes_keeper.offsite.copies import ARCHIVE, TAG, OffsiteCopy
 from hermes_keeper.offsite.restic import Restic
 
@@ -61,12 +61,8 @@ def sync_lock(root: Path) -> Iterator[None]:
     ever replaced whole, by a rename."""
     fd = HomeFS(root).open_private(LOCK_NAME)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise TryLater(
-                f"another fleet sync is updating {root}; nothing changed, try again later"
-            ) from None
+        if not try_flock(fd):
+            raise TryLater(f"another fleet sync is updating {root}; nothing changed, try again later")
         yield
     finally:
         os.close(fd)
